@@ -1,0 +1,42 @@
+# Two commands on a fresh machine with python3 (3.11+), make and git:
+#   make demo   set up, then run the whole pipeline on a small generated dataset
+#   make test   set up, then run the test suite
+# Setup happens once; a second run skips it unless pyproject.toml or uv.lock changed.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.strata-installed
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+export UV_PYTHON_DOWNLOADS := never
+export UV_COMPILE_BYTECODE := 1
+export UV_LINK_MODE := copy
+
+.PHONY: setup demo test test-all bench clean
+
+setup: $(STAMP)
+
+$(BIN)/uv:
+	@$(PYTHON) -c 'import sys; sys.exit("Python >= 3.11 is needed, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check "uv>=0.9,<0.14"
+
+$(STAMP): $(BIN)/uv pyproject.toml uv.lock
+	$(BIN)/uv sync --frozen --python $(BIN)/python
+	$(BIN)/python -m warehouse.duckdb_ext
+	@touch $@
+
+demo: setup
+	$(BIN)/strata demo
+
+test: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-all: setup
+	$(BIN)/python -m pytest -q
+
+bench: setup
+	$(BIN)/python -m benchmarks.harness $(BENCH)
+
+clean:
+	rm -rf $(VENV) .strata .pytest_cache

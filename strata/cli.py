@@ -1,0 +1,147 @@
+"""The ``strata`` command line: every pipeline step, callable by a person or a scheduler.
+
+Commands import the library code they need inside their bodies, so ``strata --help``
+stays fast. Errors are one clear line and a non-zero exit; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from strata.console import console, out
+
+app = typer.Typer(
+    name="strata",
+    help="Strata: AI-service request logs → contract-checked Delta lakehouse, features and scores.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
+) -> None:
+    """Strata command line. Settings come from STRATA_* environment variables (see `strata config`)."""
+
+
+@app.command("config")
+def config_cmd() -> None:
+    """Print the effective configuration (secrets masked)."""
+    from rich.table import Table
+
+    from strata.config import load_settings
+
+    table = Table("setting", "value", title="Strata configuration")
+    for key, value in load_settings().masked().items():
+        table.add_row(key, value)
+    out.print(table)
+
+
+@app.command("generate")
+def generate_cmd(
+    out_dir: Path = typer.Option(..., "--out", help="Folder to write the dataset into."),
+    days: int = typer.Option(1, "--days", min=1, help="Number of days of traffic."),
+    requests_per_day: int = typer.Option(10_000, "--requests-per-day", min=1, help="Distinct requests per day."),
+    seed: int = typer.Option(0, "--seed", help="Random seed: the same seed gives the same bytes."),
+    start: Optional[str] = typer.Option(None, "--start", help="First day, YYYY-MM-DD (default: 2026-01-01)."),
+    fault_rate: float = typer.Option(0.0, "--fault-rate", min=0.0, max=0.5, help="Share of malformed lines to mix in."),
+) -> None:
+    """Write realistic AI-service request logs, feedback, prices and a ground-truth manifest."""
+    from warehouse.generator import generate
+
+    start_day = _parse_date(start, "--start") if start else dt.date(2026, 1, 1)
+    with _progress("generating") as step:
+        manifest = generate(
+            out_dir, days=days, requests_per_day=requests_per_day, seed=seed,
+            start=start_day, fault_rate=fault_rate, progress=step,
+        )
+    total_lines = sum(day["lines"] for day in manifest["days"].values())
+    out.print(
+        f"wrote {len(manifest['files'])} files, {total_lines:,} request lines over {days} day(s) "
+        f"to {out_dir} (manifest: {out_dir / 'manifest.json'})"
+    )
+
+
+@app.command("demo")
+def demo_cmd(
+    days: int = typer.Option(2, "--days", min=1, help="Days of traffic to generate."),
+    requests_per_day: int = typer.Option(20_000, "--requests-per-day", min=1, help="Requests per day."),
+    seed: int = typer.Option(7, "--seed", help="Random seed."),
+) -> None:
+    """Run the pipeline end to end on a small generated dataset under STRATA_HOME."""
+    from strata.config import load_settings
+    from warehouse.generator import generate
+
+    settings = load_settings()
+    landing = settings.landing_dir / "demo"
+    out.print(f"[bold]1/1 generate[/] {days} day(s) × {requests_per_day:,} requests → {landing}")
+    with _progress("generating") as step:
+        manifest = generate(landing, days=days, requests_per_day=requests_per_day, seed=seed,
+                            start=dt.date(2026, 1, 1), fault_rate=0.01, progress=step)
+    for day, facts in manifest["days"].items():
+        faults = sum(facts["faults"].values())
+        out.print(f"  {day}: {facts['lines']:,} lines = {facts['requests']:,} requests + "
+                  f"{facts['duplicates']:,} duplicates + {faults:,} malformed; "
+                  f"{len(facts['models'])} models, {facts['tenants']} tenants")
+    out.print(f"  {len(manifest['abusive_user_ids'])} planted abusive users; "
+              f"{manifest['feedback']['lines']:,} feedback events")
+
+
+def _parse_date(text: str, option: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a date like 2026-01-31", param_hint=option) from None
+
+
+class _progress:
+    """Context manager yielding a ``progress(done, total)`` callback that drives a bar."""
+
+    def __init__(self, description: str) -> None:
+        from strata.console import progress_bar
+
+        self._bar = progress_bar()
+        self._description = description
+        self._task: int | None = None
+
+    def __enter__(self):
+        self._bar.start()
+
+        def step(done: int, total: int) -> None:
+            if self._task is None:
+                self._task = self._bar.add_task(self._description, total=total)
+            self._bar.update(self._task, completed=done, total=total)
+
+        return step
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.stop()
+
+
+def main() -> None:
+    """Entry point: run the app, turning any error into one line and exit code 1."""
+    debug = "--debug" in sys.argv[1:]
+    try:
+        app(prog_name="strata")
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        console.print("[red]interrupted[/]")
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - the CLI's one error boundary
+        if debug:
+            raise
+        console.print(f"[red]error:[/] {exc}" if str(exc) else f"[red]error:[/] {type(exc).__name__}")
+        console.print("[dim](run with --debug for the traceback)[/]")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""Configuration and the CLI's promises: fast help, masked secrets, one-line errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from strata.config import ConfigError, load_settings
+
+STRATA = [sys.executable, "-m", "strata.cli"]
+
+
+def test_defaults_live_under_home(tmp_path: Path) -> None:
+    s = load_settings({"STRATA_HOME": str(tmp_path)})
+    assert s.home == tmp_path
+    assert s.lake_uri == str(tmp_path / "lake")
+    assert s.table_uri("dwd.request") == f"{tmp_path}/lake/dwd/request"
+    assert s.online_store == "sqlite"
+    assert s.pseudonym_key is None
+
+
+def test_lake_uri_override_keeps_remote_uris(tmp_path: Path) -> None:
+    s = load_settings({"STRATA_HOME": str(tmp_path), "STRATA_LAKE_URI": "s3://bucket/lake/"})
+    assert s.table_uri("ods.request_log_raw") == "s3://bucket/lake/ods/request_log_raw"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"STRATA_ONLINE_STORE": "memcached"}, "STRATA_ONLINE_STORE"),
+        ({"STRATA_PSEUDONYM_KEY": "short"}, "at least 16"),
+        ({"STRATA_ODS_RETENTION_DAYS": "-3"}, "STRATA_ODS_RETENTION_DAYS"),
+    ],
+)
+def test_bad_settings_say_which_variable(tmp_path: Path, env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings({"STRATA_HOME": str(tmp_path), **env})
+
+
+def test_bad_table_name_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="layer.name"):
+        load_settings({"STRATA_HOME": str(tmp_path)}).table_uri("../etc/passwd")
+
+
+def test_missing_pseudonym_key_is_an_actionable_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="STRATA_PSEUDONYM_KEY"):
+        load_settings({"STRATA_HOME": str(tmp_path)}).require_pseudonym_key()
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(STRATA + args, env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+
+
+def test_help_is_fast_and_lists_commands(tmp_path: Path) -> None:
+    _run(["--help"], {})  # warm the bytecode cache
+    started = time.perf_counter()
+    result = _run(["--help"], {"STRATA_HOME": str(tmp_path)})
+    elapsed = time.perf_counter() - started
+    assert result.returncode == 0
+    for command in ("config", "generate", "demo"):
+        assert command in result.stdout
+    assert elapsed < 1.5, f"strata --help took {elapsed:.2f}s"
+
+
+def test_config_masks_the_pseudonym_key(tmp_path: Path) -> None:
+    secret = "super-secret-key-123456"
+    result = _run(["config"], {"STRATA_HOME": str(tmp_path), "STRATA_PSEUDONYM_KEY": secret,
+                               "STRATA_REDIS_URL": "redis://user:hunter2@127.0.0.1:6379/0", "COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    assert secret not in result.stdout + result.stderr
+    assert "hunter2" not in result.stdout + result.stderr
+    assert "****" in result.stdout
+    assert str(tmp_path / "lake") in result.stdout
+
+
+def test_errors_are_one_line_without_traceback_unless_debug(tmp_path: Path) -> None:
+    env = {"STRATA_HOME": str(tmp_path), "STRATA_ONLINE_STORE": "nope"}
+    result = _run(["config"], env)
+    assert result.returncode == 1
+    assert "error: STRATA_ONLINE_STORE" in result.stderr
+    assert "Traceback" not in result.stderr
+    debug = _run(["--debug", "config"], env)
+    assert debug.returncode == 1
+    assert "Traceback" in debug.stderr
