@@ -1,0 +1,187 @@
+"""The audit gate: a Great Expectations 1.x suite derived from a contract, run on pandas.
+
+Each expectation carries the rule id it enforces in ``meta["rule"]`` (the same ids the row
+checks report), so a failed audit says which rule failed on which values. The validation
+result is returned as JSON for the caller to keep next to the write it gated.
+
+Great Expectations takes seconds to import; it is imported only when a suite is built.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+import pyarrow as pa
+
+from contracts.model import Contract
+from contracts.rowchecks import PK_RULE, _check_time
+from contracts.types import pandas_dtype_name
+
+if TYPE_CHECKING:
+    import great_expectations as gx
+    import pandas as pd
+
+
+@dataclass(frozen=True)
+class AuditFailure:
+    """One failed expectation: the contract rule, the GX expectation, how many rows, examples."""
+
+    rule: str
+    expectation: str
+    unexpected_count: int | None
+    examples: list[Any]
+    detail: str = ""
+
+    def __str__(self) -> str:
+        count = f" on {self.unexpected_count:,} rows" if self.unexpected_count is not None else ""
+        examples = f", e.g. {self.examples[:5]!r}" if self.examples else ""
+        detail = f" ({self.detail})" if self.detail else ""
+        return f"[{self.rule}] {self.expectation} failed{count}{examples}{detail}"
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """Outcome of one audit; ``result`` is the GX validation result as JSON (keep it)."""
+
+    table: str
+    success: bool
+    failures: list[AuditFailure]
+    result: dict[str, Any] = field(repr=False)
+
+    @property
+    def rules_failed(self) -> list[str]:
+        return sorted({f.rule for f in self.failures})
+
+    def summary(self) -> str:
+        if self.success:
+            return f"{self.table}: audit passed ({len(self.result.get('results', []))} expectations)"
+        return f"{self.table}: audit failed:\n  " + "\n  ".join(str(f) for f in self.failures)
+
+
+def expectation_suite(contract: Contract, *, now: datetime | None = None) -> gx.ExpectationSuite:
+    """The GX suite of ``contract``; ``now`` fixes the check time of ``future`` rules."""
+    import great_expectations as gx
+    import great_expectations.expectations as gxe
+    import pandas as pd
+
+    now = _check_time(now)
+    _context()  # GX needs an active context to build a suite
+    suite = gx.ExpectationSuite(name=f"{contract.name}@{contract.version}")
+
+    def add(rule: str, expectation: Any) -> None:
+        expectation.meta = {"rule": rule, "contract": contract.name, "contract_version": contract.version}
+        suite.add_expectation(expectation)
+
+    bounds = contract.row_count
+    add("table.row_count", gxe.ExpectTableRowCountToBeBetween(min_value=bounds.minimum, max_value=bounds.maximum))
+    add("table.columns", gxe.ExpectTableColumnsToMatchOrderedList(column_list=contract.column_names))
+    if len(contract.primary_key) == 1:
+        add(PK_RULE, gxe.ExpectColumnValuesToBeUnique(column=contract.primary_key[0]))
+    elif contract.primary_key:
+        add(PK_RULE, gxe.ExpectCompoundColumnsToBeUnique(column_list=list(contract.primary_key)))
+    unique = set(contract.unique_columns)
+
+    for c in contract.columns:
+        def bound(v: Any) -> Any:
+            return pd.Timestamp(v) if isinstance(v, datetime) else v
+
+        add(f"{c.name}.type", gxe.ExpectColumnTypeToBe(column=c.name, type_=pandas_dtype_name(c.arrow_type)))
+        if c.required:
+            add(f"{c.name}.required", gxe.ExpectColumnValuesToNotBeNull(column=c.name))
+        elif c.tolerance("null_rate"):
+            add(f"{c.name}.null_rate",
+                gxe.ExpectColumnValuesToNotBeNull(column=c.name, mostly=1 - c.tolerance("null_rate")))
+        if c.minimum is not None:
+            add(f"{c.name}.min", gxe.ExpectColumnValuesToBeBetween(column=c.name, min_value=bound(c.minimum)))
+        if c.maximum is not None:
+            add(f"{c.name}.max", gxe.ExpectColumnValuesToBeBetween(column=c.name, max_value=bound(c.maximum)))
+        if c.allowed_values is not None:
+            add(f"{c.name}.allowed_values", gxe.ExpectColumnValuesToBeInSet(
+                column=c.name, value_set=list(c.allowed_values), mostly=1 - c.tolerance("allowed_values")))
+        if c.pattern is not None:
+            add(f"{c.name}.pattern", gxe.ExpectColumnValuesToMatchRegex(column=c.name, regex=c.pattern))
+        if c.max_future is not None:
+            add(f"{c.name}.future",
+                gxe.ExpectColumnValuesToBeBetween(column=c.name, max_value=pd.Timestamp(now + c.max_future)))
+        if c.name in unique:
+            add(f"{c.name}.unique", gxe.ExpectColumnValuesToBeUnique(column=c.name))
+    return suite
+
+
+def audit(
+    data: pa.Table | pl.DataFrame | pd.DataFrame,
+    contract: Contract,
+    *,
+    now: datetime | None = None,
+    result_format: str = "SUMMARY",
+) -> AuditResult:
+    """Validate ``data`` against the contract's expectation suite with Great Expectations.
+
+    ``data`` is converted to pandas the way :func:`to_pandas` does, so column dtypes are
+    those the suite's type expectations name.
+    """
+    suite = expectation_suite(contract, now=now)
+    frame = to_pandas(data)
+    batch = _batch_definition(contract.name).get_batch(batch_parameters={"dataframe": frame})
+    validation = batch.validate(suite, result_format=result_format)
+    result = validation.to_json_dict()
+    failures = [_failure(r) for r in result["results"] if not r["success"]]
+    return AuditResult(contract.name, bool(result["success"]), failures, result)
+
+
+def to_pandas(data: pa.Table | pl.DataFrame | pd.DataFrame) -> pd.DataFrame:
+    """``data`` as pandas: nullable integer and boolean dtypes, UTC timestamps, strings as objects."""
+    import pandas as pd
+
+    if isinstance(data, pd.DataFrame):
+        data = pa.Table.from_pandas(data, preserve_index=False)
+    elif isinstance(data, pl.DataFrame):
+        data = data.to_arrow()
+    nullable = {
+        pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
+        pa.int64(): pd.Int64Dtype(), pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),
+        pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype(), pa.bool_(): pd.BooleanDtype(),
+    }
+    return data.to_pandas(types_mapper=nullable.get, coerce_temporal_nanoseconds=False)
+
+
+def _failure(r: dict[str, Any]) -> AuditFailure:
+    config = r["expectation_config"]
+    rule = (config.get("meta") or {}).get("rule", config["type"])
+    res = r.get("result") or {}
+    info = r.get("exception_info") or {}
+    # GX reports an exception either directly or keyed by the metric that raised it.
+    raised = [info] if "raised_exception" in info else [v for v in info.values() if isinstance(v, dict)]
+    for e in raised:
+        if e.get("raised_exception"):
+            message = str(e.get("exception_message") or "").strip().splitlines()[-1:] or ["?"]
+            return AuditFailure(rule, config["type"], None, [], f"error: {message[0]}")
+    examples = res.get("partial_unexpected_list") or []
+    detail = "" if "unexpected_count" in res else f"observed {res.get('observed_value')!r}"
+    return AuditFailure(rule, config["type"], res.get("unexpected_count"), list(examples[:5]), detail)
+
+
+@functools.lru_cache(maxsize=1)
+def _context() -> Any:
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    return context
+
+
+@functools.lru_cache(maxsize=None)
+def _batch_definition(table: str) -> Any:
+    """A whole-dataframe batch definition on one in-memory pandas asset per table."""
+    context = _context()
+    try:
+        source = context.data_sources.get("strata")
+    except (KeyError, ValueError):
+        source = context.data_sources.add_pandas("strata")
+    asset = source.add_dataframe_asset(name=table)
+    return asset.add_batch_definition_whole_dataframe("whole")

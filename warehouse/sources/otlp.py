@@ -1,0 +1,509 @@
+"""OTLP/JSON trace exports (OpenTelemetry Collector ``file`` exporter, ``otlpjsonfile``).
+
+Each line of such a file is one ``ExportTraceServiceRequest`` in the OTLP/JSON
+encoding (opentelemetry-proto ``docs/specification.md``, "JSON Protobuf Encoding"):
+lowerCamelCase keys, ``traceId``/``spanId`` as case-insensitive hex, enums as
+integers, 64-bit integers (``startTimeUnixNano``, ``intValue``) as decimal strings or
+numbers, unknown fields ignored. Like the Collector's own decoder this reader also
+takes the proto field names (``resource_spans``, ``string_value`` …), base64 ids
+(the plain protobuf JSON mapping some exporters write, converted to hex) and the
+pre-1.0 ``instrumentationLibrarySpans`` in place of ``scopeSpans``.
+
+A line yields one record per *GenAI span*: a span with at least one ``gen_ai.*``
+attribute of its own (HTTP or database child spans are skipped). Attributes are
+looked up on the span, then its scope, then its resource, so resource attributes
+(``tenant.id``, ``server.address`` …) apply to every span under them and span
+attributes win. Every field is text, exactly as the source wrote the value (typing
+and range checks happen in DWD against the contract), except where noted below.
+
+======================  =========================================================
+field                   source (first present wins)
+======================  =========================================================
+request_id              ``gen_ai.response.id``, ``gen_ai.request.id`` (vLLM), spanId (lower-case hex)
+trace_id                traceId, lower-case hex (empty → null)
+retry_of                ``gen_ai.request.retry_of`` *(custom)*
+attempt                 ``gen_ai.request.attempt`` *(custom)*; else ``http.request.resend_count`` + 1
+ts                      startTimeUnixNano → RFC 3339 UTC, microseconds (``…T02:00:00.123456+00:00``)
+duration_ms             (endTimeUnixNano − startTimeUnixNano) / 1e6, exact decimal text
+ttft_ms                 ``gen_ai.server.time_to_first_token``, ``gen_ai.latency.time_to_first_token`` (vLLM);
+                        seconds → ms
+queue_ms                ``gen_ai.latency.time_in_queue`` (vLLM), seconds → ms
+preprocess_ms           ``gen_ai.latency.time_in_preprocess`` *(custom)*, seconds → ms
+inference_ms            ``gen_ai.latency.time_in_model_inference`` (vLLM), seconds → ms
+postprocess_ms          ``gen_ai.latency.time_in_postprocess`` *(custom)*, seconds → ms
+tenant_id               ``tenant.id`` *(custom)*
+user_id                 ``user.id``, ``enduser.id`` (deprecated semconv)
+api_key_id              ``api_key.id`` *(custom)*
+operation               ``gen_ai.operation.name`` (``text_completion`` → ``completion``, others as written)
+model                   ``gen_ai.request.model``, ``gen_ai.response.model``
+model_version           ``gen_ai.response.model`` when it differs from the request model, else ``model.version``
+provider                ``gen_ai.provider.name``, ``gen_ai.system`` (deprecated semconv)
+server                  ``server.address``
+prompt_template_version ``prompt_template.version`` *(custom)*
+pipeline_version        ``pipeline.version`` *(custom)*
+input_tokens            ``gen_ai.usage.input_tokens``, ``gen_ai.usage.prompt_tokens`` (deprecated semconv)
+output_tokens           ``gen_ai.usage.output_tokens``, ``gen_ai.usage.completion_tokens`` (deprecated)
+cached_input_tokens     ``gen_ai.usage.cache_read.input_tokens``, ``gen_ai.usage.cache_read_input_tokens``,
+                        ``gen_ai.usage.input_tokens.cached``, ``gen_ai.usage.cached_tokens`` (vLLM)
+batch_size              ``gen_ai.server.batch_size`` *(custom)*
+status_code             ``http.response.status_code``, ``http.status_code``; else span status:
+                        unset/OK → ``200``, ERROR → ``500``
+error_type              ``error.type``
+finish_reason           first element of ``gen_ai.response.finish_reasons``
+cache_hit               ``gen_ai.response.cache_hit`` *(custom)*, ``true``/``false``
+attributes              JSON object (string → string) of the span's own attributes whose value
+                        no field above carries (an unused alias, a seconds value that is not a
+                        number, a multi-element ``finish_reasons`` stay); null when none remain
+======================  =========================================================
+
+Attribute values become text as follows: ``stringValue``/``bytesValue`` as written,
+``intValue`` and ``doubleValue`` as their decimal text (the JSON literal as written),
+``boolValue`` as ``true``/``false``, ``arrayValue``/``kvlistValue`` as compact JSON.
+
+Errors. A line that is not UTF-8, not JSON, or not a trace export (no
+``resourceSpans`` list, or a broken structure under it) yields one row whose
+``parse_error`` is ``invalid UTF-8`` / ``invalid JSON`` / ``not an OTLP trace export``
+(the latter followed by ``: <where>`` for a broken structure) and whose fields are
+null (JSON ``NaN``/``Infinity`` literals and unpaired ``\\ud800``-style surrogate
+escapes count as ``invalid JSON``). A valid export without GenAI spans yields one
+row with ``no GenAI spans``. A GenAI span whose start or end time is not an unsigned
+integer gets ``invalid span: …`` beside its (otherwise filled) fields. ``_line`` is the index of the input line
+every row came from; rows are in line order, then document order.
+
+Unlike canonical JSONL, lines are not cut at ``MAX_LINE_BYTES``: a Collector writes a
+whole batch of spans per line, so long lines are normal here.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import json
+import re
+from decimal import Decimal
+from typing import Any, Iterator
+
+import polars as pl
+import pyarrow as pa
+
+from warehouse.sources.canonical import REQUEST_FIELDS
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_FIXED64_MAX = (1 << 64) - 1
+_HEX = re.compile(r"[0-9a-fA-F]+")
+_UINT = re.compile(r"[0-9]+")
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+
+# Canonical field → attribute keys, first present wins.
+_KEYS: dict[str, tuple[str, ...]] = {
+    "retry_of": ("gen_ai.request.retry_of",),
+    "attempt": ("gen_ai.request.attempt",),
+    "tenant_id": ("tenant.id",),
+    "user_id": ("user.id", "enduser.id"),
+    "api_key_id": ("api_key.id",),
+    "provider": ("gen_ai.provider.name", "gen_ai.system"),
+    "server": ("server.address",),
+    "prompt_template_version": ("prompt_template.version",),
+    "pipeline_version": ("pipeline.version",),
+    "input_tokens": ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"),
+    "output_tokens": ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"),
+    "cached_input_tokens": (
+        "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_read_input_tokens",
+        "gen_ai.usage.input_tokens.cached", "gen_ai.usage.cached_tokens",
+    ),
+    "batch_size": ("gen_ai.server.batch_size",),
+    "error_type": ("error.type",),
+    "cache_hit": ("gen_ai.response.cache_hit",),
+}
+# Canonical millisecond field → attribute keys holding seconds.
+_SECONDS_KEYS: dict[str, tuple[str, ...]] = {
+    "ttft_ms": ("gen_ai.server.time_to_first_token", "gen_ai.latency.time_to_first_token"),
+    "queue_ms": ("gen_ai.latency.time_in_queue",),
+    "preprocess_ms": ("gen_ai.latency.time_in_preprocess",),
+    "inference_ms": ("gen_ai.latency.time_in_model_inference",),
+    "postprocess_ms": ("gen_ai.latency.time_in_postprocess",),
+}
+_REQUEST_ID_KEYS = ("gen_ai.response.id", "gen_ai.request.id")
+_RESEND_COUNT = "http.request.resend_count"
+_STATUS_KEYS = ("http.response.status_code", "http.status_code")
+_OPERATION = "gen_ai.operation.name"
+_OPERATIONS = {"text_completion": "completion"}
+_REQUEST_MODEL = "gen_ai.request.model"
+_RESPONSE_MODEL = "gen_ai.response.model"
+_MODEL_VERSION = "model.version"
+_FINISH_REASONS = "gen_ai.response.finish_reasons"
+_STATUS_ERROR = {2, "2", "STATUS_CODE_ERROR"}
+_STATUS_NOT_ERROR = {0, 1, "0", "1", "STATUS_CODE_UNSET", "STATUS_CODE_OK"}
+
+_COLUMNS: tuple[str, ...] = ("parse_error", *REQUEST_FIELDS)
+_SCHEMA: dict[str, Any] = {"_line": pl.Int64, **{c: pl.String for c in _COLUMNS}}
+
+# AnyValue kinds (JSON keys; proto field names are accepted too, see _get).
+_VALUE_KINDS = ("stringValue", "intValue", "doubleValue", "boolValue", "arrayValue", "kvlistValue", "bytesValue")
+
+
+class _NotOTLP(Exception):
+    """The document is JSON but not (a well-formed) ``ExportTraceServiceRequest``."""
+
+
+class _NotJSON(Exception):
+    pass
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), name)
+
+
+_SNAKE: dict[str, str] = {}
+
+
+def _get(obj: dict[str, Any], name: str) -> Any:
+    """Field ``name`` (lowerCamelCase) of a message, also accepted under its proto name."""
+    if name in obj:
+        return obj[name]
+    snake = _SNAKE.get(name)
+    if snake is None:
+        snake = _SNAKE[name] = _snake(name)
+    return obj.get(snake)
+
+
+def _list(obj: dict[str, Any], name: str, where: str) -> list[Any]:
+    value = _get(obj, name)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _NotOTLP(f"{where}.{name} is not a list")
+    return value
+
+
+def _message(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _NotOTLP(f"{where} is not an object")
+    return value
+
+
+# ---------------------------------------------------------------------------------- values
+
+
+def _value_kind(value: dict[str, Any]) -> tuple[str | None, Any]:
+    for kind in _VALUE_KINDS:
+        v = _get(value, kind)
+        if v is not None:
+            return kind, v
+    return None, None
+
+
+def _scalar(kind: str, v: Any, where: str) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, str)):  # floats were kept as their JSON literal (str)
+        return str(v)
+    raise _NotOTLP(f"{where}.{kind} is not a scalar")
+
+
+def _text(value: Any, where: str) -> str | None:
+    """An AnyValue as text: scalars as written, arrays and kvlists as JSON; null when empty."""
+    kind, v = _value_kind(_message(value, where))
+    if kind is None:
+        return None
+    if kind in ("arrayValue", "kvlistValue"):
+        return _json_text(value, where)
+    return _scalar(kind, v, where)
+
+
+def _json_text(value: Any, where: str) -> str:
+    """An AnyValue as compact JSON (how array elements and kvlist values are written)."""
+    kind, v = _value_kind(_message(value, where))
+    if kind is None:
+        return "null"
+    if kind == "arrayValue":
+        items = _list(_message(v, f"{where}.arrayValue"), "values", f"{where}.arrayValue")
+        return "[" + ",".join(_json_text(item, f"{where}[{i}]") for i, item in enumerate(items)) + "]"
+    if kind == "kvlistValue":
+        entries = _list(_message(v, f"{where}.kvlistValue"), "values", f"{where}.kvlistValue")
+        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + _json_text(val, f"{where}.{k}")
+                              for k, val in _key_values(entries, f"{where}.kvlistValue.values")) + "}"
+    text = _scalar(kind, v, where)
+    if isinstance(v, bool) and kind == "boolValue":
+        return text
+    if kind in ("intValue", "doubleValue") and not isinstance(v, bool) and _JSON_NUMBER.fullmatch(text):
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _key_values(entries: list[Any], where: str) -> Iterator[tuple[str, Any]]:
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("key"), str):
+            raise _NotOTLP(f"{where}[{i}] is not a KeyValue")
+        yield entry["key"], entry.get("value")
+
+
+def _attributes(obj: dict[str, Any], where: str) -> dict[str, Any]:
+    """``{key: AnyValue}`` of a message's ``attributes`` (a repeated key: the last wins)."""
+    return dict(_key_values(_list(obj, "attributes", where), f"{where}.attributes"))
+
+
+# ------------------------------------------------------------------------- conversions
+
+
+def _hex_id(value: Any, size: int) -> str | None:
+    """A trace/span id as lower-case hex; base64 ids converted; anything else as written."""
+    if value is None or value == "":
+        return None
+    text = str(value)
+    if len(text) == 2 * size and _HEX.fullmatch(text):
+        return text.lower()
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return text
+    return raw.hex() if len(raw) == size else text
+
+
+def _nanos(value: Any) -> int | None:
+    """A fixed64 nanosecond time; None when absent or zero; ValueError when not an unsigned integer."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        ns = value
+    elif isinstance(value, str) and _UINT.fullmatch(value):
+        ns = int(value)
+    else:
+        raise ValueError(value)
+    if ns > _FIXED64_MAX:
+        raise ValueError(value)
+    return ns or None
+
+
+def _rfc3339(ns: int) -> str:
+    return (_EPOCH + dt.timedelta(microseconds=ns // 1000)).isoformat(timespec="microseconds")
+
+
+def _decimal_text(d: Decimal) -> str:
+    text = format(d.normalize(), "f")
+    return "0" if text in ("-0", "0") else text
+
+
+def _seconds_to_ms(value: str) -> str | None:
+    if not _JSON_NUMBER.fullmatch(value):
+        return None
+    return _decimal_text(Decimal(value).scaleb(3))
+
+
+# ---------------------------------------------------------------------------------- spans
+
+
+def _inherited(resource: dict[str, Any], scope: dict[str, Any], where: str) -> dict[str, Any]:
+    """Resource attributes overlaid with scope attributes, empty values left out."""
+    merged = {}
+    for level, attrs in (("resource", resource), ("scope", scope)):
+        for key, value in attrs.items():
+            if _value_kind(_message(value, f"{where}.{level}.{key}"))[0] is not None:
+                merged[key] = value
+    return merged
+
+
+class _Lookup:
+    """Attribute lookup on the span, then its scope and resource; records which span keys were used."""
+
+    def __init__(self, span: dict[str, Any], inherited: dict[str, Any], where: str):
+        self.span, self.inherited, self.where = span, inherited, where
+        self.used: set[str] = set()
+
+    def raw(self, key: str) -> tuple[str | None, Any]:
+        if key in self.span and _value_kind(_message(self.span[key], f"{self.where}.{key}"))[0] is not None:
+            return "span", self.span[key]
+        if key in self.inherited:
+            return "inherited", self.inherited[key]
+        return None, None
+
+    def text(self, key: str) -> str | None:
+        level, value = self.raw(key)
+        return None if level is None else _text(value, f"{self.where}.{key}")
+
+    def use(self, key: str) -> None:
+        self.used.add(key)
+
+    def first(self, keys: tuple[str, ...]) -> str | None:
+        for key in keys:
+            text = self.text(key)
+            if text is not None:
+                self.use(key)
+                return text
+        return None
+
+
+def _finish_reason(look: _Lookup) -> str | None:
+    level, value = look.raw(_FINISH_REASONS)
+    if level is None:
+        return None
+    where = f"{look.where}.{_FINISH_REASONS}"
+    kind, v = _value_kind(_message(value, where))
+    if kind != "arrayValue":
+        look.use(_FINISH_REASONS)
+        return _text(value, where)
+    items = _list(_message(v, where), "values", where)
+    if len(items) <= 1:
+        look.use(_FINISH_REASONS)
+    return _text(items[0], f"{where}[0]") if items else None
+
+
+def _span_row(span: dict[str, Any], look: _Lookup) -> dict[str, str | None]:
+    row: dict[str, str | None] = dict.fromkeys(_COLUMNS)
+    errors: list[str] = []
+    for field, keys in _KEYS.items():
+        row[field] = look.first(keys)
+    for field, keys in _SECONDS_KEYS.items():
+        for key in keys:
+            seconds = look.text(key)
+            ms = None if seconds is None else _seconds_to_ms(seconds)
+            if ms is not None:  # a value that is not a number stays in ``attributes``
+                row[field] = ms
+                look.use(key)
+                break
+
+    row["request_id"] = look.first(_REQUEST_ID_KEYS) or _hex_id(_get(span, "spanId"), 8)
+    row["trace_id"] = _hex_id(_get(span, "traceId"), 16)
+    if row["attempt"] is None:
+        resends = look.text(_RESEND_COUNT)
+        if resends is not None and _UINT.fullmatch(resends):
+            row["attempt"] = str(int(resends) + 1)
+            look.use(_RESEND_COUNT)
+
+    try:
+        start = _nanos(_get(span, "startTimeUnixNano"))
+    except ValueError:
+        start = None
+        errors.append("startTimeUnixNano is not an unsigned integer")
+    try:
+        end = _nanos(_get(span, "endTimeUnixNano"))
+    except ValueError:
+        end = None
+        errors.append("endTimeUnixNano is not an unsigned integer")
+    if start is not None:
+        row["ts"] = _rfc3339(start)
+        if end is not None:
+            row["duration_ms"] = _decimal_text(Decimal(end - start).scaleb(-6))
+
+    operation = look.first((_OPERATION,))
+    row["operation"] = None if operation is None else _OPERATIONS.get(operation, operation)
+    requested, responded = look.text(_REQUEST_MODEL), look.text(_RESPONSE_MODEL)
+    if requested is not None:
+        look.use(_REQUEST_MODEL)
+    if responded is not None:
+        look.use(_RESPONSE_MODEL)  # carried by model or model_version, or the same as the request model
+    row["model"] = requested if requested is not None else responded
+    if requested is not None and responded is not None and responded != requested:
+        row["model_version"] = responded
+    else:
+        row["model_version"] = look.first((_MODEL_VERSION,))
+    row["finish_reason"] = _finish_reason(look)
+
+    row["status_code"] = look.first(_STATUS_KEYS)
+    if row["status_code"] is None:
+        code = _get(_message(_get(span, "status"), f"{look.where}.status"), "code")
+        if not isinstance(code, (int, str)):
+            code = None if code is None else "?"
+        if code is None or code in _STATUS_NOT_ERROR:
+            row["status_code"] = "200"
+        elif code in _STATUS_ERROR:
+            row["status_code"] = "500"  # any other code: unknown, left null
+
+    rest = {k: _text(v, f"{look.where}.{k}") for k, v in look.span.items() if k not in look.used}
+    rest = {k: v for k, v in rest.items() if v is not None}
+    row["attributes"] = json.dumps(rest, ensure_ascii=False, separators=(",", ":")) if rest else None
+    if errors:
+        row["parse_error"] = "invalid span: " + "; ".join(errors)
+    return row
+
+
+def _scope_spans(resource_spans: dict[str, Any], where: str) -> list[Any]:
+    if _get(resource_spans, "scopeSpans") is not None:
+        return _list(resource_spans, "scopeSpans", where)
+    return _list(resource_spans, "instrumentationLibrarySpans", where)
+
+
+def _document_rows(doc: Any) -> list[dict[str, str | None]]:
+    if not isinstance(doc, dict) or not isinstance(_get(doc, "resourceSpans"), list):
+        raise _NotOTLP()
+    rows = []
+    for r, rs in enumerate(_get(doc, "resourceSpans")):
+        where_r = f"resourceSpans[{r}]"
+        rs = _message(rs, where_r)
+        resource = _attributes(_message(_get(rs, "resource"), f"{where_r}.resource"), f"{where_r}.resource")
+        for s, ss in enumerate(_scope_spans(rs, where_r)):
+            where_s = f"{where_r}.scopeSpans[{s}]"
+            ss = _message(ss, where_s)
+            scope = _attributes(_message(_get(ss, "scope"), f"{where_s}.scope"), f"{where_s}.scope")
+            inherited = _inherited(resource, scope, where_s)
+            for p, span in enumerate(_list(ss, "spans", where_s)):
+                where_p = f"{where_s}.spans[{p}]"
+                span = _message(span, where_p)
+                attrs = _attributes(span, where_p)
+                if any(key.startswith("gen_ai.") for key in attrs):
+                    rows.append(_span_row(span, _Lookup(attrs, inherited, where_p)))
+    return rows
+
+
+def _reject_constant(name: str) -> Any:
+    raise _NotJSON(name)
+
+
+def _line_rows(line: bytes | None) -> list[dict[str, str | None]]:
+    """The rows of one line (at least one)."""
+    if line is None:
+        return [_error_row("invalid JSON")]
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return [_error_row("invalid UTF-8")]
+    try:
+        # Floats stay as their JSON literal so numbers keep the text the source wrote.
+        doc = json.loads(text, parse_float=str, parse_constant=_reject_constant)
+    except (ValueError, _NotJSON, RecursionError):
+        return [_error_row("invalid JSON")]
+    try:
+        rows = _document_rows(doc)
+    except _NotOTLP as e:
+        return [_error_row("not an OTLP trace export" + (f": {e}" if str(e) else ""))]
+    except RecursionError:
+        return [_error_row("not an OTLP trace export: nested too deeply")]
+    if not rows:
+        return [_error_row("no GenAI spans")]
+    for row in rows:  # JSON escapes can hold unpaired surrogates, which are not text
+        try:
+            "".join(v for v in row.values() if v is not None).encode("utf-8")
+        except UnicodeEncodeError:
+            return [_error_row("invalid JSON: unpaired surrogate escape")]
+    return rows
+
+
+def _error_row(reason: str) -> dict[str, str | None]:
+    row: dict[str, str | None] = dict.fromkeys(_COLUMNS)
+    row["parse_error"] = reason
+    return row
+
+
+def parse_otlp_lines(raw: pa.Array) -> pl.DataFrame:
+    """Spans of OTLP-JSON trace export lines mapped onto the canonical request fields.
+
+    ``raw`` holds one export per element (binary, large_binary or string). The result has
+    ``_line`` (index of the input line), ``parse_error`` and every canonical request field
+    as text: one row per GenAI span, or one row with a ``parse_error`` for a line that
+    holds none (see the module docstring).
+    """
+    if isinstance(raw, pa.ChunkedArray):
+        raw = raw.combine_chunks()
+    if pa.types.is_string(raw.type) or pa.types.is_large_string(raw.type):
+        raw = raw.cast(pa.large_binary())
+    lines: list[int] = []
+    columns: dict[str, list[str | None]] = {c: [] for c in _COLUMNS}
+    for i, line in enumerate(raw.to_pylist()):
+        for row in _line_rows(line):
+            lines.append(i)
+            for c in _COLUMNS:
+                columns[c].append(row[c])
+    return pl.DataFrame({"_line": lines, **columns}, schema=_SCHEMA)
