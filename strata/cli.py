@@ -24,6 +24,15 @@ app = typer.Typer(
 )
 
 
+def _mount_contracts() -> None:
+    from contracts.cli import app as contracts_app
+
+    app.add_typer(contracts_app, name="contracts")
+
+
+_mount_contracts()
+
+
 @app.callback()
 def _root(
     debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
@@ -92,6 +101,65 @@ def demo_cmd(
                   f"{len(facts['models'])} models, {facts['tenants']} tenants")
     out.print(f"  {len(manifest['abusive_user_ids'])} planted abusive users; "
               f"{manifest['feedback']['lines']:,} feedback events")
+
+
+@app.command("ingest")
+def ingest_cmd(
+    paths: list[Path] = typer.Argument(..., help="Files or folders to land (plain or gzip)."),
+    fmt: str = typer.Option("auto", "--format", help="jsonl, csv, otlp-json or auto."),
+    mapping: Optional[Path] = typer.Option(None, "--mapping", help="Mapping file for a CSV/JSONL trace."),
+) -> None:
+    """Land files into ODS byte-exact; files already landed (same content hash) are skipped."""
+    from strata.config import load_settings
+    from warehouse.ods import ingest
+
+    if fmt not in ("auto", "jsonl", "csv", "otlp-json"):
+        raise typer.BadParameter(f"{fmt!r} is not one of jsonl, csv, otlp-json, auto", param_hint="--format")
+    with _progress("ingesting") as step:
+        report = ingest(load_settings(), paths, fmt=fmt, mapping_file=mapping, progress=step)  # type: ignore[arg-type]
+    for skipped in report.skipped:
+        out.print(f"[yellow]skipped[/] {skipped.path} (already landed in {skipped.table})")
+    lines = sum(f.lines for f in report.landed)
+    malformed = sum(f.malformed for f in report.landed)
+    out.print(f"landed {len(report.landed)} file(s), {lines:,} lines ({malformed:,} malformed), "
+              f"skipped {len(report.skipped)}; batch {report.batch_id}")
+
+
+build_app = typer.Typer(help="Build a layer for a logical date.", no_args_is_help=True)
+app.add_typer(build_app, name="build")
+
+
+@build_app.command("dwd")
+def build_dwd_cmd(
+    date: str = typer.Option(..., "--date", help="Event date to build, YYYY-MM-DD."),
+) -> None:
+    """Publish dwd.feedback and dwd.request for one event date from ODS (idempotent)."""
+    from strata.config import load_settings
+    from warehouse.dwd import build_day
+
+    day = _parse_date(date, "--date")
+    with console.status(f"building DWD for {day}"):
+        reports = build_day(load_settings(), day)
+    for kind, report in reports.items():
+        b = report.books
+        out.print(f"{b.table} [{day}] v{report.version}: ODS {b.ods_rows:,} = DWD {b.dwd_rows:,} + duplicates "
+                  f"{b.duplicates:,} + quarantined {b.quarantined:,} + malformed {b.malformed:,}")
+        for rule, count in sorted(report.rules.items()):
+            out.print(f"  quarantined by {rule}: {count:,}")
+
+
+prices_app = typer.Typer(help="Model price reference data.", no_args_is_help=True)
+app.add_typer(prices_app, name="prices")
+
+
+@prices_app.command("load")
+def prices_load_cmd(csv_path: Path = typer.Argument(..., exists=True, dir_okay=False, help="prices.csv")) -> None:
+    """Load a price list (model, effective_from, prices per 1k tokens) as a new version."""
+    from strata.config import load_settings
+    from warehouse.prices import load_prices
+
+    version = load_prices(load_settings(), csv_path)
+    out.print(f"dwd.model_price is now version {version}")
 
 
 def _parse_date(text: str, option: str) -> dt.date:

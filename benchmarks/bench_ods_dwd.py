@@ -1,0 +1,89 @@
+"""ODS ingest + DWD build throughput on a 1,000,000-request day, against DuckDB.
+
+Baseline (named, same run, same files): DuckDB reading the day's JSONL.gz files and
+writing one Parquet file — ``COPY (SELECT * FROM read_json(…)) TO …`` — which types
+the data but archives nothing, dedupes nothing and checks nothing. Target: at least
+0.5× its rows/s. Peak memory of ingest + DWD on a 5,000,000-request day is measured
+in a child process (target < 4 GB); set ``STRATA_BENCH_BIG_DAY=0`` to skip that part.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.harness import Measurement
+
+DAY = dt.date(2026, 3, 2)
+_CHILD = """
+import datetime as dt, json, resource, sys, time
+from pathlib import Path
+from strata.config import load_settings
+from warehouse.ods import ingest
+from warehouse.dwd import build
+settings = load_settings()
+landing = Path(sys.argv[1]); day = dt.date.fromisoformat(sys.argv[2])
+t0 = time.perf_counter()
+ingest(settings, [landing / "requests"])
+t1 = time.perf_counter()
+report = build(settings, "requests", day)
+t2 = time.perf_counter()
+print(json.dumps({"ingest_s": t1 - t0, "dwd_s": t2 - t1, "records": report.books.ods_rows,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def _generate(out: Path, requests: int) -> int:
+    from warehouse.generator import generate
+
+    manifest = generate(out, days=1, requests_per_day=requests, seed=11, start=DAY, fault_rate=0.01)
+    return sum(d["lines"] for d in manifest["days"].values())
+
+
+def _ours(workdir: Path, landing: Path) -> dict:
+    env = {**os.environ, "STRATA_HOME": str(workdir / "home"),
+           "STRATA_PSEUDONYM_KEY": "benchmark-only-key-0123456789"}
+    proc = subprocess.run([sys.executable, "-c", _CHILD, str(landing), DAY.isoformat()], env=env,
+                          capture_output=True, text=True, check=False)
+    if proc.returncode:
+        raise RuntimeError(f"ingest + DWD failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _duckdb_baseline(landing: Path, out: Path) -> float:
+    import duckdb
+
+    con = duckdb.connect()
+    started = time.perf_counter()
+    con.execute(f"""COPY (SELECT * FROM read_json('{landing}/requests/**/*.jsonl.gz', format = 'newline_delimited',
+                    ignore_errors = true, maximum_object_size = 16777216))
+                    TO '{out}' (FORMAT parquet)""")
+    return time.perf_counter() - started
+
+
+def run(workdir: Path) -> list[Measurement]:
+    landing = workdir / "landing"
+    lines = _generate(landing, 1_000_000)
+    baseline_s = _duckdb_baseline(landing, workdir / "baseline.parquet")
+    ours = _ours(workdir, landing)
+    ours_s = ours["ingest_s"] + ours["dwd_s"]
+    results = [
+        Measurement("ingest + DWD rows/s (1M-request day)", lines / ours_s, "rows/s",
+                    "DuckDB read_json → Parquet", lines / baseline_s, target_ratio=0.5),
+        Measurement("ingest rows/s", lines / ours["ingest_s"], "rows/s", "DuckDB read_json → Parquet",
+                    lines / baseline_s),
+        Measurement("DWD build rows/s", lines / ours["dwd_s"], "rows/s", "DuckDB read_json → Parquet",
+                    lines / baseline_s),
+    ]
+    if os.environ.get("STRATA_BENCH_BIG_DAY", "1") != "0":
+        big = workdir / "big"
+        _generate(big / "landing", 5_000_000)
+        peak = _ours(big, big / "landing")["peak_rss_mb"]
+        results.append(Measurement("peak RSS, ingest + DWD of a 5M-request day", peak, "MB",
+                                   "limit 4 GB", 4096.0, higher_is_better=False, target_ratio=1.0))
+    return results

@@ -1,0 +1,16 @@
+"""DuckDB connections configured the same way everywhere: UTC, no downloads."""
+
+from __future__ import annotations
+
+import duckdb
+
+
+def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection in UTC that never fetches extensions from the network."""
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET autoinstall_known_extensions = false")
+    con.execute("SET autoload_known_extensions = false")
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
+    return con

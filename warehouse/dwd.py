@@ -1,0 +1,316 @@
+"""DWD: one clean, typed, deduplicated, pseudonymized row per request, per event date.
+
+A build of date D reads every ODS row whose ``event_date`` is D, whenever it arrived
+(so late data is picked up by re-running D), and replaces D's partition of
+``dwd.request`` / ``dwd.feedback``. Nothing is dropped silently: malformed lines and
+rows that break the contract go to ``dwd.quarantine`` with their rule ids and raw
+line, and the books must balance before anything is published::
+
+    ods records = dwd rows + duplicates + quarantined + malformed
+
+(a record is an ODS line, or one span of an OTLP line).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Iterator
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from strata.config import Settings
+from warehouse import lake
+from warehouse.ods import TABLES as ODS_TABLES
+from warehouse.privacy import pseudonymize
+from warehouse.publish import InvariantFailure, PublishResult, Tally, publish
+from warehouse.sources.canonical import Kind, fields_for
+from warehouse.sources.formats import parser_for
+from warehouse.sources.timestamps import parse_ts
+
+REQUEST = "dwd.request"
+FEEDBACK = "dwd.feedback"
+QUARANTINE = "dwd.quarantine"
+BOOKS = "ops.books"
+TARGETS: dict[Kind, str] = {"requests": REQUEST, "feedback": FEEDBACK}
+_LINEAGE = ["ods_source", "source_file", "line_no", "batch_id"]
+_MALFORMED_RULES = [
+    (r"^oversized", "line.oversized"), (r"^invalid UTF-8", "line.invalid_utf8"),
+    (r"^invalid JSON", "line.invalid_json"), (r"^not a JSON object", "line.not_object"),
+    (r"^CSV header", "line.csv_header"), (r"CSV fields", "line.csv_fields"),
+    (r"^not an OTLP", "line.not_otlp"), (r"^no GenAI spans", "line.no_genai_spans"),
+    (r"^invalid span", "line.invalid_span"),
+]
+
+
+@dataclass(frozen=True)
+class Books:
+    """Where every ODS row of a partition went."""
+
+    table: str
+    event_date: dt.date
+    ods_rows: int
+    dwd_rows: int
+    duplicates: int
+    quarantined: int
+    malformed: int
+
+    @property
+    def balanced(self) -> bool:
+        return self.ods_rows == self.dwd_rows + self.duplicates + self.quarantined + self.malformed
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """The outcome of one DWD build."""
+
+    books: Books
+    version: int | None
+    rules: dict[str, int]
+
+
+def malformed_rule(parse_error: pl.Expr) -> pl.Expr:
+    """Rule id of a line that did not parse, from its ODS ``parse_error``."""
+    expr = pl.lit("line.unparseable")
+    for pattern, rule in reversed(_MALFORMED_RULES):
+        expr = pl.when(parse_error.str.contains(pattern)).then(pl.lit(rule)).otherwise(expr)
+    return expr
+
+
+#: ODS rows per batch of a DWD build: bounds memory on large days.
+BATCH_ROWS = 250_000
+
+
+def ods_files(settings: Settings, kind: Kind, day: dt.date) -> list[str]:
+    """URIs of the Parquet files holding one event date of ODS, in commit order."""
+    table = ODS_TABLES[kind]
+    delta = lake.open_table(settings, table)
+    if delta is None:
+        raise FileNotFoundError(f"{table} does not exist: run `strata ingest` first")
+    actions = pl.DataFrame(delta.get_add_actions(flatten=True))
+    paths = (actions.filter(pl.col("partition.event_date") == day)
+             .sort(["modification_time", "path"]).get_column("path").to_list())
+    root = delta.table_uri.rstrip("/")
+    return [f"{root}/{path}" for path in paths]
+
+
+def ods_batches(files: list[str], day: dt.date) -> Iterator[pl.DataFrame]:
+    """ODS rows of one event date, batch by batch, read with pyarrow alone.
+
+    Plain pyarrow (not deltalake) because the batches feed a Delta write that is running.
+    """
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    for uri in files:
+        fs, path = pafs.FileSystem.from_uri(uri)
+        with fs.open_input_file(path) as handle:
+            for batch in pq.ParquetFile(handle).iter_batches(batch_size=BATCH_ROWS):
+                if batch.num_rows:
+                    frame = pl.from_arrow(batch)
+                    assert isinstance(frame, pl.DataFrame)
+                    yield frame.with_columns(event_date=pl.lit(day))
+
+
+def parse_rows(settings: Settings, ods: pl.DataFrame, kind: Kind) -> pl.DataFrame:
+    """Records of ODS rows: canonical fields (text) beside their lineage and raw line.
+
+    A line holds one record, except in formats that batch (an OTLP line holds many spans).
+    """
+    parts = []
+    for (source,), group in ods.group_by(["source"], maintain_order=True):
+        parse = parser_for(settings, str(source), kind)
+        parsed = parse(group.get_column("raw_line").to_arrow(), group.get_column("line_no").to_arrow(),
+                       group.get_column("file_sha256").to_arrow())
+        if "_line" not in parsed.columns:  # one record per line
+            parsed = parsed.with_columns(_line=pl.int_range(pl.len(), dtype=pl.Int64))
+        lineage = group.select(["raw_line", "ingested_at", "source", *_LINEAGE[1:], "parse_error", "request_id"]).rename(
+            {"parse_error": "ods_parse_error", "source": "ods_source", "request_id": "ods_request_id"}
+        ).with_columns(_line=pl.int_range(pl.len(), dtype=pl.Int64))
+        parts.append(parsed.join(lineage, on="_line", how="left", maintain_order="left")
+                     .with_columns(request_id=pl.coalesce("request_id", "ods_request_id"))
+                     .drop("_line", "ods_request_id"))
+    columns = ["raw_line", "ingested_at", *_LINEAGE, "ods_parse_error", "parse_error", *fields_for(kind)]
+    if not parts:
+        return pl.DataFrame(schema={c: (pl.Binary if c == "raw_line" else pl.String) for c in columns})
+    return pl.concat(parts).select(columns)
+
+
+def _ts_columns(frame: pl.DataFrame) -> pl.DataFrame:
+    parsed = parse_ts(pl.col("ts"))
+    return frame.with_columns(
+        _ts_type_error=pl.col("ts").is_not_null() & parsed.is_null(),
+        ts=parsed,
+    )
+
+
+def _request_columns(frame: pl.DataFrame, key: bytes, prices: pl.DataFrame, labels: pl.DataFrame,
+                     day: dt.date) -> pl.DataFrame:
+    from warehouse.prices import with_cost
+
+    typed = _ts_columns(frame).with_columns(
+        user_pseudonym=pseudonymize(frame.get_column("user_id"), key),
+        event_date=pl.lit(day),
+        is_error=(pl.col("status_code").cast(pl.Int64, strict=False) >= 400).fill_null(False)
+        | pl.col("error_type").is_not_null(),
+        is_retry=pl.col("retry_of").is_not_null()
+        | (pl.col("attempt").cast(pl.Int64, strict=False) > 1).fill_null(False),
+        attempt=pl.col("attempt").fill_null("1"),
+    ).drop("user_id")
+    return with_cost(typed, prices).join(labels, on="request_id", how="left")
+
+
+def latest_labels(settings: Settings, request_ids: pl.Series | None = None) -> pl.DataFrame:
+    """The latest feedback per request id (kind, value, ts) from ``dwd.feedback``."""
+    schema = {"request_id": pl.String, "feedback_kind": pl.String, "feedback_value": pl.String,
+              "feedback_ts": pl.Datetime("us", "UTC")}
+    if lake.open_table(settings, FEEDBACK) is None:
+        return pl.DataFrame(schema=schema)
+    fb = pl.from_arrow(lake.read(settings, FEEDBACK, columns=["request_id", "kind", "value", "ts"]))
+    assert isinstance(fb, pl.DataFrame)
+    if request_ids is not None:
+        fb = fb.filter(pl.col("request_id").is_in(request_ids.implode()))
+    return (fb.sort(["ts", "kind", "value"]).group_by("request_id").last()
+            .rename({"kind": "feedback_kind", "value": "feedback_value", "ts": "feedback_ts"})
+            .select(list(schema)))
+
+
+def _quarantine_rows(rows: pl.DataFrame, rules: pl.Expr, target: str, day: dt.date) -> pl.DataFrame:
+    return rows.select(
+        event_date=pl.lit(day), target_table=pl.lit(target),
+        request_id=pl.col("request_id") if "request_id" in rows.columns else pl.lit(None, pl.String),
+        rules=rules, raw_line=pl.col("raw_line"), source_file=pl.col("source_file"),
+        line_no=pl.col("line_no"), batch_id=pl.col("batch_id"),
+        quarantined_at=pl.col("ingested_at"),
+    )
+
+
+def build(settings: Settings, kind: Kind, day: dt.date) -> BuildReport:
+    """Build one event date of ``dwd.request`` or ``dwd.feedback`` from ODS (idempotent).
+
+    Streams the day's ODS rows batch by batch: memory stays bounded however large the day.
+    """
+    target = TARGETS[kind]
+    ods_table = ODS_TABLES[kind]
+    delta = lake.open_table(settings, ods_table)
+    if delta is None:
+        raise FileNotFoundError(f"{ods_table} does not exist: run `strata ingest` first")
+    in_day = pc.field("event_date") == day
+    arrivals = delta.to_pyarrow_dataset().to_table(columns=["ingested_at"], filter=in_day).column(0)
+    if len(arrivals) == 0:
+        raise LookupError(f"no ODS {kind} rows with event_date {day}: nothing to build "
+                          f"(check the date, or ingest that day's files first)")
+    now = pc.max(arrivals).as_py()
+    files = ods_files(settings, kind, day)
+    if kind == "requests":
+        from warehouse.prices import read_prices
+
+        key, prices, labels = settings.require_pseudonym_key(), read_prices(settings), latest_labels(settings)
+    state = {"records": 0, "duplicates": 0, "malformed": 0, "type_errors": 0}
+    set_aside: list[pl.DataFrame] = []
+    seen = pl.Series("seen", [], pl.String)
+
+    def records() -> Iterator[pl.DataFrame]:
+        nonlocal seen
+        for ods in ods_batches(files, day):
+            parsed = parse_rows(settings, ods, kind)
+            state["records"] += parsed.height
+            bad = pl.col("ods_parse_error").is_not_null() | pl.col("parse_error").is_not_null()
+            malformed = parsed.filter(bad)
+            state["malformed"] += malformed.height
+            set_aside.append(_quarantine_rows(
+                malformed, pl.concat_list(malformed_rule(pl.coalesce("ods_parse_error", "parse_error"))), target, day))
+            good = parsed.filter(~bad)
+            ident = (pl.col("request_id") if kind == "requests"
+                     else pl.concat_str(["request_id", "kind", "ts", "value"], separator="\x1f", ignore_nulls=True))
+            good = good.with_columns(_key=ident)
+            first = (pl.col("_key").is_null() | (pl.col("_key").is_first_distinct() & ~pl.col("_key").is_in(seen.implode())))
+            good = good.with_columns(_first=first)
+            state["duplicates"] += int((~good.get_column("_first")).sum())
+            seen = pl.concat([seen, good.get_column("_key").drop_nulls().rename("seen")])
+            unique = good.filter(pl.col("_first")).drop("_first", "_key", "ods_parse_error", "parse_error")
+            if kind == "requests":
+                typed = _request_columns(unique.rename({"ods_source": "source"}), key, prices, labels, day)
+            else:
+                typed = _ts_columns(unique.drop("ods_source")).with_columns(event_date=pl.lit(day))
+            # A timestamp present but not canonical breaks ts.type (the row checks would see it as missing).
+            type_errors = typed.filter(pl.col("_ts_type_error"))
+            state["type_errors"] += type_errors.height
+            set_aside.append(_quarantine_rows(type_errors, pl.concat_list(pl.lit("ts.type")), target, day))
+            yield typed.filter(~pl.col("_ts_type_error")).drop("_ts_type_error")
+
+    books_holder: dict[str, Books] = {}
+
+    def books_balance(tally: Tally) -> InvariantFailure | None:
+        books = Books(target, day, state["records"], tally.rows_published, state["duplicates"],
+                      tally.rows_rejected + state["type_errors"], state["malformed"])
+        books_holder["books"] = books
+        if books.balanced:
+            return None
+        return InvariantFailure("books.balance", f"ODS {books.ods_rows} ≠ DWD {books.dwd_rows} + duplicates "
+                                f"{books.duplicates} + quarantined {books.quarantined} + malformed {books.malformed}")
+
+    result: PublishResult = publish(
+        settings, target, records(), partitions=[{"event_date": day}], invariants=[books_balance],
+        keep=["raw_line", "ingested_at"], now=now,
+    )
+    if result.rejected.height:
+        set_aside.append(_quarantine_rows(result.rejected, pl.col("rules"), target, day))
+    quarantine = pl.concat(set_aside, how="vertical_relaxed")
+    publish(settings, QUARANTINE, quarantine, partitions=[{"event_date": day, "target_table": target}])
+    books = books_holder["books"]
+    _record_books(settings, books)
+    counts = quarantine.get_column("rules").explode().value_counts()
+    return BuildReport(books, result.version, dict(zip(counts[:, 0].to_list(), counts[:, 1].to_list())))
+
+
+def _record_books(settings: Settings, books: Books) -> None:
+    frame = pl.DataFrame([{
+        "table_name": books.table, "event_date": books.event_date, "ods_rows": books.ods_rows,
+        "dwd_rows": books.dwd_rows, "duplicates": books.duplicates, "quarantined": books.quarantined,
+        "malformed": books.malformed, "balanced": books.balanced,
+    }])
+    publish(settings, BOOKS, frame, partitions=[{"event_date": books.event_date, "table_name": books.table}],
+            expectations=False)
+
+
+def merge_labels(settings: Settings, feedback_day: dt.date) -> int:
+    """Apply feedback that arrived on ``feedback_day`` to the requests it labels (Delta MERGE).
+
+    Returns the number of request rows updated. The label set is the latest over all
+    feedback, so merging in any order, or twice, gives the same rows.
+    """
+    target = lake.open_table(settings, REQUEST)
+    if target is None:
+        return 0
+    fb = pl.from_arrow(lake.read(settings, FEEDBACK, columns=["request_id"],
+                                 filters=[("event_date", "=", feedback_day)]))
+    assert isinstance(fb, pl.DataFrame)
+    labels = latest_labels(settings, fb.get_column("request_id").unique())
+    if labels.is_empty():
+        return 0
+    stats = (
+        target.merge(labels.to_arrow(), predicate="t.request_id = s.request_id", source_alias="s", target_alias="t")
+        .when_matched_update(
+            updates={"feedback_kind": "s.feedback_kind", "feedback_value": "s.feedback_value",
+                     "feedback_ts": "s.feedback_ts"},
+            predicate="t.feedback_ts IS DISTINCT FROM s.feedback_ts OR t.feedback_kind IS DISTINCT FROM "
+                      "s.feedback_kind OR t.feedback_value IS DISTINCT FROM s.feedback_value",
+        )
+        .execute()
+    )
+    return int(stats.get("num_target_rows_updated", 0))
+
+
+def build_day(settings: Settings, day: dt.date) -> dict[Kind, BuildReport]:
+    """Build D's feedback (merging its labels into earlier requests), then D's requests."""
+    reports: dict[Kind, BuildReport] = {}
+    feedback = lake.open_table(settings, ODS_TABLES["feedback"])
+    if feedback is not None and feedback.to_pyarrow_dataset().count_rows(
+            filter=pa.compute.field("event_date") == day):
+        reports["feedback"] = build(settings, "feedback", day)
+        merge_labels(settings, day)
+    reports["requests"] = build(settings, "requests", day)
+    return reports

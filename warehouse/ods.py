@@ -1,0 +1,176 @@
+"""ODS: the archive. Every landed line kept byte-exact, with lineage and lenient keys.
+
+A file is landed in one Delta commit (all its lines or none). A file whose content
+hash is already in ODS is skipped, so re-ingesting changes nothing. Lines that do not
+parse are kept too, marked malformed with the reason. ``event_date`` comes from the
+line's own timestamp when it is plausible (not before 2000, not more than a day after
+arrival); otherwise from a date in the file's path, else the arrival date — so an
+impossible timestamp never sends a line to a partition nobody builds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Literal
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from strata.config import Settings
+from warehouse import lake
+from warehouse.sources import files as landed
+from warehouse.sources.canonical import Kind
+from warehouse.sources.formats import JSONL, kind_of, parser_for, register_mapping
+from warehouse.sources.mapping import load_mapping
+from warehouse.sources.timestamps import parse_ts
+
+TABLES: dict[Kind, str] = {"requests": "ods.request_log_raw", "feedback": "ods.feedback_raw"}
+Format = Literal["auto", "jsonl", "csv", "otlp-json"]
+_EARLIEST = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+#: Lenient request id of a line that does not parse (truncated, bad bytes elsewhere).
+_REQUEST_ID = r'"request_id"\s*:\s*"(?P<request_id>[^"\\]{1,256})"'
+
+
+def salvage_request_ids(raw: pa.Array, parsed: pl.DataFrame) -> pl.Series:
+    """Parsed request ids, plus those found by pattern in lines that did not parse."""
+    ids = parsed.get_column("request_id").clone()
+    lost = np.flatnonzero((ids.is_null() & parsed.get_column("parse_error").is_not_null()).to_numpy())
+    if len(lost):
+        found = pc.struct_field(pc.extract_regex(raw.take(pa.array(lost)), _REQUEST_ID), 0).to_pylist()
+        texts = [v.decode("utf-8", "replace") if v is not None else None for v in found]
+        ids = ids.scatter(lost, pl.Series(texts, dtype=pl.String))
+    return ids
+
+
+@dataclass
+class FileResult:
+    """What happened to one file."""
+
+    path: Path
+    table: str
+    status: Literal["landed", "skipped"]
+    lines: int = 0
+    malformed: int = 0
+    version: int | None = None
+
+
+@dataclass
+class IngestReport:
+    """All files of one ingest run."""
+
+    batch_id: str
+    files: list[FileResult] = field(default_factory=list)
+
+    @property
+    def landed(self) -> list[FileResult]:
+        return [f for f in self.files if f.status == "landed"]
+
+    @property
+    def skipped(self) -> list[FileResult]:
+        return [f for f in self.files if f.status == "skipped"]
+
+
+def _source_for(settings: Settings, path: Path, fmt: Format, mapping_file: Path | None) -> tuple[str, Kind]:
+    if mapping_file is not None:
+        mapping = load_mapping(mapping_file)
+        return register_mapping(settings, mapping), mapping.kind
+    if fmt == "csv":
+        raise ValueError(f"{path}: CSV needs a mapping file (--mapping) that maps its columns")
+    name = path.name.lower()
+    if fmt == "otlp-json" or (fmt == "auto" and "otlp" in name):
+        return "otlp-json", "requests"
+    return JSONL, kind_of(path)
+
+
+def already_landed(settings: Settings, table: str) -> set[str]:
+    """Content hashes of the files already in an ODS table."""
+    existing = lake.open_table(settings, table)
+    if existing is None:
+        return set()
+    hashes = existing.to_pyarrow_dataset().to_table(columns=["file_sha256"]).column(0)
+    return set(pa.compute.unique(hashes).to_pylist())
+
+
+def per_line(parsed: pl.DataFrame, lines: int) -> pl.DataFrame:
+    """One parse row per line: formats that batch records per line (OTLP) keep the first
+    record's time and error, and a request id only when the line holds a single record."""
+    if "_line" not in parsed.columns:
+        return parsed
+    reduced = parsed.group_by("_line").agg(
+        pl.when(pl.len() == 1).then(pl.col("request_id").first()).alias("request_id"),
+        pl.col("ts").first(), pl.col("parse_error").first())
+    return pl.DataFrame({"_line": pl.int_range(lines, dtype=pl.Int64, eager=True)}).join(
+        reduced, on="_line", how="left").sort("_line")
+
+
+def ods_frame(
+    raw: pa.Array, parsed: pl.DataFrame, *, source: str, file: landed.LandedFile,
+    ingested_at: dt.datetime, batch_id: str,
+) -> pl.DataFrame:
+    """The ODS rows of one file: raw bytes, lineage, lenient keys and the malformed flag."""
+    fallback = dt.date.fromisoformat(file.path_date) if file.path_date else ingested_at.date()
+    latest = ingested_at + dt.timedelta(days=1)
+    event_ts = parse_ts(pl.col("ts"))
+    plausible = event_ts.is_between(pl.lit(_EARLIEST), pl.lit(latest))
+    n = len(raw)
+    request_id = salvage_request_ids(raw, parsed)
+    return pl.DataFrame({"raw_line": pl.Series(raw, dtype=pl.Binary)}).with_columns(
+        source=pl.lit(source),
+        source_file=pl.lit(str(file.path)),
+        file_sha256=pl.lit(file.sha256),
+        line_no=pl.Series(np.arange(1, n + 1, dtype=np.int64)),
+        ingested_at=pl.lit(ingested_at).dt.cast_time_unit("us"),
+        batch_id=pl.lit(batch_id),
+        request_id=request_id,
+        event_ts=parsed.select(pl.when(plausible).then(event_ts)).to_series(),
+        event_date=parsed.select(pl.when(plausible).then(event_ts.dt.date()).otherwise(pl.lit(fallback))).to_series(),
+        is_malformed=parsed.get_column("parse_error").is_not_null(),
+        parse_error=parsed.get_column("parse_error"),
+    )
+
+
+def ingest(
+    settings: Settings,
+    paths: list[Path],
+    *,
+    fmt: Format = "auto",
+    mapping_file: Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> IngestReport:
+    """Land files into ODS, one atomic commit per file; files already landed are skipped."""
+    from warehouse.publish import publish
+
+    report = IngestReport(batch_id=uuid.uuid4().hex[:16])
+    todo = landed.discover(paths)
+    seen: dict[str, set[str]] = {}
+    for done, path in enumerate(todo, start=1):
+        source, kind = _source_for(settings, path, fmt, mapping_file)
+        table = TABLES[kind]
+        if table not in seen:
+            seen[table] = already_landed(settings, table)
+        file = landed.load(path)
+        if file.sha256 in seen[table]:
+            report.files.append(FileResult(path, table, "skipped"))
+        else:
+            raw = landed.split_lines(file.content)
+            line_no = pa.array(np.arange(1, len(raw) + 1, dtype=np.int64))
+            parsed = per_line(parser_for(settings, source, kind)(raw, line_no, pa.array([file.sha256] * len(raw))),
+                              len(raw))
+            ingested_at = dt.datetime.now(dt.timezone.utc)
+            frame = ods_frame(raw, parsed, source=source, file=file, ingested_at=ingested_at,
+                              batch_id=report.batch_id)
+            result = publish(settings, table, frame, mode="append", expectations=False)
+            if result.rows_rejected:
+                raise RuntimeError(f"{table} refused {result.rows_rejected} line(s) of {path}; "
+                                   f"rules: {result.rejected.get_column('rules').explode().unique().to_list()}")
+            seen[table].add(file.sha256)
+            report.files.append(FileResult(path, table, "landed", len(raw),
+                                           int(frame.get_column("is_malformed").sum()), result.version))
+        if progress:
+            progress(done, len(todo))
+    return report

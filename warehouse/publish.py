@@ -1,0 +1,240 @@
+"""Write–audit–publish: the one way every layer table is written.
+
+compute (caller) → conform to the contract's Arrow schema → row checks (bad rows go
+back to the caller, who quarantines them) → audit (the contract's expectation suite
+plus the caller's invariants, such as the books balancing) → commit one Delta version
+that replaces exactly the logical date's partition(s).
+
+Data may come as one frame or as a stream of frames, so a large partition never sits
+in memory at once: batches are checked and written as they come, and the commit — the
+only step that makes anything visible — happens after the audit passed at the end of
+the stream. A failed audit or a crash commits nothing: the published table keeps its
+version and contents. The error names the table, the rule and example offending values.
+Every attempt appends a row to ``ops.audit_log``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Literal, Sequence
+
+import polars as pl
+import pyarrow as pa
+
+from strata.config import Settings
+from warehouse import lake
+
+AUDIT_LOG = "ops.audit_log"
+#: The expectation suite runs on an even sample of at most this many published rows;
+#: every row has already passed the vectorized row checks.
+AUDIT_SAMPLE_ROWS = 200_000
+
+
+@dataclass(frozen=True)
+class InvariantFailure:
+    """A caller-side rule that the data broke, with examples a person can look at."""
+
+    rule: str
+    message: str
+    examples: Sequence[object] = ()
+
+
+@dataclass
+class Tally:
+    """Counts of one publish so far, handed to invariants at the end of the stream."""
+
+    rows_in: int = 0
+    rows_published: int = 0
+    rejected: list[pl.DataFrame] = field(default_factory=list)
+
+    @property
+    def rows_rejected(self) -> int:
+        return sum(r.height for r in self.rejected)
+
+
+Invariant = Callable[[Tally], "InvariantFailure | None"]
+
+
+class AuditFailed(RuntimeError):
+    """The audit gate refused to publish; nothing was committed."""
+
+    def __init__(self, table: str, partition: str, failures: Sequence[tuple[str, str, Sequence[object]]]):
+        self.table, self.partition, self.failures = table, partition, list(failures)
+        detail = "; ".join(
+            f"{rule}: {message}" + (f" (e.g. {', '.join(map(repr, list(examples)[:3]))})" if examples else "")
+            for rule, message, examples in self.failures
+        )
+        super().__init__(f"audit of {table} [{partition}] failed, nothing published — {detail}")
+
+    @property
+    def rules(self) -> list[str]:
+        return sorted({rule for rule, _, _ in self.failures})
+
+
+@dataclass
+class PublishResult:
+    """What a publish did: the committed version and the rows that were set aside."""
+
+    table: str
+    partition: str
+    version: int | None
+    rows_in: int
+    rows_published: int
+    rejected: pl.DataFrame
+    duration_ms: float
+    audit_result: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def rows_rejected(self) -> int:
+        return self.rejected.height
+
+
+class _Sample:
+    """An even, deterministic sample of a stream: every k-th row, k doubling as needed."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.stride, self.parts, self.rows, self._offset = limit, 1, [], 0, 0
+
+    def add(self, table: pa.Table) -> None:
+        start = (-self._offset) % self.stride
+        self._offset += table.num_rows
+        if start < table.num_rows:
+            picked = table.slice(start).take(list(range(0, table.num_rows - start, self.stride)))
+            self.parts.append(picked)
+            self.rows += picked.num_rows
+        while self.rows > self.limit:
+            merged = pa.concat_tables(self.parts)
+            self.parts = [merged.take(list(range(0, merged.num_rows, 2)))]
+            self.rows = self.parts[0].num_rows
+            self.stride *= 2
+
+    def table(self, schema: pa.Schema) -> pa.Table:
+        return pa.concat_tables(self.parts) if self.parts else schema.empty_table()
+
+
+def publish(
+    settings: Settings,
+    table: str,
+    data: pl.DataFrame | Iterable[pl.DataFrame],
+    *,
+    partitions: Sequence[dict[str, object]] = (),
+    mode: Literal["replace_partitions", "append", "overwrite"] = "replace_partitions",
+    invariants: Sequence[Invariant] = (),
+    keep: Sequence[str] = (),
+    now: dt.datetime | None = None,
+    expectations: bool = True,
+) -> PublishResult:
+    """Check ``data`` against the table's contract, audit it and commit it atomically.
+
+    Rows that break a row rule are not published; they come back in
+    ``result.rejected`` (their input columns, ``keep`` columns and ``rules``) for the
+    caller to quarantine. Raises :class:`AuditFailed` when the audit refuses.
+    """
+    from deltalake.exceptions import DeltaError
+
+    from contracts import arrow_schema, audit, conform, load_contract, split_rows
+
+    started = time.perf_counter()
+    started_at = dt.datetime.now(dt.timezone.utc)
+    contract = load_contract(table)
+    schema = arrow_schema(contract)
+    label = ", ".join(lake.partition_predicate(p) for p in partitions) or "(all)"
+    frames: Iterable[pl.DataFrame] = [data] if isinstance(data, pl.DataFrame) else data
+    tally = Tally()
+    sample = _Sample(AUDIT_SAMPLE_ROWS)
+    outcome: dict[str, object] = {}
+
+    def checked() -> Iterator[pa.RecordBatch]:
+        for frame in frames:
+            tally.rows_in += frame.height
+            split = split_rows(frame, contract, now=now, keep=list(keep))
+            valid = split.valid.drop([c for c in keep if c in split.valid.columns])
+            conformed = conform(valid, contract)
+            if split.rejected.height:
+                tally.rejected.append(split.rejected)
+            tally.rows_published += conformed.num_rows
+            if expectations:
+                sample.add(conformed)
+            yield from conformed.to_batches()
+        failures = _audit_failures(contract, sample.table(schema) if expectations else None, tally,
+                                   invariants, outcome)
+        if failures:
+            outcome["failed"] = AuditFailed(table, label, failures)
+            raise outcome["failed"]  # type: ignore[misc]  # aborts the Delta write: nothing commits
+
+    def finish(status: str, version: int | None, rules: list[str], message: str) -> float:
+        duration_ms = (time.perf_counter() - started) * 1000
+        record_audit(settings, table_name=table, partition=label, delta_version=version, status=status,
+                     rows_in=tally.rows_in, rows_published=tally.rows_published if status == "published" else 0,
+                     rows_rejected=tally.rows_rejected, rules_failed=rules, started_at=started_at,
+                     duration_ms=duration_ms, message=message)
+        return duration_ms
+
+    stream = pa.RecordBatchReader.from_batches(schema, checked())
+    try:
+        version = lake.commit(settings, table, stream, mode=mode, partitions=partitions,
+                              partition_by=contract.partition_columns, description=contract.description)
+    except (DeltaError, AuditFailed, OSError) as exc:
+        failed = outcome.get("failed")
+        if isinstance(failed, AuditFailed):
+            finish("failed", lake.version(settings, table), failed.rules, str(failed))
+            raise failed from None
+        raise
+    rejected = pl.concat(tally.rejected, how="diagonal_relaxed") if tally.rejected else pl.DataFrame(
+        schema={"rules": pl.List(pl.String)})
+    rules = sorted(set(rejected.get_column("rules").explode().drop_nulls().to_list())) if rejected.height else []
+    duration_ms = finish("published", version, rules, "")
+    return PublishResult(table, label, version, tally.rows_in, tally.rows_published, rejected, duration_ms,
+                         outcome.get("result", {}))  # type: ignore[arg-type]
+
+
+def _audit_failures(contract, sample: pa.Table | None, tally: Tally, invariants: Sequence[Invariant],
+                    outcome: dict[str, object]) -> list[tuple[str, str, Sequence[object]]]:
+    from contracts import audit
+
+    failures: list[tuple[str, str, Sequence[object]]] = []
+    low, high = contract.row_count_bounds if hasattr(contract, "row_count_bounds") else (None, None)
+    if (low is not None and tally.rows_published < low) or (high is not None and tally.rows_published > high):
+        failures.append(("table.row_count", f"{tally.rows_published} rows published, expected between "
+                         f"{low} and {high}", ()))
+    if sample is not None and sample.num_rows:
+        result = audit(sample, contract)
+        outcome["result"] = result.result
+        failures += [(f.rule, f"{f.expectation} failed on {f.unexpected_count} sampled row(s)", f.examples)
+                     for f in result.failures if f.rule != "table.row_count"]
+    for invariant in invariants:
+        broken = invariant(tally)
+        if broken is not None:
+            failures.append((broken.rule, broken.message, broken.examples))
+    return failures
+
+
+def record_audit(
+    settings: Settings,
+    *,
+    table_name: str,
+    partition: str,
+    delta_version: int | None,
+    status: str,
+    rows_in: int,
+    rows_published: int,
+    rows_rejected: int,
+    rules_failed: list[str],
+    started_at: dt.datetime,
+    duration_ms: float,
+    message: str,
+) -> None:
+    """Append one row to ``ops.audit_log`` (conformed to its contract, never audited itself)."""
+    from contracts import conform, load_contract
+
+    contract = load_contract(AUDIT_LOG)
+    row = pl.DataFrame([{
+        "table_name": table_name, "partition": partition, "delta_version": delta_version,
+        "status": status, "rows_in": rows_in, "rows_published": rows_published,
+        "rows_rejected": rows_rejected, "rules_failed": rules_failed, "started_at": started_at,
+        "duration_ms": duration_ms, "message": message[:4000],
+    }], schema_overrides={"rules_failed": pl.List(pl.String), "delta_version": pl.Int64})
+    lake.commit(settings, AUDIT_LOG, conform(row, contract), mode="append",
+                partition_by=contract.partition_columns, description=contract.description)

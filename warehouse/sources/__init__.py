@@ -1,0 +1,1 @@
+"""Reading landed files: formats, adapters and declarative mappings onto the canonical fields."""

@@ -1,0 +1,28 @@
+"""The canonical record fields (DESIGN §2) every source format is mapped onto.
+
+Parsers return these fields as *text*, exactly as the source wrote them; typing,
+range checks and quarantine happen in DWD against the contract, so a bad value is
+reported with the rule it broke rather than lost in a parser.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Kind = Literal["requests", "feedback"]
+
+REQUEST_FIELDS: tuple[str, ...] = (
+    "request_id", "trace_id", "retry_of", "attempt", "ts", "duration_ms", "ttft_ms", "queue_ms",
+    "preprocess_ms", "inference_ms", "postprocess_ms", "tenant_id", "user_id", "api_key_id",
+    "operation", "model", "model_version", "provider", "server", "prompt_template_version",
+    "pipeline_version", "input_tokens", "output_tokens", "cached_input_tokens", "batch_size",
+    "status_code", "error_type", "finish_reason", "cache_hit", "attributes",
+)
+FEEDBACK_FIELDS: tuple[str, ...] = ("request_id", "ts", "kind", "value", "source")
+#: Lines longer than this are not parsed (kept in ODS, quarantined in DWD as malformed).
+MAX_LINE_BYTES = 1 << 20
+
+
+def fields_for(kind: Kind) -> tuple[str, ...]:
+    """Canonical fields of a record kind."""
+    return REQUEST_FIELDS if kind == "requests" else FEEDBACK_FIELDS

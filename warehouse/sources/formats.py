@@ -1,0 +1,75 @@
+"""Which parser reads a landed file, and how ODS rows name it (their ``source``).
+
+``source`` is ``jsonl`` for canonical JSONL, ``otlp-json`` for OpenTelemetry file
+exports, or ``mapping:<name>@<hash>`` for a declarative mapping; the mapping text is
+kept beside ODS so DWD re-parses the raw lines exactly as they were landed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from strata.config import Settings
+from warehouse.sources.canonical import Kind, fields_for
+from warehouse.sources.jsonl import parse_json_lines
+from warehouse.sources.mapping import Mapping, parse_mapping
+
+Parser = Callable[[pa.Array, pa.Array, pa.Array], pl.DataFrame]
+"""(raw lines, line numbers, file sha256s) → parse_error + canonical fields as text."""
+
+JSONL = "jsonl"
+
+
+def _mapping_dir(settings: Settings) -> tuple[pafs.FileSystem, str]:
+    fs, root = pafs.FileSystem.from_uri(settings.lake_uri)
+    return fs, f"{root.rstrip('/')}/ods/_mappings"
+
+
+def register_mapping(settings: Settings, mapping: Mapping) -> str:
+    """Keep the mapping's text in the lake (idempotent) and return its ``source`` value."""
+    fs, folder = _mapping_dir(settings)
+    fs.create_dir(folder, recursive=True)
+    path = f"{folder}/{mapping.name}@{mapping.sha12}.yaml"
+    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+        with fs.open_output_stream(path) as out:
+            out.write(mapping.text.encode())
+    return mapping.source
+
+
+def registered_mapping(settings: Settings, source: str) -> Mapping:
+    """The mapping a ``mapping:<name>@<hash>`` source was landed with."""
+    fs, folder = _mapping_dir(settings)
+    path = f"{folder}/{source.removeprefix('mapping:')}.yaml"
+    try:
+        with fs.open_input_stream(path) as stream:
+            text = stream.read().decode()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"ODS rows name source {source!r} but its mapping is missing at {path}") from None
+    return parse_mapping(text, origin=path)
+
+
+def parser_for(settings: Settings, source: str, kind: Kind) -> Parser:
+    """The parser for rows of a given ``source``."""
+    if source == JSONL:
+        fields = fields_for(kind)
+        return lambda raw, _line_no, _sha: parse_json_lines(raw, fields)
+    if source.startswith("mapping:"):
+        from warehouse.sources.mapping import parse_mapped_lines
+
+        mapping = registered_mapping(settings, source)
+        return lambda raw, line_no, sha: parse_mapped_lines(raw, mapping, line_no=line_no, file_sha256=sha)
+    if source == "otlp-json":
+        from warehouse.sources.otlp import parse_otlp_lines
+
+        return lambda raw, _line_no, _sha: parse_otlp_lines(raw)
+    raise ValueError(f"unknown ODS source {source!r}: expected jsonl, otlp-json or mapping:<name>@<hash>")
+
+
+def kind_of(path: Path) -> Kind:
+    """Record kind of a landed file: files under a ``feedback`` folder (or named so) hold feedback."""
+    return "feedback" if any("feedback" in part for part in path.parts) else "requests"
