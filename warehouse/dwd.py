@@ -296,21 +296,33 @@ def merge_labels(settings: Settings, feedback_day: dt.date) -> int:
         .when_matched_update(
             updates={"feedback_kind": "s.feedback_kind", "feedback_value": "s.feedback_value",
                      "feedback_ts": "s.feedback_ts"},
-            predicate="t.feedback_ts IS DISTINCT FROM s.feedback_ts OR t.feedback_kind IS DISTINCT FROM "
-                      "s.feedback_kind OR t.feedback_value IS DISTINCT FROM s.feedback_value",
+            predicate="(t.feedback_ts IS DISTINCT FROM s.feedback_ts) OR (t.feedback_kind IS DISTINCT FROM "
+                      "s.feedback_kind) OR (t.feedback_value IS DISTINCT FROM s.feedback_value)",
         )
         .execute()
     )
     return int(stats.get("num_target_rows_updated", 0))
 
 
+def ods_row_count(settings: Settings, kind: Kind, day: dt.date) -> int:
+    """ODS rows of one kind with this event date (0 when the table does not exist)."""
+    delta = lake.open_table(settings, ODS_TABLES[kind])
+    return 0 if delta is None else delta.to_pyarrow_dataset().count_rows(filter=pc.field("event_date") == day)
+
+
 def build_day(settings: Settings, day: dt.date) -> dict[Kind, BuildReport]:
-    """Build D's feedback (merging its labels into earlier requests), then D's requests."""
+    """Build D's feedback (merging its labels into earlier requests), then D's requests.
+
+    A day may hold only feedback (reviews arrive after the traffic they judge).
+    """
+    counts = {kind: ods_row_count(settings, kind, day) for kind in TARGETS}
+    if not any(counts.values()):
+        raise LookupError(f"no ODS rows with event_date {day}: nothing to build "
+                          f"(check the date, or ingest that day's files first)")
     reports: dict[Kind, BuildReport] = {}
-    feedback = lake.open_table(settings, ODS_TABLES["feedback"])
-    if feedback is not None and feedback.to_pyarrow_dataset().count_rows(
-            filter=pa.compute.field("event_date") == day):
+    if counts["feedback"]:
         reports["feedback"] = build(settings, "feedback", day)
         merge_labels(settings, day)
-    reports["requests"] = build(settings, "requests", day)
+    if counts["requests"]:
+        reports["requests"] = build(settings, "requests", day)
     return reports

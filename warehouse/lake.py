@@ -11,6 +11,7 @@ import datetime as dt
 from typing import Iterable, Literal, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
 from strata.config import Settings
@@ -50,13 +51,20 @@ def read(
     dataset = dt_.to_pyarrow_dataset()
     expr = None
     for column, op, value in filters or ():
-        import pyarrow.compute as pc
-
-        field = pc.field(column)
-        term = {"=": field == value, "<": field < value, "<=": field <= value, ">": field > value,
-                ">=": field >= value, "in": field.isin(value)}[op]  # type: ignore[arg-type]
+        term = _comparison(column, op, value)
         expr = term if expr is None else expr & term
     return dataset.to_table(columns=list(columns) if columns else None, filter=expr)
+
+
+def _comparison(column: str, op: str, value: object) -> pc.Expression:
+    field = pc.field(column)
+    if op == "in":
+        return field.isin(value)  # type: ignore[arg-type]
+    operators = {"=": field.__eq__, "!=": field.__ne__, "<": field.__lt__, "<=": field.__le__,
+                 ">": field.__gt__, ">=": field.__ge__}
+    if op not in operators:
+        raise ValueError(f"unsupported filter operator {op!r}")
+    return operators[op](value)
 
 
 def sql_literal(value: object) -> str:

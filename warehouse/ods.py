@@ -26,7 +26,7 @@ from warehouse import lake
 from warehouse.sources import files as landed
 from warehouse.sources.canonical import Kind
 from warehouse.sources.formats import JSONL, kind_of, parser_for, register_mapping
-from warehouse.sources.mapping import load_mapping
+from warehouse.sources.mapping import load_mapping, resolve_mapping
 from warehouse.sources.timestamps import parse_ts
 
 TABLES: dict[Kind, str] = {"requests": "ods.request_log_raw", "feedback": "ods.feedback_raw"}
@@ -77,7 +77,7 @@ class IngestReport:
 
 def _source_for(settings: Settings, path: Path, fmt: Format, mapping_file: Path | None) -> tuple[str, Kind]:
     if mapping_file is not None:
-        mapping = load_mapping(mapping_file)
+        mapping = load_mapping(resolve_mapping(mapping_file))
         return register_mapping(settings, mapping), mapping.kind
     if fmt == "csv":
         raise ValueError(f"{path}: CSV needs a mapping file (--mapping) that maps its columns")

@@ -58,7 +58,8 @@ def with_cost(requests: pl.DataFrame, prices: pl.DataFrame) -> pl.DataFrame:
     ).sort("_from").drop("effective_from")
     left = requests.with_columns(_i=pl.int_range(pl.len())).with_columns(_at=pl.col("ts").fill_null(
         pl.datetime(1970, 1, 1, time_zone="UTC"))).sort("_at")
-    joined = left.join_asof(keyed, left_on="_at", right_on="_from", by="model", strategy="backward")
+    joined = left.join_asof(keyed, left_on="_at", right_on="_from", by="model", strategy="backward",
+                             check_sortedness=False)
     tokens_in = pl.col("input_tokens").cast(pl.Float64, strict=False)
     cached = pl.col("cached_input_tokens").cast(pl.Float64, strict=False).fill_null(0)
     tokens_out = pl.col("output_tokens").cast(pl.Float64, strict=False).fill_null(0)

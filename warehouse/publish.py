@@ -132,8 +132,6 @@ def publish(
     ``result.rejected`` (their input columns, ``keep`` columns and ``rules``) for the
     caller to quarantine. Raises :class:`AuditFailed` when the audit refuses.
     """
-    from deltalake.exceptions import DeltaError
-
     from contracts import arrow_schema, audit, conform, load_contract, split_rows
 
     started = time.perf_counter()
@@ -147,19 +145,25 @@ def publish(
     outcome: dict[str, object] = {}
 
     def checked() -> Iterator[pa.RecordBatch]:
-        for frame in frames:
-            tally.rows_in += frame.height
-            split = split_rows(frame, contract, now=now, keep=list(keep))
-            valid = split.valid.drop([c for c in keep if c in split.valid.columns])
-            conformed = conform(valid, contract)
-            if split.rejected.height:
-                tally.rejected.append(split.rejected)
-            tally.rows_published += conformed.num_rows
-            if expectations:
-                sample.add(conformed)
-            yield from conformed.to_batches()
-        failures = _audit_failures(contract, sample.table(schema) if expectations else None, tally,
-                                   invariants, outcome)
+        try:
+            for frame in frames:
+                tally.rows_in += frame.height
+                split = split_rows(frame, contract, now=now, keep=list(keep))
+                valid = split.valid.drop([c for c in keep if c in split.valid.columns])
+                conformed = conform(valid, contract, now=now)
+                if split.rejected.height:
+                    tally.rejected.append(split.rejected)
+                tally.rows_published += conformed.num_rows
+                if expectations:
+                    sample.add(conformed)
+                yield from conformed.to_batches()
+            failures = _audit_failures(contract, sample.table(schema) if expectations else None, tally,
+                                       invariants, outcome, now)
+        except BaseException as exc:
+            # The Delta writer wraps whatever this generator raises in a DeltaError; keep the
+            # original so the caller sees its own error, not "C Data interface error".
+            outcome["error"] = exc
+            raise
         if failures:
             outcome["failed"] = AuditFailed(table, label, failures)
             raise outcome["failed"]  # type: ignore[misc]  # aborts the Delta write: nothing commits
@@ -176,11 +180,18 @@ def publish(
     try:
         version = lake.commit(settings, table, stream, mode=mode, partitions=partitions,
                               partition_by=contract.partition_columns, description=contract.description)
-    except (DeltaError, AuditFailed, OSError) as exc:
+    except Exception:
         failed = outcome.get("failed")
         if isinstance(failed, AuditFailed):
-            finish("failed", lake.version(settings, table), failed.rules, str(failed))
+            finish("failed", None, failed.rules, str(failed))
             raise failed from None
+        error = outcome.get("error")
+        if isinstance(error, BaseException):
+            try:
+                finish("failed", None, [], f"{type(error).__name__}: {error}")
+            except Exception:  # the audit log must not mask the caller's error
+                pass
+            raise error from None
         raise
     rejected = pl.concat(tally.rejected, how="diagonal_relaxed") if tally.rejected else pl.DataFrame(
         schema={"rules": pl.List(pl.String)})
@@ -191,16 +202,17 @@ def publish(
 
 
 def _audit_failures(contract, sample: pa.Table | None, tally: Tally, invariants: Sequence[Invariant],
-                    outcome: dict[str, object]) -> list[tuple[str, str, Sequence[object]]]:
+                    outcome: dict[str, object], now: dt.datetime | None = None,
+                    ) -> list[tuple[str, str, Sequence[object]]]:
     from contracts import audit
 
     failures: list[tuple[str, str, Sequence[object]]] = []
-    low, high = contract.row_count_bounds if hasattr(contract, "row_count_bounds") else (None, None)
+    low, high = contract.row_count.minimum, contract.row_count.maximum
     if (low is not None and tally.rows_published < low) or (high is not None and tally.rows_published > high):
         failures.append(("table.row_count", f"{tally.rows_published} rows published, expected between "
                          f"{low} and {high}", ()))
     if sample is not None and sample.num_rows:
-        result = audit(sample, contract)
+        result = audit(sample, contract, now=now)
         outcome["result"] = result.result
         failures += [(f.rule, f"{f.expectation} failed on {f.unexpected_count} sampled row(s)", f.examples)
                      for f in result.failures if f.rule != "table.row_count"]

@@ -16,14 +16,22 @@ from warehouse import lake
 from warehouse.ods import TABLES as ODS_TABLES
 
 
-def vacuum_now(settings: Settings, table: str) -> int:
-    """Delete every file no longer in the table's current version; returns how many."""
+def vacuum_now(settings: Settings, table: str, *, purge_log: bool = False) -> int:
+    """Delete every file no longer in the table's current version; returns how many.
+
+    With ``purge_log`` the transaction log before the current version goes too: old
+    log entries keep column statistics (min/max values) of the files they added.
+    """
     delta = lake.open_table(settings, table)
     if delta is None:
         return 0
     removed = delta.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
-    delta.create_checkpoint()
-    delta.cleanup_metadata()
+    if purge_log:
+        retention = delta.metadata().configuration.get("delta.logRetentionDuration")
+        delta.alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds"})
+        delta.create_checkpoint()
+        delta.cleanup_metadata()
+        delta.alter.set_table_properties({"delta.logRetentionDuration": retention or "interval 30 days"})
     return len(removed)
 
 
@@ -113,10 +121,12 @@ def forget_user(settings: Settings, user_id: str) -> ForgetReport:
 
     request = lake.open_table(settings, "dwd.request")
     if request is not None:
+        # Delete by request id, never by pseudonym: a delete's predicate is kept in the Delta log.
         mine = lake.read(settings, "dwd.request", columns=["request_id"], filters=[("user_pseudonym", "=", pseud)])
         request_ids |= set(mine.column(0).to_pylist())
-        report.rows["dwd.request"] = int(request.delete(f"user_pseudonym = {lake.sql_literal(pseud)}")
-                                         .get("num_deleted_rows", 0))
+        if request_ids:
+            id_list = ", ".join(lake.sql_literal(r) for r in sorted(request_ids))
+            report.rows["dwd.request"] = int(request.delete(f"request_id IN ({id_list})").get("num_deleted_rows", 0))
 
     quarantine = lake.open_table(settings, "dwd.quarantine")
     if quarantine is not None:
@@ -135,5 +145,5 @@ def forget_user(settings: Settings, user_id: str) -> ForgetReport:
                 report.rows[table] = int(delta.delete(f"request_id IN ({id_list})").get("num_deleted_rows", 0))
 
     for table in report.rows:
-        vacuum_now(settings, table)
+        vacuum_now(settings, table, purge_log=True)
     return report

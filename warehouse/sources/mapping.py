@@ -69,6 +69,20 @@ class Mapping:
         return f"mapping:{self.name}@{self.sha12}"
 
 
+SHIPPED = Path(__file__).parent / "mappings"
+
+
+def resolve_mapping(name_or_path: Path) -> Path:
+    """A mapping file path, or the shipped mapping of that name (e.g. ``azure_llm_2023_conv``)."""
+    if name_or_path.is_file():
+        return name_or_path
+    shipped = SHIPPED / f"{name_or_path.name.removesuffix('.yaml')}.yaml"
+    if shipped.is_file():
+        return shipped
+    names = sorted(p.stem for p in SHIPPED.glob("*.yaml"))
+    raise FileNotFoundError(f"no mapping file {name_or_path} and no shipped mapping of that name ({names})")
+
+
 def load_mapping(path: Path) -> Mapping:
     """Read and validate a mapping file."""
     return parse_mapping(path.read_text(), origin=str(path))

@@ -1,0 +1,91 @@
+"""Retention and the right to be forgotten: data removed for good, in every file."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from strata.config import load_settings
+from warehouse import lake
+from warehouse.dwd import build_day
+from warehouse.ods import ingest
+from warehouse.privacy import pseudonym
+from warehouse.retention import apply_retention, forget_user
+
+DAY = dt.date(2026, 3, 1)
+
+
+def _records(user: str, count: int, day: dt.date, prefix: str) -> list[dict]:
+    return [{"request_id": f"{prefix}-{i}", "ts": f"{day.isoformat()}T0{i % 9}:00:00Z", "duration_ms": 10.0,
+             "tenant_id": "t1", "user_id": user, "operation": "chat", "model": "m1", "model_version": "v1",
+             "input_tokens": 3, "output_tokens": 4, "status_code": 200} for i in range(count)]
+
+
+def _land(tmp_path: Path, name: str, lines: list[bytes], day: dt.date) -> Path:
+    path = tmp_path / "landing" / f"date={day.isoformat()}" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    return path
+
+
+def _every_file_text(root: Path) -> str:
+    """All bytes under the lake, Parquet files decoded (compressed pages would hide a match)."""
+    chunks: list[str] = []
+    for path in root.rglob("*"):
+        if not path.is_file():
+            continue
+        if path.suffix == ".parquet":
+            table = pq.read_table(path)
+            chunks.append(repr(table.to_pylist()))
+        else:
+            chunks.append(path.read_bytes().decode("utf-8", "replace"))
+    return "\n".join(chunks)
+
+
+def test_forget_removes_a_user_from_every_layer_and_file(tmp_path: Path, strata_env: Path) -> None:
+    settings = load_settings()
+    victim, other = "user-to-forget-7731", "user-who-stays-1234"
+    lines = [json.dumps(r).encode() for r in _records(victim, 6, DAY, "v") + _records(other, 4, DAY, "o")]
+    lines.append(b'{"request_id": "v-broken", "user_id": "' + victim.encode() + b'", "ts": ')  # truncated
+    requests = _land(tmp_path, "requests.jsonl", lines, DAY)
+    feedback = tmp_path / "landing" / "feedback" / f"date={DAY.isoformat()}" / "fb.jsonl"
+    feedback.parent.mkdir(parents=True)
+    feedback.write_text(json.dumps({"request_id": "v-1", "ts": f"{DAY.isoformat()}T12:00:00Z", "kind": "flag",
+                                    "value": "spam", "source": "trust"}) + "\n")
+    ingest(settings, [requests, feedback])
+    build_day(settings, DAY)
+    lake_root = Path(settings.lake_uri)
+    victim_key = pseudonym(settings.require_pseudonym_key(), victim)
+    before = _every_file_text(lake_root)
+    assert victim in before and victim_key in before
+
+    report = forget_user(settings, victim)
+
+    assert report.rows["ods.request_log_raw"] == 7
+    assert report.rows["dwd.request"] == 6
+    assert report.rows["dwd.quarantine"] == 1
+    assert report.rows["dwd.feedback"] == 1
+    after = _every_file_text(lake_root)
+    assert victim not in after
+    assert victim_key not in after
+    assert other in after  # everyone else is still there
+    remaining = pl.from_arrow(lake.read(settings, "dwd.request"))
+    assert remaining.height == 4
+
+
+def test_retention_deletes_old_ods_partitions_and_their_files(tmp_path: Path, strata_env: Path) -> None:
+    settings = load_settings()
+    old_day, new_day = dt.date(2026, 1, 1), dt.date(2026, 3, 1)
+    old = _land(tmp_path, "old.jsonl", [json.dumps(r).encode() for r in _records("u", 3, old_day, "a")], old_day)
+    new = _land(tmp_path, "new.jsonl", [json.dumps(r).encode() for r in _records("u", 2, new_day, "b")], new_day)
+    ingest(settings, [old, new])
+    deleted = apply_retention(settings, days=30, today=dt.date(2026, 3, 10))
+    assert deleted["ods.request_log_raw"] == 3
+    ods = pl.from_arrow(lake.read(settings, "ods.request_log_raw"))
+    assert ods.get_column("event_date").unique().to_list() == [new_day]
+    leftover = list((Path(settings.lake_uri) / "ods" / "request_log_raw").rglob("*.parquet"))
+    assert all("2026-01-01" not in str(p) for p in leftover)
