@@ -151,6 +151,14 @@ def test_ods_keeps_every_line_byte_exact(built: Settings, generated: tuple[Path,
     assert ods.filter(pl.col("is_malformed")).get_column("parse_error").null_count() == 0
 
 
+def test_every_table_written_has_a_contract(built: Settings) -> None:
+    from contracts import all_contracts
+
+    written = {f"{p.parent.name}.{p.name}" for p in Path(built.lake_uri).glob("*/*") if (p / "_delta_log").is_dir()}
+    assert {"ods.request_log_raw", "dwd.request", "dwd.quarantine", "ops.audit_log", "ops.books"} <= written
+    assert written <= set(all_contracts())
+
+
 def test_reingest_and_rebuild_change_nothing(built: Settings, generated: tuple[Path, dict]) -> None:
     out, _ = generated
     tables = ["ods.request_log_raw", "ods.feedback_raw", "dwd.request", "dwd.feedback", "dwd.quarantine", "ops.books"]

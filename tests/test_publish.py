@@ -176,8 +176,9 @@ def test_row_checks_reject_values_outside_the_allowed_set(settings: Settings) ->
 # ---------------------------------------------------------------- 3. a failed audit changes nothing
 
 
-def _snapshot(settings: Settings, table: str) -> tuple[int | None, pl.DataFrame, list[str]]:
-    return lake.version(settings, table), contents(settings, table), data_files(settings, table)
+def _snapshot(settings: Settings, table: str) -> tuple[int | None, list[tuple], list[str]]:
+    """What a reader sees: the version, the sorted rows and the data files it references."""
+    return lake.version(settings, table), contents(settings, table).rows(), data_files(settings, table)
 
 
 def test_failed_invariant_leaves_table_unchanged(settings: Settings) -> None:
