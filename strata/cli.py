@@ -86,21 +86,12 @@ def demo_cmd(
 ) -> None:
     """Run the pipeline end to end on a small generated dataset under STRATA_HOME."""
     from strata.config import load_settings
-    from warehouse.generator import generate
+    from strata.demo import run_demo
 
-    settings = load_settings()
-    landing = settings.landing_dir / "demo"
-    out.print(f"[bold]1/1 generate[/] {days} day(s) × {requests_per_day:,} requests → {landing}")
-    with _progress("generating") as step:
-        manifest = generate(landing, days=days, requests_per_day=requests_per_day, seed=seed,
-                            start=dt.date(2026, 1, 1), fault_rate=0.01, progress=step)
-    for day, facts in manifest["days"].items():
-        faults = sum(facts["faults"].values())
-        out.print(f"  {day}: {facts['lines']:,} lines = {facts['requests']:,} requests + "
-                  f"{facts['duplicates']:,} duplicates + {faults:,} malformed; "
-                  f"{len(facts['models'])} models, {facts['tenants']} tenants")
-    out.print(f"  {len(manifest['abusive_user_ids'])} planted abusive users; "
-              f"{manifest['feedback']['lines']:,} feedback events")
+    ok = run_demo(load_settings(), days=days, requests_per_day=requests_per_day, seed=seed,
+                  echo=out.print, progress=_progress)
+    if not ok:
+        raise typer.Exit(1)
 
 
 @app.command("ingest")
@@ -146,6 +137,39 @@ def build_dwd_cmd(
                   f"{b.duplicates:,} + quarantined {b.quarantined:,} + malformed {b.malformed:,}")
         for rule, count in sorted(report.rules.items()):
             out.print(f"  quarantined by {rule}: {count:,}")
+
+
+retention_app = typer.Typer(help="Retention of raw ODS data.", no_args_is_help=True)
+app.add_typer(retention_app, name="retention")
+
+
+@retention_app.command("apply")
+def retention_apply_cmd(
+    days: Optional[int] = typer.Option(None, "--days", min=1, help="Days to keep (default: STRATA_ODS_RETENTION_DAYS)."),
+) -> None:
+    """Delete ODS partitions older than the retention period, then vacuum their files."""
+    from strata.config import load_settings
+    from warehouse.retention import apply_retention
+
+    settings = load_settings()
+    deleted = apply_retention(settings, days=days)
+    kept = days or settings.ods_retention_days
+    for table, rows in deleted.items():
+        out.print(f"{table}: deleted {rows:,} row(s) older than {kept} day(s)")
+    if not deleted:
+        out.print("no ODS tables yet: nothing to do")
+
+
+@app.command("forget")
+def forget_cmd(user: str = typer.Option(..., "--user", help="The user id (as the AI service logs it).")) -> None:
+    """Remove one user from every layer (raw lines included) and vacuum, so no file keeps them."""
+    from strata.config import load_settings
+    from warehouse.retention import forget_user
+
+    report = forget_user(load_settings(), user)
+    for table, rows in report.rows.items():
+        out.print(f"{table}: removed {rows:,} row(s)")
+    out.print(f"removed {report.total:,} row(s) in all; old files and log entries vacuumed")
 
 
 prices_app = typer.Typer(help="Model price reference data.", no_args_is_help=True)

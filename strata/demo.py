@@ -1,0 +1,76 @@
+"""The end-to-end demo behind ``make demo``: generate, ingest, build, and check the books."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+import secrets
+from pathlib import Path
+from typing import Callable
+
+from strata.config import Settings
+
+Echo = Callable[[str], None]
+
+
+def demo_key(settings: Settings, echo: Echo) -> Settings:
+    """Settings with a pseudonym key: the configured one, else a random one kept under STRATA_HOME."""
+    if settings.pseudonym_key:
+        return settings
+    path = settings.home / "secrets" / "pseudonym.key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(32))
+        echo(f"  no STRATA_PSEUDONYM_KEY set: created a random demo key in {path} (mode 600)")
+    return dataclasses.replace(settings, pseudonym_key=path.read_text().strip())
+
+
+def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int, echo: Echo,
+             progress: Callable[[str], object]) -> bool:
+    """Run the pipeline on generated data; True when every DWD partition matches the manifest."""
+    from warehouse.dwd import build_day
+    from warehouse.generator import generate
+    from warehouse.ods import ingest
+    from warehouse.prices import load_prices
+
+    settings = demo_key(settings, echo)
+    landing: Path = settings.landing_dir / "demo"
+    start = dt.date(2026, 1, 1)
+    echo(f"[bold]1/4 generate[/] {days} day(s) × {requests_per_day:,} requests (1% faulty lines) → {landing}")
+    with progress("generating") as step:  # type: ignore[attr-defined]
+        manifest = generate(landing, days=days, requests_per_day=requests_per_day, seed=seed, start=start,
+                            fault_rate=0.01, progress=step)
+    echo(f"  {len(manifest['abusive_user_ids'])} planted abusive users, "
+         f"{manifest['feedback']['lines']:,} feedback events")
+
+    echo(f"[bold]2/4 ingest[/] into ODS at {settings.table_uri('ods.request_log_raw')}")
+    with progress("ingesting") as step:  # type: ignore[attr-defined]
+        report = ingest(settings, [landing / "requests", landing / "feedback"], progress=step)
+    echo(f"  landed {len(report.landed)} file(s), skipped {len(report.skipped)} already landed")
+    load_prices(settings, landing / "prices.csv")
+
+    echo("[bold]3/4 build DWD[/] (feedback first, so labels reach earlier requests)")
+    feedback_days = sorted(manifest["feedback"]["days"])
+    request_days = sorted(manifest["days"])
+    all_ok = True
+    for day in sorted(set(feedback_days) | set(request_days)):
+        reports = build_day(settings, dt.date.fromisoformat(day))
+        for kind, built in reports.items():
+            b = built.books
+            line = (f"  {b.table} {day}: ODS {b.ods_rows:,} = DWD {b.dwd_rows:,} + duplicates {b.duplicates:,}"
+                    f" + quarantined {b.quarantined:,} + malformed {b.malformed:,}")
+            if kind == "requests":
+                truth = manifest["days"][day]
+                ok = b.dwd_rows == truth["requests"] and b.duplicates == truth["duplicates"]
+                all_ok &= ok
+                line += "  [green]= manifest[/]" if ok else "  [red]≠ manifest[/]"
+            echo(line)
+
+    echo("[bold]4/4 where to look[/]")
+    echo(f"  lake: {settings.lake_uri}  (Delta tables: ods/*, dwd/*, ops/audit_log, ops/books)")
+    echo("  e.g. python -c \"import deltalake; print(deltalake.DeltaTable("
+         f"'{settings.table_uri('dwd.request')}').to_pandas().head())\"")
+    return all_ok
