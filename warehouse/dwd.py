@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from strata.config import Settings
 from warehouse import lake
 from warehouse.ods import TABLES as ODS_TABLES
+from warehouse.memory import detach
 from warehouse.privacy import pseudonymize
 from warehouse.publish import InvariantFailure, PublishResult, Tally, publish
 from warehouse.sources.canonical import Kind, fields_for
@@ -80,18 +81,20 @@ def malformed_rule(parse_error: pl.Expr) -> pl.Expr:
 
 
 #: ODS rows per batch of a DWD build: bounds memory on large days.
-BATCH_ROWS = 250_000
+BATCH_ROWS = 100_000
 
 
 def ods_files(settings: Settings, kind: Kind, day: dt.date) -> list[str]:
-    """URIs of the Parquet files holding one event date of ODS, in commit order."""
+    """URIs of the Parquet files holding one event date of ODS, in arrival order."""
     table = ODS_TABLES[kind]
     delta = lake.open_table(settings, table)
     if delta is None:
         raise FileNotFoundError(f"{table} does not exist: run `strata ingest` first")
     actions = pl.DataFrame(delta.get_add_actions(flatten=True))
+    # Arrival order: a writer streams rows in order and cuts files as it goes, so the files
+    # sort by their first row's (ingested_at, source_file, line_no).
     paths = (actions.filter(pl.col("partition.event_date") == day)
-             .sort(["modification_time", "path"]).get_column("path").to_list())
+             .sort(["min.ingested_at", "min.source_file", "min.line_no", "path"]).get_column("path").to_list())
     root = delta.table_uri.rstrip("/")
     return [f"{root}/{path}" for path in paths]
 
@@ -114,27 +117,67 @@ def ods_batches(files: list[str], day: dt.date) -> Iterator[pl.DataFrame]:
                     yield frame.with_columns(event_date=pl.lit(day))
 
 
+def repeated_lines(files: list[str], kind: Kind) -> pl.DataFrame:
+    """``(file_sha256, line_no)`` of ODS rows that repeat an earlier arrival's key.
+
+    Arrival order is data, not file order: (ingested_at, file_sha256, line_no). Only the
+    small key columns are read, so this first pass is cheap. The key is the request id
+    for requests and the exact line for feedback (at-least-once delivery repeats lines).
+    """
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    columns = ["request_id", "ingested_at", "file_sha256", "line_no", "is_malformed"]
+    if kind == "feedback":
+        columns.append("raw_line")
+    parts = []
+    for uri in files:
+        fs, path = pafs.FileSystem.from_uri(uri)
+        with fs.open_input_file(path) as handle:
+            table = pq.read_table(handle, columns=columns)
+        frame = pl.from_arrow(table)
+        assert isinstance(frame, pl.DataFrame)
+        frame = frame.filter(~pl.col("is_malformed") & pl.col("request_id").is_not_null())
+        if kind == "feedback":
+            frame = frame.with_columns(request_id=pl.concat_str(
+                "request_id", pl.col("raw_line").hash(seed=0).cast(pl.String), separator="#")).drop("raw_line")
+        parts.append(frame.drop("is_malformed"))
+    if not parts:
+        return pl.DataFrame(schema={"file_sha256": pl.String, "line_no": pl.Int64})
+    keys = pl.concat(parts).sort(["ingested_at", "file_sha256", "line_no"])
+    return detach(keys.filter(~pl.col("request_id").is_first_distinct()).select("file_sha256", "line_no"))
+
+
 def parse_rows(settings: Settings, ods: pl.DataFrame, kind: Kind) -> pl.DataFrame:
     """Records of ODS rows: canonical fields (text) beside their lineage and raw line.
 
     A line holds one record, except in formats that batch (an OTLP line holds many spans).
     """
+    columns = ["raw_line", "ingested_at", *_LINEAGE, "ods_parse_error", "parse_error", "_repeat", "_ods_keyed",
+               *fields_for(kind)]
     parts = []
-    for (source,), group in ods.group_by(["source"], maintain_order=True):
-        parse = parser_for(settings, str(source), kind)
-        parsed = parse(group.get_column("raw_line").to_arrow(), group.get_column("line_no").to_arrow(),
-                       group.get_column("file_sha256").to_arrow())
-        if "_line" not in parsed.columns:  # one record per line
-            parsed = parsed.with_columns(_line=pl.int_range(pl.len(), dtype=pl.Int64))
-        lineage = group.select(["raw_line", "ingested_at", "source", *_LINEAGE[1:], "parse_error", "request_id"]).rename(
-            {"parse_error": "ods_parse_error", "source": "ods_source", "request_id": "ods_request_id"}
-        ).with_columns(_line=pl.int_range(pl.len(), dtype=pl.Int64))
-        parts.append(parsed.join(lineage, on="_line", how="left", maintain_order="left")
-                     .with_columns(request_id=pl.coalesce("request_id", "ods_request_id"))
-                     .drop("_line", "ods_request_id"))
-    columns = ["raw_line", "ingested_at", *_LINEAGE, "ods_parse_error", "parse_error", *fields_for(kind)]
+    for (source, malformed), group in ods.group_by(["source", "is_malformed"], maintain_order=True):
+        if malformed:  # ODS already said why the line does not parse
+            parsed = pl.DataFrame({f: pl.Series([None] * group.height, dtype=pl.String)
+                                   for f in ("parse_error", *fields_for(kind))})
+        else:
+            parse = parser_for(settings, str(source), kind, checked_ok=True)
+            parsed = parse(group.get_column("raw_line").to_arrow(), group.get_column("line_no").to_arrow(),
+                           group.get_column("file_sha256").to_arrow())
+        lineage = group.select(["raw_line", "ingested_at", "source", *_LINEAGE[1:], "parse_error", "request_id",
+                                pl.col("_repeat") if "_repeat" in group.columns else pl.lit(False).alias("_repeat")]
+                               ).rename({"parse_error": "ods_parse_error", "source": "ods_source",
+                                         "request_id": "ods_request_id"})
+        if "_line" in parsed.columns:  # several records per line
+            joined = parsed.join(lineage.with_columns(_line=pl.int_range(pl.len(), dtype=pl.Int64)),
+                                 on="_line", how="left", maintain_order="left").drop("_line")
+        else:
+            joined = pl.concat([lineage, parsed], how="horizontal")
+        parts.append(joined.with_columns(request_id=pl.coalesce("request_id", "ods_request_id"),
+                                         _ods_keyed=pl.col("ods_request_id").is_not_null()).select(columns))
     if not parts:
-        return pl.DataFrame(schema={c: (pl.Binary if c == "raw_line" else pl.String) for c in columns})
+        types = {"raw_line": pl.Binary, "_repeat": pl.Boolean, "_ods_keyed": pl.Boolean}
+        return pl.DataFrame(schema={c: types.get(c, pl.String) for c in columns})
     return pl.concat(parts).select(columns)
 
 
@@ -204,6 +247,7 @@ def build(settings: Settings, kind: Kind, day: dt.date) -> BuildReport:
                           f"(check the date, or ingest that day's files first)")
     now = pc.max(arrivals).as_py()
     files = ods_files(settings, kind, day)
+    repeats = repeated_lines(files, kind)
     if kind == "requests":
         from warehouse.prices import read_prices
 
@@ -215,22 +259,29 @@ def build(settings: Settings, kind: Kind, day: dt.date) -> BuildReport:
     def records() -> Iterator[pl.DataFrame]:
         nonlocal seen
         for ods in ods_batches(files, day):
-            parsed = parse_rows(settings, ods, kind)
+            ods = ods.join(repeats.with_columns(_repeat=pl.lit(True)), on=["file_sha256", "line_no"], how="left",
+                           maintain_order="left")
+            parsed = parse_rows(settings, ods.with_columns(pl.col("_repeat").fill_null(False)), kind)
             state["records"] += parsed.height
             bad = pl.col("ods_parse_error").is_not_null() | pl.col("parse_error").is_not_null()
             malformed = parsed.filter(bad)
             state["malformed"] += malformed.height
-            set_aside.append(_quarantine_rows(
-                malformed, pl.concat_list(malformed_rule(pl.coalesce("ods_parse_error", "parse_error"))), target, day))
+            set_aside.append(detach(_quarantine_rows(
+                malformed, pl.concat_list(malformed_rule(pl.coalesce("ods_parse_error", "parse_error"))), target, day)))
             good = parsed.filter(~bad)
             ident = (pl.col("request_id") if kind == "requests"
                      else pl.concat_str(["request_id", "kind", "ts", "value"], separator="\x1f", ignore_nulls=True))
-            good = good.with_columns(_key=ident)
-            first = (pl.col("_key").is_null() | (pl.col("_key").is_first_distinct() & ~pl.col("_key").is_in(seen.implode())))
-            good = good.with_columns(_first=first)
+            # Repeats of an earlier arrival were found in the first pass; a key the first pass
+            # could not see (an OTLP line holds several spans) is deduplicated as it streams by.
+            good = good.with_columns(_key=ident).with_columns(_first=pl.when(pl.col("_repeat")).then(False).when(
+                pl.col("_key").is_null() | pl.col("_ods_keyed")).then(True).otherwise(
+                pl.col("_key").is_first_distinct() & ~pl.col("_key").is_in(seen.implode())))
             state["duplicates"] += int((~good.get_column("_first")).sum())
-            seen = pl.concat([seen, good.get_column("_key").drop_nulls().rename("seen")])
-            unique = good.filter(pl.col("_first")).drop("_first", "_key", "ods_parse_error", "parse_error")
+            streamed = good.filter(~pl.col("_ods_keyed") & pl.col("_first")).get_column("_key").drop_nulls()
+            if streamed.len():
+                seen = pl.concat([seen, detach(streamed.rename("seen"))]).rechunk()
+            unique = good.filter(pl.col("_first")).drop(
+                "_first", "_key", "_repeat", "_ods_keyed", "ods_parse_error", "parse_error")
             if kind == "requests":
                 typed = _request_columns(unique.rename({"ods_source": "source"}), key, prices, labels, day)
             else:
@@ -238,7 +289,7 @@ def build(settings: Settings, kind: Kind, day: dt.date) -> BuildReport:
             # A timestamp present but not canonical breaks ts.type (the row checks would see it as missing).
             type_errors = typed.filter(pl.col("_ts_type_error"))
             state["type_errors"] += type_errors.height
-            set_aside.append(_quarantine_rows(type_errors, pl.concat_list(pl.lit("ts.type")), target, day))
+            set_aside.append(detach(_quarantine_rows(type_errors, pl.concat_list(pl.lit("ts.type")), target, day)))
             yield typed.filter(~pl.col("_ts_type_error")).drop("_ts_type_error")
 
     books_holder: dict[str, Books] = {}

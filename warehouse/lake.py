@@ -12,9 +12,14 @@ from typing import Iterable, Literal, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable, WriterProperties, write_deltalake
 
 from strata.config import Settings
+
+
+#: Bounded writer memory: delta-rs holds a file's row group, then the file, in memory until flushed.
+TARGET_FILE_BYTES = 128 * 1024 * 1024
+_WRITER = WriterProperties(max_row_group_size=128 * 1024, compression="SNAPPY")
 
 
 def uri(settings: Settings, table: str) -> str:
@@ -101,7 +106,8 @@ def commit(
     """
     location = uri(settings, table)
     exists = DeltaTable.is_deltatable(location)
-    kwargs: dict[str, object] = {"partition_by": list(partition_by) or None}
+    kwargs: dict[str, object] = {"partition_by": list(partition_by) or None, "writer_properties": _WRITER,
+                                 "target_file_size": TARGET_FILE_BYTES}
     if not exists:
         kwargs["description"] = description
     if mode == "append":

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from strata.config import Settings
 from warehouse import lake
+from warehouse.publish import InvariantFailure, Tally
 from warehouse.sources import files as landed
 from warehouse.sources.canonical import Kind
 from warehouse.sources.formats import JSONL, kind_of, parser_for, register_mapping
@@ -110,9 +111,9 @@ def per_line(parsed: pl.DataFrame, lines: int) -> pl.DataFrame:
 
 def ods_frame(
     raw: pa.Array, parsed: pl.DataFrame, *, source: str, file: landed.LandedFile,
-    ingested_at: dt.datetime, batch_id: str,
+    ingested_at: dt.datetime, batch_id: str, first_line: int = 1,
 ) -> pl.DataFrame:
-    """The ODS rows of one file: raw bytes, lineage, lenient keys and the malformed flag."""
+    """ODS rows of (a chunk of) one file: raw bytes, lineage, lenient keys, the malformed flag."""
     fallback = dt.date.fromisoformat(file.path_date) if file.path_date else ingested_at.date()
     latest = ingested_at + dt.timedelta(days=1)
     event_ts = parse_ts(pl.col("ts"))
@@ -123,7 +124,7 @@ def ods_frame(
         source=pl.lit(source),
         source_file=pl.lit(str(file.path)),
         file_sha256=pl.lit(file.sha256),
-        line_no=pl.Series(np.arange(1, n + 1, dtype=np.int64)),
+        line_no=pl.Series(np.arange(first_line, first_line + n, dtype=np.int64)),
         ingested_at=pl.lit(ingested_at).dt.cast_time_unit("us"),
         batch_id=pl.lit(batch_id),
         request_id=request_id,
@@ -134,6 +135,49 @@ def ods_frame(
     )
 
 
+def _nothing_rejected(tally: Tally) -> InvariantFailure | None:
+    """ODS keeps every line: a row check refusing one is a bug, and nothing may be published."""
+    if not tally.rows_rejected:
+        return None
+    rejected = pl.concat(tally.rejected, how="diagonal_relaxed")
+    rules = sorted(set(rejected.get_column("rules").explode().drop_nulls().to_list()))
+    return InvariantFailure("ods.keeps_every_line", f"{tally.rows_rejected} line(s) broke {rules}",
+                            rejected.get_column("source_file").head(3).to_list())
+
+
+#: Lines parsed and written per batch: bounds memory however large a file is.
+CHUNK_LINES = 100_000
+
+
+@dataclass(frozen=True)
+class _Planned:
+    path: Path
+    source: str
+    kind: Kind
+    sha256: str
+
+
+def _plan(settings: Settings, paths: list[Path], fmt: Format, mapping_file: Path | None,
+          report: IngestReport) -> dict[str, list[_Planned]]:
+    """Files to land per ODS table; files already landed (or repeated in this run) are skipped."""
+    import hashlib
+
+    plan: dict[str, list[_Planned]] = {}
+    seen: dict[str, set[str]] = {}
+    for path in landed.discover(paths):
+        source, kind = _source_for(settings, path, fmt, mapping_file)
+        table = TABLES[kind]
+        if table not in seen:
+            seen[table] = already_landed(settings, table)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if digest in seen[table]:
+            report.files.append(FileResult(path, table, "skipped"))
+            continue
+        seen[table].add(digest)
+        plan.setdefault(table, []).append(_Planned(path, source, kind, digest))
+    return plan
+
+
 def ingest(
     settings: Settings,
     paths: list[Path],
@@ -142,35 +186,46 @@ def ingest(
     mapping_file: Path | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> IngestReport:
-    """Land files into ODS, one atomic commit per file; files already landed are skipped."""
+    """Land files into ODS: one atomic Delta commit per table per run, streamed in chunks.
+
+    Files already landed (same content hash) are skipped, so a re-run adds nothing, and a
+    run that crashes commits nothing: running it again lands the same files.
+    """
     from warehouse.publish import publish
 
     report = IngestReport(batch_id=uuid.uuid4().hex[:16])
-    todo = landed.discover(paths)
-    seen: dict[str, set[str]] = {}
-    for done, path in enumerate(todo, start=1):
-        source, kind = _source_for(settings, path, fmt, mapping_file)
-        table = TABLES[kind]
-        if table not in seen:
-            seen[table] = already_landed(settings, table)
-        file = landed.load(path)
-        if file.sha256 in seen[table]:
-            report.files.append(FileResult(path, table, "skipped"))
-        else:
-            raw = landed.split_lines(file.content)
-            line_no = pa.array(np.arange(1, len(raw) + 1, dtype=np.int64))
-            parsed = per_line(parser_for(settings, source, kind)(raw, line_no, pa.array([file.sha256] * len(raw))),
-                              len(raw))
-            ingested_at = dt.datetime.now(dt.timezone.utc)
-            frame = ods_frame(raw, parsed, source=source, file=file, ingested_at=ingested_at,
-                              batch_id=report.batch_id)
-            result = publish(settings, table, frame, mode="append", expectations=False)
-            if result.rows_rejected:
-                raise RuntimeError(f"{table} refused {result.rows_rejected} line(s) of {path}; "
-                                   f"rules: {result.rejected.get_column('rules').explode().unique().to_list()}")
-            seen[table].add(file.sha256)
-            report.files.append(FileResult(path, table, "landed", len(raw),
-                                           int(frame.get_column("is_malformed").sum()), result.version))
-        if progress:
-            progress(done, len(todo))
+    plan = _plan(settings, paths, fmt, mapping_file, report)
+    total = sum(len(files) for files in plan.values())
+    done = 0
+    for table, files in plan.items():
+        landed_now: list[FileResult] = []
+
+        def frames(files: list[_Planned] = files, landed_now: list[FileResult] = landed_now):
+            nonlocal done
+            for item in files:
+                file = landed.load(item.path)
+                if file.sha256 != item.sha256:
+                    raise RuntimeError(f"{item.path} changed while being ingested; ingest it again")
+                raw = landed.split_lines(file.content)
+                parse = parser_for(settings, item.source, item.kind, keys_only=True)
+                ingested_at = dt.datetime.now(dt.timezone.utc)
+                malformed = 0
+                for start in range(0, max(len(raw), 1), CHUNK_LINES):
+                    chunk = raw.slice(start, CHUNK_LINES)
+                    line_no = pa.array(np.arange(start + 1, start + 1 + len(chunk), dtype=np.int64))
+                    parsed = per_line(parse(chunk, line_no, pa.array([file.sha256] * len(chunk))), len(chunk))
+                    frame = ods_frame(chunk, parsed, source=item.source, file=file, ingested_at=ingested_at,
+                                      batch_id=report.batch_id, first_line=start + 1)
+                    malformed += int(frame.get_column("is_malformed").sum())
+                    yield frame
+                landed_now.append(FileResult(item.path, table, "landed", len(raw), malformed))
+                done += 1
+                if progress:
+                    progress(done, total)
+
+        result = publish(settings, table, frames(), mode="append", expectations=False,
+                         invariants=[_nothing_rejected])
+        for file_result in landed_now:
+            file_result.version = result.version
+        report.files += landed_now
     return report

@@ -25,11 +25,12 @@ import pyarrow as pa
 
 from strata.config import Settings
 from warehouse import lake
+from warehouse.memory import detach
 
 AUDIT_LOG = "ops.audit_log"
 #: The expectation suite runs on an even sample of at most this many published rows;
 #: every row has already passed the vectorized row checks.
-AUDIT_SAMPLE_ROWS = 200_000
+AUDIT_SAMPLE_ROWS = 50_000
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,48 @@ class PublishResult:
         return self.rejected.height
 
 
+def prefetch(frames: Iterable[pl.DataFrame], depth: int = 1) -> Iterator[pl.DataFrame]:
+    """Compute the next frame(s) in a background thread while the writer encodes this one.
+
+    The work on both sides (polars, DuckDB, the Delta writer) releases the GIL, so the
+    two cores overlap. An error in the producer is raised here, in order.
+    """
+    import queue
+    import threading
+
+    box: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for frame in frames:
+                while not stop.is_set():
+                    try:
+                        box.put(frame, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            box.put(done)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            box.put(exc)
+
+    worker = threading.Thread(target=produce, name="strata-prefetch", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = box.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+
+
 class _Sample:
     """An even, deterministic sample of a stream: every k-th row, k doubling as needed."""
 
@@ -139,7 +182,7 @@ def publish(
     contract = load_contract(table)
     schema = arrow_schema(contract)
     label = ", ".join(lake.partition_predicate(p) for p in partitions) or "(all)"
-    frames: Iterable[pl.DataFrame] = [data] if isinstance(data, pl.DataFrame) else data
+    frames: Iterable[pl.DataFrame] = [data] if isinstance(data, pl.DataFrame) else prefetch(data)
     tally = Tally()
     sample = _Sample(AUDIT_SAMPLE_ROWS)
     outcome: dict[str, object] = {}
@@ -152,7 +195,7 @@ def publish(
                 valid = split.valid.drop([c for c in keep if c in split.valid.columns])
                 conformed = conform(valid, contract, now=now)
                 if split.rejected.height:
-                    tally.rejected.append(split.rejected)
+                    tally.rejected.append(detach(split.rejected))
                 tally.rows_published += conformed.num_rows
                 if expectations:
                     sample.add(conformed)

@@ -53,11 +53,17 @@ def registered_mapping(settings: Settings, source: str) -> Mapping:
     return parse_mapping(text, origin=path)
 
 
-def parser_for(settings: Settings, source: str, kind: Kind) -> Parser:
-    """The parser for rows of a given ``source``."""
+def parser_for(settings: Settings, source: str, kind: Kind, *, keys_only: bool = False,
+               checked_ok: bool = False) -> Parser:
+    """The parser for rows of a given ``source``.
+
+    ``keys_only`` asks for ``request_id`` and ``ts`` alone where a format can skip the rest
+    (ODS needs only those; DWD needs every field). ``checked_ok`` says the lines already
+    passed the format's line checks when ODS landed them.
+    """
     if source == JSONL:
-        fields = fields_for(kind)
-        return lambda raw, _line_no, _sha: parse_json_lines(raw, fields)
+        fields = ("request_id", "ts") if keys_only else fields_for(kind)
+        return lambda raw, _line_no, _sha: parse_json_lines(raw, fields, checked_ok=checked_ok)
     if source.startswith("mapping:"):
         from warehouse.sources.mapping import parse_mapped_lines
 
