@@ -92,6 +92,16 @@ class PublishResult:
         return self.rejected.height
 
 
+def _warm_up_audit() -> None:
+    """Import Great Expectations (seconds) in the background while the data streams."""
+    import sys
+    import threading
+
+    if "great_expectations" not in sys.modules:
+        threading.Thread(target=__import__, args=("great_expectations",), name="strata-gx-import",
+                         daemon=True).start()
+
+
 def prefetch(frames: Iterable[pl.DataFrame], depth: int = 1) -> Iterator[pl.DataFrame]:
     """Compute the next frame(s) in a background thread while the writer encodes this one.
 
@@ -179,6 +189,8 @@ def publish(
 
     started = time.perf_counter()
     started_at = dt.datetime.now(dt.timezone.utc)
+    if expectations:
+        _warm_up_audit()
     contract = load_contract(table)
     schema = arrow_schema(contract)
     label = ", ".join(lake.partition_predicate(p) for p in partitions) or "(all)"
