@@ -9,11 +9,14 @@ from __future__ import annotations
 import datetime as dt
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from strata.console import console, out
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 app = typer.Typer(
     name="strata",
@@ -201,7 +204,7 @@ class _progress:
 
         self._bar = progress_bar()
         self._description = description
-        self._task: int | None = None
+        self._task: TaskID | None = None
 
     def __enter__(self):
         self._bar.start()

@@ -207,12 +207,11 @@ def _request_columns(frame: pl.DataFrame, key: bytes, prices: pl.DataFrame, labe
 
 def latest_labels(settings: Settings, request_ids: pl.Series | None = None) -> pl.DataFrame:
     """The latest feedback per request id (kind, value, ts) from ``dwd.feedback``."""
-    schema = {"request_id": pl.String, "feedback_kind": pl.String, "feedback_value": pl.String,
-              "feedback_ts": pl.Datetime("us", "UTC")}
+    schema: dict[str, pl.DataType] = {"request_id": pl.String(), "feedback_kind": pl.String(),
+                                      "feedback_value": pl.String(), "feedback_ts": pl.Datetime("us", "UTC")}
     if lake.open_table(settings, FEEDBACK) is None:
         return pl.DataFrame(schema=schema)
-    fb = pl.from_arrow(lake.read(settings, FEEDBACK, columns=["request_id", "kind", "value", "ts"]))
-    assert isinstance(fb, pl.DataFrame)
+    fb = lake.read_frame(settings, FEEDBACK, columns=["request_id", "kind", "value", "ts"])
     if request_ids is not None:
         fb = fb.filter(pl.col("request_id").is_in(request_ids.implode()))
     return (fb.sort(["ts", "kind", "value"]).group_by("request_id").last()
@@ -336,8 +335,7 @@ def merge_labels(settings: Settings, feedback_day: dt.date) -> int:
     target = lake.open_table(settings, REQUEST)
     if target is None:
         return 0
-    fb = pl.from_arrow(lake.read(settings, FEEDBACK, columns=["request_id"],
-                                 filters=[("event_date", "=", feedback_day)]))
+    fb = lake.read_frame(settings, FEEDBACK, columns=["request_id"], filters=[("event_date", "=", feedback_day)])
     assert isinstance(fb, pl.DataFrame)
     labels = latest_labels(settings, fb.get_column("request_id").unique())
     if labels.is_empty():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Iterable, Literal, Sequence
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, WriterProperties, write_deltalake
@@ -59,6 +60,19 @@ def read(
         term = _comparison(column, op, value)
         expr = term if expr is None else expr & term
     return dataset.to_table(columns=list(columns) if columns else None, filter=expr)
+
+
+def read_frame(
+    settings: Settings,
+    table: str,
+    *,
+    filters: Sequence[tuple[str, str, object]] | None = None,
+    columns: Sequence[str] | None = None,
+) -> pl.DataFrame:
+    """:func:`read` as a polars frame."""
+    frame = pl.from_arrow(read(settings, table, filters=filters, columns=columns))
+    assert isinstance(frame, pl.DataFrame)
+    return frame
 
 
 def _comparison(column: str, op: str, value: object) -> pc.Expression:
@@ -111,16 +125,16 @@ def commit(
     if not exists:
         kwargs["description"] = description
     if mode == "append":
-        write_deltalake(location, data, mode="append", **kwargs)
+        write_deltalake(location, data, mode="append", **kwargs)  # type: ignore[call-overload]
     elif mode == "overwrite":
-        write_deltalake(location, data, mode="overwrite", **kwargs)
+        write_deltalake(location, data, mode="overwrite", **kwargs)  # type: ignore[call-overload]
     else:
         parts = list(partitions)
         if not parts:
             raise ValueError(f"replace_partitions on {table} needs at least one partition")
         predicate = " OR ".join(f"({partition_predicate(p)})" for p in parts)
         if exists:
-            write_deltalake(location, data, mode="overwrite", predicate=predicate, **kwargs)
+            write_deltalake(location, data, mode="overwrite", predicate=predicate, **kwargs)  # type: ignore[call-overload]
         else:
-            write_deltalake(location, data, mode="append", **kwargs)
+            write_deltalake(location, data, mode="append", **kwargs)  # type: ignore[call-overload]
     return DeltaTable(location).version()

@@ -46,7 +46,7 @@ def read_prices(settings: Settings) -> pl.DataFrame:
     """The current price table (empty when none was loaded)."""
     if lake.open_table(settings, TABLE) is None:
         return pl.DataFrame(schema=_COLUMNS)
-    return pl.from_arrow(lake.read(settings, TABLE)).select(list(_COLUMNS))  # type: ignore[return-value]
+    return lake.read_frame(settings, TABLE).select(list(_COLUMNS))
 
 
 def with_cost(requests: pl.DataFrame, prices: pl.DataFrame) -> pl.DataFrame:

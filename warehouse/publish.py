@@ -148,7 +148,8 @@ class _Sample:
     """An even, deterministic sample of a stream: every k-th row, k doubling as needed."""
 
     def __init__(self, limit: int) -> None:
-        self.limit, self.stride, self.parts, self.rows, self._offset = limit, 1, [], 0, 0
+        self.limit, self.stride, self.rows, self._offset = limit, 1, 0, 0
+        self.parts: list[pa.Table] = []
 
     def add(self, table: pa.Table) -> None:
         start = (-self._offset) % self.stride
@@ -185,7 +186,7 @@ def publish(
     ``result.rejected`` (their input columns, ``keep`` columns and ``rules``) for the
     caller to quarantine. Raises :class:`AuditFailed` when the audit refuses.
     """
-    from contracts import arrow_schema, audit, conform, load_contract, split_rows
+    from contracts import arrow_schema, conform, load_contract, split_rows
 
     started = time.perf_counter()
     started_at = dt.datetime.now(dt.timezone.utc)

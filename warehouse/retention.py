@@ -71,8 +71,7 @@ def _user_rows(settings: Settings, table: str, user_id: str) -> pl.DataFrame:
     """
     from warehouse.sources.formats import parser_for
 
-    rows = pl.from_arrow(lake.read(settings, table))
-    assert isinstance(rows, pl.DataFrame)
+    rows = lake.read_frame(settings, table)
     needle = user_id.encode()
     hits = []
     if "source" not in rows.columns:  # quarantine: raw line only
@@ -83,9 +82,9 @@ def _user_rows(settings: Settings, table: str, user_id: str) -> pl.DataFrame:
             group.get_column("file_sha256").to_arrow())
         if "_line" in parsed.columns:
             owned = parsed.filter(pl.col("user_id") == user_id).get_column("_line").unique()
-            mask = pl.int_range(pl.len()).is_in(owned.implode())
+            mask = pl.Series(range(group.height)).is_in(owned.implode())
         else:
-            mask = pl.Series(parsed.get_column("user_id") == user_id).fill_null(False)
+            mask = (parsed.get_column("user_id") == user_id).fill_null(False)
         raw_hit = pl.col("raw_line").bin.contains(needle) & pl.col("is_malformed")
         hits.append(group.with_columns(_mask=mask).filter(pl.col("_mask") | raw_hit).drop("_mask"))
     return pl.concat(hits) if hits else rows.head(0)

@@ -27,7 +27,7 @@ from typing import Literal
 
 import polars as pl
 import pyarrow as pa
-import yaml
+import yaml  # type: ignore[import-untyped]
 
 from warehouse.sources.canonical import MAX_LINE_BYTES, Kind, fields_for
 from warehouse.sources.jsonl import parse_json_lines
@@ -112,7 +112,7 @@ def parse_mapping(text: str, origin: str = "<mapping>") -> Mapping:
     if fmt not in ("csv", "jsonl"):
         raise MappingError(f"{origin}: 'format' must be csv or jsonl, not {fmt!r}")
     canonical = set(fields_for(kind))
-    fields_ = {str(k): str(v) for k, v in dict(need("fields", dict)).items()}  # type: ignore[arg-type]
+    fields_ = {str(k): str(v) for k, v in dict(need("fields", dict)).items()}  # type: ignore[call-overload]
     constants = {str(k): str(v) for k, v in dict(doc.get("constants") or {}).items()}
     unknown = sorted((set(fields_) | set(constants)) - canonical)
     if unknown:
@@ -136,7 +136,7 @@ def parse_mapping(text: str, origin: str = "<mapping>") -> Mapping:
         if missing:
             raise MappingError(f"{origin}: fields name columns {missing} that csv.columns does not list")
     return Mapping(
-        name=name, kind=kind, format=fmt, fields=fields_, constants=constants,
+        name=name, kind=kind, format=fmt, fields=fields_, constants=constants,  # type: ignore[arg-type]
         csv_columns=columns, csv_header=bool(csv_opts.get("header", True)),
         csv_delimiter=str(csv_opts.get("delimiter", ",")),
         ts_format=ts.get("format"), ts_timezone=str(ts.get("timezone", "UTC")),
@@ -168,7 +168,7 @@ def _parse_csv_lines(raw: pa.Array, mapping: Mapping) -> pl.DataFrame:
             rows.append([None] * width)
             errors.append("CSV header row (not a record)")
         else:
-            rows.append(values)
+            rows.append(list[str | None](values))
             errors.append(None)
     columns = {c: [r[i] for r in rows] for i, c in enumerate(mapping.csv_columns)}
     return pl.DataFrame({"parse_error": errors, **columns}, schema={"parse_error": pl.String,
