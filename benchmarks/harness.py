@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results.json"))
     args = parser.parse_args(argv)
-    console = Console()
+    console = Console(width=max(140, Console().width))
     results: list[dict] = []
     table = Table(title="Strata benchmarks")
     for col in ("benchmark", "metric", "value", "baseline", "baseline value", "ratio", "target"):

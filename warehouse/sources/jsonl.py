@@ -48,13 +48,13 @@ def _checked(con, raw: pa.Array, fields: Sequence[str]) -> pl.DataFrame:
     """).pl()
 
 
-def _as_ndjson(lines: pa.Array) -> np.ndarray:
-    """The lines joined by ``\\n`` (with a final one), straight from the Arrow buffers."""
-    lines = pa.array(lines, pa.large_binary()) if lines.type != pa.large_binary() else lines
-    lines = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
-    offsets = np.frombuffer(lines.buffers()[1], np.int64)[lines.offset: lines.offset + len(lines) + 1]
-    data = np.frombuffer(lines.buffers()[2], np.uint8)[offsets[0]: offsets[-1]]
-    return np.insert(data, offsets[1:] - offsets[0], 10)
+def _as_ndjson(lines: pa.Array) -> pa.Buffer:
+    """The lines, each followed by ``\n``, as one contiguous buffer."""
+    lines = lines.cast(pa.large_binary()) if lines.type != pa.large_binary() else lines
+    empty, newline = pa.scalar(b"", pa.large_binary()), pa.scalar(b"\n", pa.large_binary())
+    joined = pc.binary_join_element_wise(lines, empty, newline)
+    offsets = np.frombuffer(joined.buffers()[1], np.int64)[joined.offset: joined.offset + len(joined) + 1]
+    return joined.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
 
 
 def _read_fields(con, lines: pa.Array, fields: Sequence[str]) -> pl.DataFrame | None:
@@ -63,7 +63,7 @@ def _read_fields(con, lines: pa.Array, fields: Sequence[str]) -> pl.DataFrame | 
     fd, path = tempfile.mkstemp(prefix="strata-", suffix=".ndjson")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(_as_ndjson(lines).data)
+            handle.write(_as_ndjson(lines))
         frame = con.sql(f"""SELECT * FROM read_json('{path}', format = 'newline_delimited', columns = {columns},
                             maximum_object_size = {2 * MAX_LINE_BYTES})""").pl()
     except Exception:  # noqa: BLE001 - the reader refused a line the checks passed: fall back
