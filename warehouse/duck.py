@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+
 import duckdb
+
+_local = threading.local()
 
 
 def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
@@ -13,4 +17,15 @@ def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
     con.execute("SET autoload_known_extensions = false")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
+    return con
+
+
+def scratch() -> duckdb.DuckDBPyConnection:
+    """This thread's reusable connection for short parsing queries (opening one costs ~20 ms).
+
+    Callers register their inputs under fixed names and must not leave state behind.
+    """
+    con = getattr(_local, "con", None)
+    if con is None:
+        con = _local.con = connect()
     return con

@@ -14,7 +14,7 @@ import datetime as dt
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable, Iterator, Literal
 
 import numpy as np
 import polars as pl
@@ -178,6 +178,19 @@ def _plan(settings: Settings, paths: list[Path], fmt: Format, mapping_file: Path
     return plan
 
 
+def _loaded_ahead(paths: list[Path]) -> Iterator[landed.LandedFile]:
+    """The files in order, each read and decompressed while the one before is processed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-read") as pool:
+        pending = pool.submit(landed.load, paths[0]) if paths else None
+        for index in range(len(paths)):
+            assert pending is not None
+            current = pending.result()
+            pending = pool.submit(landed.load, paths[index + 1]) if index + 1 < len(paths) else None
+            yield current
+
+
 def ingest(
     settings: Settings,
     paths: list[Path],
@@ -202,8 +215,7 @@ def ingest(
 
         def frames(files: list[_Planned] = files, landed_now: list[FileResult] = landed_now):
             nonlocal done
-            for item in files:
-                file = landed.load(item.path)
+            for item, file in zip(files, _loaded_ahead([f.path for f in files])):
                 if file.sha256 != item.sha256:
                     raise RuntimeError(f"{item.path} changed while being ingested; ingest it again")
                 raw = landed.split_lines(file.content)

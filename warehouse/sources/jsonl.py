@@ -17,7 +17,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from warehouse.duck import connect
+from warehouse.duck import scratch
 from warehouse.sources.canonical import MAX_LINE_BYTES
 
 #: Up to this many fields are extracted path by path; more go through the NDJSON reader.
@@ -80,7 +80,7 @@ def parse_json_lines(raw: pa.Array, fields: Sequence[str], *, checked_ok: bool =
     come back as their JSON text. ``checked_ok`` says every line already passed these
     checks (ODS ran them when it landed the line), so only the fields are read.
     """
-    con = connect()
+    con = scratch()
     try:
         bulk = len(fields) > _PATHS_UP_TO
         if checked_ok and bulk:
@@ -104,7 +104,7 @@ def parse_json_lines(raw: pa.Array, fields: Sequence[str], *, checked_ok: bool =
             *[pl.when(ok).then(pl.col("v").list.get(n, null_on_oob=True)).alias(f) for n, f in enumerate(fields)],
         )
     finally:
-        con.close()
+        con.unregister("lines")
 
 
 def _lines_up(con, lines: pa.Array, read: pl.DataFrame, fields: Sequence[str]) -> bool:
