@@ -286,3 +286,25 @@ def test_otlp_export_ingests_to_dwd(tmp_path: Path, strata_env: Path) -> None:
     assert (report.books.ods_rows, report.books.dwd_rows, report.books.malformed) == (6, 5, 1)
     assert sorted(pl.from_arrow(lake.read(settings, "dwd.request")).get_column("request_id").to_list()) == [
         f"span-{i}" for i in range(5)]
+
+
+def test_json_lines_parse_the_same_by_reader_and_by_path() -> None:
+    import pyarrow as pa
+
+    from warehouse.duck import scratch
+    from warehouse.sources.canonical import REQUEST_FIELDS
+    from warehouse.sources.jsonl import _by_path, parse_json_lines
+
+    lines = [json.dumps(_record(f"r{i}", START)).encode() for i in range(50)]
+    lines[3] = b'{"request_id": "r3", "ts": '  # truncated
+    lines[7] = b"\xff\xfe not utf-8"
+    lines[9] = b"[1, 2]"
+    raw = pa.array(lines, pa.large_binary())
+    by_reader = parse_json_lines(raw, REQUEST_FIELDS)
+    by_path = _by_path(scratch(), raw, REQUEST_FIELDS)
+    assert by_reader.get_column("parse_error").to_list() == by_path.get_column("parse_error").to_list()
+    assert by_reader.get_column("request_id").to_list() == by_path.get_column("request_id").to_list()
+    assert by_reader.get_column("input_tokens").to_list() == by_path.get_column("input_tokens").to_list()
+    assert by_reader.get_column("parse_error").to_list()[3] == "invalid JSON"
+    assert by_reader.get_column("parse_error").to_list()[7] == "invalid UTF-8"
+    assert by_reader.get_column("parse_error").to_list()[9] == "not a JSON object"

@@ -82,27 +82,20 @@ def parse_json_lines(raw: pa.Array, fields: Sequence[str], *, checked_ok: bool =
     """
     con = scratch()
     try:
-        bulk = len(fields) > _PATHS_UP_TO
-        if checked_ok and bulk:
+        if len(fields) <= _PATHS_UP_TO:
+            return _by_path(con, raw, fields)
+        if checked_ok:
             read = _read_fields(con, raw, fields)
             if read is not None and _lines_up(con, raw, read, fields):
-                return pl.concat([pl.DataFrame({"parse_error": pl.Series([None] * len(raw), dtype=pl.String)}),
-                                  read], how="horizontal")
-        checked = _checked(con, raw, () if bulk else fields)
-        ok = pl.col("parse_error").is_null()
-        if bulk:
-            good_rows = checked.get_column("parse_error").is_null()
-            good = pc.filter(raw, pa.array(good_rows.to_numpy()))
-            read = _read_fields(con, good, fields)
-            if read is None or not _lines_up(con, good, read, fields):
-                return parse_json_lines_by_path(con, raw, fields)
-            index = checked.filter(ok).select("i")
-            placed = pl.concat([index, read], how="horizontal")
-            return checked.select("i", "parse_error").join(placed, on="i", how="left", maintain_order="left").drop("i")
-        return checked.select(
-            "parse_error",
-            *[pl.when(ok).then(pl.col("v").list.get(n, null_on_oob=True)).alias(f) for n, f in enumerate(fields)],
-        )
+                return read.select(pl.lit(None, pl.String).alias("parse_error"), pl.all())
+        checked = _checked(con, raw, ())
+        ok = checked.get_column("parse_error").is_null()
+        good = pc.filter(raw, pa.array(ok.to_numpy()))
+        read = _read_fields(con, good, fields)
+        if read is None or not _lines_up(con, good, read, fields):
+            return _by_path(con, raw, fields)
+        placed = pl.concat([checked.filter(ok).select("i"), read], how="horizontal")
+        return checked.select("i", "parse_error").join(placed, on="i", how="left", maintain_order="left").drop("i")
     finally:
         con.unregister("lines")
 
@@ -118,8 +111,8 @@ def _lines_up(con, lines: pa.Array, read: pl.DataFrame, fields: Sequence[str]) -
     return expect.get_column("v").list.get(0).equals(read.get_column("request_id").gather_every(step))
 
 
-def parse_json_lines_by_path(con, raw: pa.Array, fields: Sequence[str]) -> pl.DataFrame:
-    """The slower path: every field extracted path by path in the checking pass."""
+def _by_path(con, raw: pa.Array, fields: Sequence[str]) -> pl.DataFrame:
+    """Every field extracted path by path in the checking pass (few fields, or the fallback)."""
     checked = _checked(con, raw, fields)
     ok = pl.col("parse_error").is_null()
     return checked.select(
