@@ -412,3 +412,14 @@ def test_killed_writer_leaves_nothing_visible(settings: Settings) -> None:
     result = publish(settings, "dwd.feedback", new, partitions=[{"event_date": DAY2}], now=NOW, expectations=False)
     assert result.version == before[0] + 1
     assert same_rows(contents(settings, "dwd.feedback"), pl.concat([feedback(DAY1, 0, 3), new]))
+
+
+def test_rows_outside_the_replaced_partition_are_refused_even_on_a_new_table(strata_env: Path) -> None:
+    settings = load_settings()
+    rows = pl.DataFrame({"table_name": ["dwd.request", "dwd.request"],
+                         "event_date": [dt.date(2026, 1, 1), dt.date(2026, 1, 2)],
+                         "ods_rows": [1, 1], "dwd_rows": [1, 1], "duplicates": [0, 0], "quarantined": [0, 0],
+                         "malformed": [0, 0], "balanced": [True, True]})
+    with pytest.raises(Exception, match="(?i)invalid data|partition|predicate"):
+        publish(settings, "ops.books", rows, partitions=[{"event_date": dt.date(2026, 1, 1)}], expectations=False)
+    assert lake.open_table(settings, "ops.books") is None

@@ -124,17 +124,12 @@ def commit(
                                  "target_file_size": TARGET_FILE_BYTES}
     if not exists:
         kwargs["description"] = description
-    if mode == "append":
-        write_deltalake(location, data, mode="append", **kwargs)  # type: ignore[call-overload]
-    elif mode == "overwrite":
-        write_deltalake(location, data, mode="overwrite", **kwargs)  # type: ignore[call-overload]
-    else:
+    if mode == "replace_partitions":
         parts = list(partitions)
         if not parts:
             raise ValueError(f"replace_partitions on {table} needs at least one partition")
-        predicate = " OR ".join(f"({partition_predicate(p)})" for p in parts)
-        if exists:
-            write_deltalake(location, data, mode="overwrite", predicate=predicate, **kwargs)  # type: ignore[call-overload]
-        else:
-            write_deltalake(location, data, mode="append", **kwargs)  # type: ignore[call-overload]
+        # The writer refuses rows outside the predicate, so a partition never leaks into another.
+        kwargs["predicate"] = " OR ".join(f"({partition_predicate(p)})" for p in parts)
+    write_deltalake(location, data, mode="append" if mode == "append" else "overwrite",  # type: ignore[call-overload]
+                    **kwargs)
     return DeltaTable(location).version()
