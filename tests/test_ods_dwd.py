@@ -225,13 +225,13 @@ def test_sigkill_during_a_dwd_build_then_rerun_equals_a_clean_build(
     ingest(settings, [out / "requests" / f"date={DAYS[0].isoformat()}"])
     script = (
         "import datetime as dt, sys, time\n"
-        "import warehouse.dwd as dwd\n"
+        "import warehouse.dwd as dwd, warehouse.ods_scan as scan\n"
         "from strata.config import load_settings\n"
         "real = dwd.parse_rows\n"
         "def slow(*a, **k):\n"
         "    print('started', flush=True); time.sleep(0.5); return real(*a, **k)\n"
         "dwd.parse_rows = slow\n"
-        "dwd.BATCH_ROWS = 1000\n"
+        "scan.BATCH_ROWS = 1000\n"
         f"dwd.build(load_settings(), 'requests', dt.date.fromisoformat('{DAYS[0].isoformat()}'))\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, **env},

@@ -18,23 +18,22 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import polars as pl
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from strata.config import Settings
 from warehouse import lake
-from warehouse.ods import TABLES as ODS_TABLES
+from warehouse.books import Books, record_books
+from warehouse.labels import FEEDBACK, REQUEST, latest_labels, merge_labels
 from warehouse.memory import detach
+from warehouse.ods import TABLES as ODS_TABLES
+from warehouse.ods_scan import ods_batches, ods_files, ods_row_count, repeated_lines
 from warehouse.privacy import pseudonymize
 from warehouse.publish import InvariantFailure, PublishResult, Tally, publish
 from warehouse.sources.canonical import Kind, fields_for
 from warehouse.sources.formats import parser_for
 from warehouse.sources.timestamps import parse_ts
 
-REQUEST = "dwd.request"
-FEEDBACK = "dwd.feedback"
 QUARANTINE = "dwd.quarantine"
-BOOKS = "ops.books"
 TARGETS: dict[Kind, str] = {"requests": REQUEST, "feedback": FEEDBACK}
 _LINEAGE = ["ods_source", "source_file", "line_no", "batch_id"]
 _MALFORMED_RULES = [
@@ -44,23 +43,6 @@ _MALFORMED_RULES = [
     (r"^not an OTLP", "line.not_otlp"), (r"^no GenAI spans", "line.no_genai_spans"),
     (r"^invalid span", "line.invalid_span"),
 ]
-
-
-@dataclass(frozen=True)
-class Books:
-    """Where every ODS row of a partition went."""
-
-    table: str
-    event_date: dt.date
-    ods_rows: int
-    dwd_rows: int
-    duplicates: int
-    quarantined: int
-    malformed: int
-
-    @property
-    def balanced(self) -> bool:
-        return self.ods_rows == self.dwd_rows + self.duplicates + self.quarantined + self.malformed
 
 
 @dataclass(frozen=True)
@@ -78,74 +60,6 @@ def malformed_rule(parse_error: pl.Expr) -> pl.Expr:
     for pattern, rule in reversed(_MALFORMED_RULES):
         expr = pl.when(parse_error.str.contains(pattern)).then(pl.lit(rule)).otherwise(expr)
     return expr
-
-
-#: ODS rows per batch of a DWD build: bounds memory on large days.
-BATCH_ROWS = 100_000
-
-
-def ods_files(settings: Settings, kind: Kind, day: dt.date) -> list[str]:
-    """URIs of the Parquet files holding one event date of ODS, in arrival order."""
-    table = ODS_TABLES[kind]
-    delta = lake.open_table(settings, table)
-    if delta is None:
-        raise FileNotFoundError(f"{table} does not exist: run `strata ingest` first")
-    actions = pl.DataFrame(delta.get_add_actions(flatten=True))
-    # Arrival order: a writer streams rows in order and cuts files as it goes, so the files
-    # sort by their first row's (ingested_at, source_file, line_no).
-    paths = (actions.filter(pl.col("partition.event_date") == day)
-             .sort(["min.ingested_at", "min.source_file", "min.line_no", "path"]).get_column("path").to_list())
-    root = delta.table_uri.rstrip("/")
-    return [f"{root}/{path}" for path in paths]
-
-
-def ods_batches(files: list[str], day: dt.date) -> Iterator[pl.DataFrame]:
-    """ODS rows of one event date, batch by batch, read with pyarrow alone.
-
-    Plain pyarrow (not deltalake) because the batches feed a Delta write that is running.
-    """
-    import pyarrow.fs as pafs
-    import pyarrow.parquet as pq
-
-    for uri in files:
-        fs, path = pafs.FileSystem.from_uri(uri)
-        with fs.open_input_file(path) as handle:
-            for batch in pq.ParquetFile(handle).iter_batches(batch_size=BATCH_ROWS):
-                if batch.num_rows:
-                    frame = pl.from_arrow(batch)
-                    assert isinstance(frame, pl.DataFrame)
-                    yield frame.with_columns(event_date=pl.lit(day))
-
-
-def repeated_lines(files: list[str], kind: Kind) -> pl.DataFrame:
-    """``(file_sha256, line_no)`` of ODS rows that repeat an earlier arrival's key.
-
-    Arrival order is data, not file order: (ingested_at, file_sha256, line_no). Only the
-    small key columns are read, so this first pass is cheap. The key is the request id
-    for requests and the exact line for feedback (at-least-once delivery repeats lines).
-    """
-    import pyarrow.fs as pafs
-    import pyarrow.parquet as pq
-
-    columns = ["request_id", "ingested_at", "file_sha256", "line_no", "is_malformed"]
-    if kind == "feedback":
-        columns.append("raw_line")
-    parts = []
-    for uri in files:
-        fs, path = pafs.FileSystem.from_uri(uri)
-        with fs.open_input_file(path) as handle:
-            table = pq.read_table(handle, columns=columns)
-        frame = pl.from_arrow(table)
-        assert isinstance(frame, pl.DataFrame)
-        frame = frame.filter(~pl.col("is_malformed") & pl.col("request_id").is_not_null())
-        if kind == "feedback":
-            frame = frame.with_columns(request_id=pl.concat_str(
-                "request_id", pl.col("raw_line").hash(seed=0).cast(pl.String), separator="#")).drop("raw_line")
-        parts.append(frame.drop("is_malformed"))
-    if not parts:
-        return pl.DataFrame(schema={"file_sha256": pl.String, "line_no": pl.Int64})
-    keys = pl.concat(parts).sort(["ingested_at", "file_sha256", "line_no"])
-    return detach(keys.filter(~pl.col("request_id").is_first_distinct()).select("file_sha256", "line_no"))
 
 
 def parse_rows(settings: Settings, ods: pl.DataFrame, kind: Kind) -> pl.DataFrame:
@@ -203,20 +117,6 @@ def _request_columns(frame: pl.DataFrame, key: bytes, prices: pl.DataFrame, labe
         attempt=pl.col("attempt").fill_null("1"),
     ).drop("user_id")
     return with_cost(typed, prices).join(labels, on="request_id", how="left")
-
-
-def latest_labels(settings: Settings, request_ids: pl.Series | None = None) -> pl.DataFrame:
-    """The latest feedback per request id (kind, value, ts) from ``dwd.feedback``."""
-    schema: dict[str, pl.DataType] = {"request_id": pl.String(), "feedback_kind": pl.String(),
-                                      "feedback_value": pl.String(), "feedback_ts": pl.Datetime("us", "UTC")}
-    if lake.open_table(settings, FEEDBACK) is None:
-        return pl.DataFrame(schema=schema)
-    fb = lake.read_frame(settings, FEEDBACK, columns=["request_id", "kind", "value", "ts"])
-    if request_ids is not None:
-        fb = fb.filter(pl.col("request_id").is_in(request_ids.implode()))
-    return (fb.sort(["ts", "kind", "value"]).group_by("request_id").last()
-            .rename({"kind": "feedback_kind", "value": "feedback_value", "ts": "feedback_ts"})
-            .select(list(schema)))
 
 
 def _quarantine_rows(rows: pl.DataFrame, rules: pl.Expr, target: str, day: dt.date) -> pl.DataFrame:
@@ -316,52 +216,9 @@ def build(settings: Settings, kind: Kind, day: dt.date) -> BuildReport:
     publish(settings, QUARANTINE, quarantine, partitions=[{"event_date": day, "target_table": target}],
             expectations=False)
     books = books_holder["books"]
-    _record_books(settings, books)
+    record_books(settings, books)
     counts = quarantine.get_column("rules").explode().value_counts()
     return BuildReport(books, result.version, dict(zip(counts[:, 0].to_list(), counts[:, 1].to_list())))
-
-
-def _record_books(settings: Settings, books: Books) -> None:
-    frame = pl.DataFrame([{
-        "table_name": books.table, "event_date": books.event_date, "ods_rows": books.ods_rows,
-        "dwd_rows": books.dwd_rows, "duplicates": books.duplicates, "quarantined": books.quarantined,
-        "malformed": books.malformed, "balanced": books.balanced,
-    }])
-    publish(settings, BOOKS, frame, partitions=[{"event_date": books.event_date, "table_name": books.table}],
-            expectations=False)
-
-
-def merge_labels(settings: Settings, feedback_day: dt.date) -> int:
-    """Apply feedback that arrived on ``feedback_day`` to the requests it labels (Delta MERGE).
-
-    Returns the number of request rows updated. The label set is the latest over all
-    feedback, so merging in any order, or twice, gives the same rows.
-    """
-    target = lake.open_table(settings, REQUEST)
-    if target is None:
-        return 0
-    fb = lake.read_frame(settings, FEEDBACK, columns=["request_id"], filters=[("event_date", "=", feedback_day)])
-    assert isinstance(fb, pl.DataFrame)
-    labels = latest_labels(settings, fb.get_column("request_id").unique())
-    if labels.is_empty():
-        return 0
-    stats = (
-        target.merge(labels.to_arrow(), predicate="t.request_id = s.request_id", source_alias="s", target_alias="t")
-        .when_matched_update(
-            updates={"feedback_kind": "s.feedback_kind", "feedback_value": "s.feedback_value",
-                     "feedback_ts": "s.feedback_ts"},
-            predicate="(t.feedback_ts IS DISTINCT FROM s.feedback_ts) OR (t.feedback_kind IS DISTINCT FROM "
-                      "s.feedback_kind) OR (t.feedback_value IS DISTINCT FROM s.feedback_value)",
-        )
-        .execute()
-    )
-    return int(stats.get("num_target_rows_updated", 0))
-
-
-def ods_row_count(settings: Settings, kind: Kind, day: dt.date) -> int:
-    """ODS rows of one kind with this event date (0 when the table does not exist)."""
-    delta = lake.open_table(settings, ODS_TABLES[kind])
-    return 0 if delta is None else delta.to_pyarrow_dataset().count_rows(filter=pc.field("event_date") == day)
 
 
 def build_day(settings: Settings, day: dt.date) -> dict[Kind, BuildReport]:
