@@ -308,3 +308,14 @@ def test_json_lines_parse_the_same_by_reader_and_by_path() -> None:
     assert by_reader.get_column("parse_error").to_list()[3] == "invalid JSON"
     assert by_reader.get_column("parse_error").to_list()[7] == "invalid UTF-8"
     assert by_reader.get_column("parse_error").to_list()[9] == "not a JSON object"
+
+
+def test_ingesting_a_generated_folder_takes_only_the_logs(tmp_path: Path, strata_env: Path) -> None:
+    out = tmp_path / "gen"
+    manifest = generate(out, days=1, requests_per_day=200, seed=1, start=START)
+    report = ingest(load_settings(), [out])  # manifest.json and prices.csv sit beside the logs
+    landed = {f.path.name for f in report.landed}
+    assert "manifest.json" not in landed and "prices.csv" not in landed
+    assert sum(f.lines for f in report.landed if f.table == "ods.request_log_raw") == \
+        manifest["days"][START.isoformat()]["lines"]
+    assert any(f.table == "ods.feedback_raw" for f in report.landed)

@@ -164,7 +164,8 @@ def _plan(settings: Settings, paths: list[Path], fmt: Format, mapping_file: Path
 
     plan: dict[str, list[_Planned]] = {}
     seen: dict[str, set[str]] = {}
-    for path in landed.discover(paths):
+    kinds = ["csv", "lines"] if mapping_file else ["otlp", "lines"] if fmt == "otlp-json" else ["lines"]
+    for path in landed.discover(paths, kinds):
         source, kind = _source_for(settings, path, fmt, mapping_file)
         table = TABLES[kind]
         if table not in seen:

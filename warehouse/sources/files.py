@@ -15,7 +15,12 @@ import pyarrow.compute as pc
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _DATE_IN_PATH = re.compile(r"(?:^|[/_=-])(\d{4}-\d{2}-\d{2})(?:[/_.]|$)")
-SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".csv", ".csv.gz", ".ndjson", ".ndjson.gz")
+#: What a folder search picks up, by what the files will be read as.
+SUFFIXES = {
+    "lines": (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz"),
+    "otlp": (".json", ".json.gz"),
+    "csv": (".csv", ".csv.gz"),
+}
 
 
 @dataclass(frozen=True)
@@ -33,12 +38,18 @@ class LandedFile:
         return found[-1] if found else None
 
 
-def discover(paths: Iterable[Path]) -> list[Path]:
-    """Files named by ``paths``; folders are searched recursively for known suffixes."""
+def discover(paths: Iterable[Path], kinds: Iterable[str] = ("lines",)) -> list[Path]:
+    """Files named by ``paths``; folders are searched recursively for the suffixes of ``kinds``.
+
+    A folder search takes JSON lines files; ``.json`` (OTLP exports) and ``.csv`` files only
+    when the caller reads them so, so a ``manifest.json`` or price list beside the logs is
+    not mistaken for logs. A file named explicitly is always taken.
+    """
+    suffixes = tuple(s for kind in kinds for s in SUFFIXES[kind])
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
-            files += sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(SUFFIXES))
+            files += sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(suffixes))
         elif path.is_file():
             files.append(path)
         else:
