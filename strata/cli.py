@@ -132,8 +132,8 @@ def build_dwd_cmd(
     from warehouse.dwd import build_day
 
     day = _parse_date(date, "--date")
-    with console.status(f"building DWD for {day}"):
-        reports = build_day(load_settings(), day)
+    with _progress(f"building DWD {day}") as step:
+        reports = build_day(load_settings(), day, progress=lambda table, done, total: step(done, total, table))
     for kind, report in reports.items():
         b = report.books
         out.print(f"{b.table} [{day}] v{report.version}: ODS {b.ods_rows:,} = DWD {b.dwd_rows:,} + duplicates "
@@ -197,7 +197,7 @@ def _parse_date(text: str, option: str) -> dt.date:
 
 
 class _progress:
-    """Context manager yielding a ``progress(done, total)`` callback that drives a bar."""
+    """Context manager yielding a ``progress(done, total[, description])`` callback that drives a bar."""
 
     def __init__(self, description: str) -> None:
         from strata.console import progress_bar
@@ -209,10 +209,10 @@ class _progress:
     def __enter__(self):
         self._bar.start()
 
-        def step(done: int, total: int) -> None:
+        def step(done: int, total: int, description: str | None = None) -> None:
             if self._task is None:
                 self._task = self._bar.add_task(self._description, total=total)
-            self._bar.update(self._task, completed=done, total=total)
+            self._bar.update(self._task, completed=done, total=total, description=description or self._description)
 
         return step
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import os
 import secrets
+import shutil
 from pathlib import Path
 from typing import Callable
 
@@ -28,6 +30,22 @@ def demo_key(settings: Settings, echo: Echo) -> Settings:
     return dataclasses.replace(settings, pseudonym_key=path.read_text().strip())
 
 
+def demo_settings(settings: Settings, params: dict[str, int], echo: Echo) -> Settings:
+    """The demo's own corner of STRATA_HOME (``demo/``), so it never mixes with a real lake.
+
+    The demo's lake is kept between runs with the same parameters (a re-run then shows
+    that nothing is landed twice) and started afresh when they change.
+    """
+    home = settings.home / "demo"
+    stamp = home / "demo.json"
+    if stamp.exists() and json.loads(stamp.read_text()) != params:
+        echo(f"  parameters changed since the last demo: starting the demo lake at {home} afresh")
+        shutil.rmtree(home)
+    home.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps(params))
+    return dataclasses.replace(settings, home=home, lake_uri=str(home / "lake"), landing_dir=home / "landing")
+
+
 def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int, echo: Echo,
              progress: Callable[[str], object]) -> bool:
     """Run the pipeline on generated data; True when every DWD partition matches the manifest."""
@@ -36,8 +54,9 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
     from warehouse.ods import ingest
     from warehouse.prices import load_prices
 
-    settings = demo_key(settings, echo)
-    landing: Path = settings.landing_dir / "demo"
+    settings = demo_key(demo_settings(settings, {"days": days, "requests_per_day": requests_per_day,
+                                                 "seed": seed}, echo), echo)
+    landing: Path = settings.landing_dir
     start = dt.date(2026, 1, 1)
     echo(f"[bold]1/4 generate[/] {days} day(s) × {requests_per_day:,} requests (1% faulty lines) → {landing}")
     with progress("generating") as step:  # type: ignore[attr-defined]
@@ -57,7 +76,9 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
     request_days = sorted(manifest["days"])
     all_ok = True
     for day in sorted(set(feedback_days) | set(request_days)):
-        reports = build_day(settings, dt.date.fromisoformat(day))
+        with progress(f"building {day}") as step:  # type: ignore[attr-defined]
+            reports = build_day(settings, dt.date.fromisoformat(day),
+                                progress=lambda table, done, total: step(done, total, table))
         for kind, built in reports.items():
             b = built.books
             line = (f"  {b.table} {day}: ODS {b.ods_rows:,} = DWD {b.dwd_rows:,} + duplicates {b.duplicates:,}"

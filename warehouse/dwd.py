@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import polars as pl
 import pyarrow.compute as pc
@@ -129,7 +129,11 @@ def _quarantine_rows(rows: pl.DataFrame, rules: pl.Expr, target: str, day: dt.da
     )
 
 
-def build(settings: Settings, kind: Kind, day: dt.date) -> BuildReport:
+Progress = Callable[[str, int, int], None]
+"""(what, ODS rows done, ODS rows in all) after each batch of a build."""
+
+
+def build(settings: Settings, kind: Kind, day: dt.date, progress: Progress | None = None) -> BuildReport:
     """Build one event date of ``dwd.request`` or ``dwd.feedback`` from ODS (idempotent).
 
     Streams the day's ODS rows batch by batch: memory stays bounded however large the day.
@@ -158,7 +162,11 @@ def build(settings: Settings, kind: Kind, day: dt.date) -> BuildReport:
 
     def records() -> Iterator[pl.DataFrame]:
         nonlocal seen
+        done = 0
         for ods in ods_batches(files, day):
+            done += ods.height
+            if progress:
+                progress(target, done, len(arrivals))
             ods = ods.join(repeats.with_columns(_repeat=pl.lit(True)), on=["file_sha256", "line_no"], how="left",
                            maintain_order="left")
             parsed = parse_rows(settings, ods.with_columns(pl.col("_repeat").fill_null(False)), kind)
@@ -221,7 +229,7 @@ def build(settings: Settings, kind: Kind, day: dt.date) -> BuildReport:
     return BuildReport(books, result.version, dict(zip(counts[:, 0].to_list(), counts[:, 1].to_list())))
 
 
-def build_day(settings: Settings, day: dt.date) -> dict[Kind, BuildReport]:
+def build_day(settings: Settings, day: dt.date, progress: Progress | None = None) -> dict[Kind, BuildReport]:
     """Build D's feedback (merging its labels into earlier requests), then D's requests.
 
     A day may hold only feedback (reviews arrive after the traffic they judge).
@@ -232,8 +240,8 @@ def build_day(settings: Settings, day: dt.date) -> dict[Kind, BuildReport]:
                           f"(check the date, or ingest that day's files first)")
     reports: dict[Kind, BuildReport] = {}
     if counts["feedback"]:
-        reports["feedback"] = build(settings, "feedback", day)
+        reports["feedback"] = build(settings, "feedback", day, progress)
         merge_labels(settings, day)
     if counts["requests"]:
-        reports["requests"] = build(settings, "requests", day)
+        reports["requests"] = build(settings, "requests", day, progress)
     return reports
