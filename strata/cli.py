@@ -142,7 +142,7 @@ def build_dwd_cmd(
             out.print(f"  quarantined by {rule}: {count:,}")
 
 
-retention_app = typer.Typer(help="Retention of raw ODS data.", no_args_is_help=True)
+retention_app = typer.Typer(help="Retention of raw lines (ODS and the quarantine).", no_args_is_help=True)
 app.add_typer(retention_app, name="retention")
 
 
@@ -150,7 +150,7 @@ app.add_typer(retention_app, name="retention")
 def retention_apply_cmd(
     days: Optional[int] = typer.Option(None, "--days", min=1, help="Days to keep (default: STRATA_ODS_RETENTION_DAYS)."),
 ) -> None:
-    """Delete ODS partitions older than the retention period, then vacuum their files."""
+    """Delete raw-line partitions (ODS and the quarantine) older than the retention, then vacuum."""
     from strata.config import load_settings
     from warehouse.retention import apply_retention
 

@@ -82,9 +82,14 @@ def test_retention_deletes_old_ods_partitions_and_their_files(tmp_path: Path, st
     old_day, new_day = dt.date(2026, 1, 1), dt.date(2026, 3, 1)
     old = _land(tmp_path, "old.jsonl", [json.dumps(r).encode() for r in _records("u", 3, old_day, "a")], old_day)
     new = _land(tmp_path, "new.jsonl", [json.dumps(r).encode() for r in _records("u", 2, new_day, "b")], new_day)
-    ingest(settings, [old, new])
+    broken = _land(tmp_path, "broken.jsonl", [b'{"request_id": "old-broken", "user_id": "u", "ts": '], old_day)
+    ingest(settings, [old, new, broken])
+    build_day(settings, old_day)
+    build_day(settings, new_day)
+    assert lake.read_frame(settings, "dwd.quarantine").height == 1
     deleted = apply_retention(settings, days=30, today=dt.date(2026, 3, 10))
-    assert deleted["ods.request_log_raw"] == 3
+    assert deleted["ods.request_log_raw"] == 4
+    assert deleted["dwd.quarantine"] == 1  # quarantined raw lines age out with the raw data
     ods = pl.from_arrow(lake.read(settings, "ods.request_log_raw"))
     assert ods.get_column("event_date").unique().to_list() == [new_day]
     leftover = list((Path(settings.lake_uri) / "ods" / "request_log_raw").rglob("*.parquet"))

@@ -35,14 +35,21 @@ def vacuum_now(settings: Settings, table: str, *, purge_log: bool = False) -> in
     return len(removed)
 
 
+#: Tables that keep raw lines (payloads included): the raw-data retention applies to them.
+RAW_TABLES = (*ODS_TABLES.values(), "dwd.quarantine")
+
+
 def apply_retention(settings: Settings, *, days: int | None = None, today: dt.date | None = None) -> dict[str, int]:
-    """Delete ODS partitions older than ``days`` (default: the configured retention); rows deleted per table."""
+    """Delete raw-line partitions (ODS and the quarantine) older than ``days``; rows deleted per table.
+
+    ``days`` defaults to the configured ODS retention.
+    """
     keep_days = settings.ods_retention_days if days is None else days
     if keep_days < 1:
         raise ValueError("retention must keep at least 1 day")
     cutoff = (today or dt.datetime.now(dt.timezone.utc).date()) - dt.timedelta(days=keep_days)
     deleted: dict[str, int] = {}
-    for table in ODS_TABLES.values():
+    for table in RAW_TABLES:
         delta = lake.open_table(settings, table)
         if delta is None:
             continue
