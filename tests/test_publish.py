@@ -73,12 +73,12 @@ def contents(settings: Settings, table: str) -> pl.DataFrame:
 
 def data_files(settings: Settings, table: str) -> list[str]:
     """The data files the current version references."""
-    return sorted(DeltaTable(lake.uri(settings, table)).file_uris())
+    return sorted(DeltaTable(settings.table_uri(table)).file_uris())
 
 
 def commits(settings: Settings, table: str) -> int:
     """Number of commits in the table's log."""
-    return len(DeltaTable(lake.uri(settings, table)).history())
+    return len(DeltaTable(settings.table_uri(table)).history())
 
 
 def audit_log(settings: Settings) -> pl.DataFrame:
@@ -380,7 +380,7 @@ def test_killed_writer_leaves_nothing_visible(settings: Settings) -> None:
             expectations=False)
     before = _snapshot(settings, "dwd.feedback")
     log_before = audit_log(settings)
-    root = Path(lake.uri(settings, "dwd.feedback"))
+    root = Path(settings.table_uri("dwd.feedback"))
     files_before = _table_files(root)
 
     writer = subprocess.Popen([sys.executable, "-c", WRITER], cwd=REPO, env=dict(os.environ),

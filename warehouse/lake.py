@@ -23,14 +23,9 @@ TARGET_FILE_BYTES = 128 * 1024 * 1024
 _WRITER = WriterProperties(max_row_group_size=128 * 1024, compression="SNAPPY")
 
 
-def uri(settings: Settings, table: str) -> str:
-    """Location of a layer table."""
-    return settings.table_uri(table)
-
-
 def open_table(settings: Settings, table: str) -> DeltaTable | None:
     """The Delta table, or None when it was never written."""
-    location = uri(settings, table)
+    location = settings.table_uri(table)
     return DeltaTable(location) if DeltaTable.is_deltatable(location) else None
 
 
@@ -46,14 +41,11 @@ def read(
     *,
     filters: Sequence[tuple[str, str, object]] | None = None,
     columns: Sequence[str] | None = None,
-    schema: pa.Schema | None = None,
 ) -> pa.Table:
-    """Read the table's current version (empty, with ``schema``, when it does not exist)."""
+    """Read the table's current version."""
     dt_ = open_table(settings, table)
     if dt_ is None:
-        if schema is None:
-            raise FileNotFoundError(f"table {table} does not exist yet at {uri(settings, table)}")
-        return schema.empty_table() if columns is None else schema.empty_table().select(list(columns))
+        raise FileNotFoundError(f"table {table} does not exist yet at {settings.table_uri(table)}")
     dataset = dt_.to_pyarrow_dataset()
     expr = None
     for column, op, value in filters or ():
@@ -118,7 +110,7 @@ def commit(
     a logical date replaces that date and nothing else); ``append`` adds rows;
     ``overwrite`` replaces the whole table.
     """
-    location = uri(settings, table)
+    location = settings.table_uri(table)
     exists = DeltaTable.is_deltatable(location)
     kwargs: dict[str, object] = {"partition_by": list(partition_by) or None, "writer_properties": _WRITER,
                                  "target_file_size": TARGET_FILE_BYTES}

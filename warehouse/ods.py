@@ -76,10 +76,9 @@ class IngestReport:
         return [f for f in self.files if f.status == "skipped"]
 
 
-def _source_for(settings: Settings, path: Path, fmt: Format, mapping_file: Path | None) -> tuple[str, Kind]:
-    if mapping_file is not None:
-        mapping = load_mapping(resolve_mapping(mapping_file))
-        return register_mapping(settings, mapping), mapping.kind
+def _source_for(path: Path, fmt: Format, mapped: tuple[str, Kind] | None) -> tuple[str, Kind]:
+    if mapped is not None:
+        return mapped
     if fmt == "csv":
         raise ValueError(f"{path}: CSV needs a mapping file (--mapping) that maps its columns")
     name = path.name.lower()
@@ -164,9 +163,13 @@ def _plan(settings: Settings, paths: list[Path], fmt: Format, mapping_file: Path
 
     plan: dict[str, list[_Planned]] = {}
     seen: dict[str, set[str]] = {}
+    mapped: tuple[str, Kind] | None = None
+    if mapping_file is not None:  # read and kept once for the whole run
+        mapping = load_mapping(resolve_mapping(mapping_file))
+        mapped = register_mapping(settings, mapping), mapping.kind
     kinds = ["csv", "lines"] if mapping_file else ["otlp", "lines"] if fmt == "otlp-json" else ["lines"]
     for path in landed.discover(paths, kinds):
-        source, kind = _source_for(settings, path, fmt, mapping_file)
+        source, kind = _source_for(path, fmt, mapped)
         table = TABLES[kind]
         if table not in seen:
             seen[table] = already_landed(settings, table)
