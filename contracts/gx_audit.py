@@ -165,6 +165,11 @@ def _failure(r: dict[str, Any]) -> AuditFailure:
     return AuditFailure(rule, config["type"], res.get("unexpected_count"), list(examples[:5]), detail)
 
 
+def warm_up() -> None:
+    """Import GX and create its context now, so the first audit pays nothing for them."""
+    _context()
+
+
 @functools.lru_cache(maxsize=1)
 def _context() -> Any:
     import great_expectations as gx

@@ -96,11 +96,8 @@ def parse_rows(settings: Settings, ods: pl.DataFrame, kind: Kind) -> pl.DataFram
 
 
 def _ts_columns(frame: pl.DataFrame) -> pl.DataFrame:
-    parsed = parse_ts(pl.col("ts"))
-    return frame.with_columns(
-        _ts_type_error=pl.col("ts").is_not_null() & parsed.is_null(),
-        ts=parsed,
-    )
+    parsed = frame.select(parse_ts(pl.col("ts"))).to_series()  # parsed once: it is the costly part
+    return frame.with_columns(_ts_type_error=pl.col("ts").is_not_null() & parsed.is_null(), ts=parsed)
 
 
 def _request_columns(frame: pl.DataFrame, key: bytes, prices: pl.DataFrame, labels: pl.DataFrame,

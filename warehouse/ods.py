@@ -115,8 +115,8 @@ def ods_frame(
     """ODS rows of (a chunk of) one file: raw bytes, lineage, lenient keys, the malformed flag."""
     fallback = dt.date.fromisoformat(file.path_date) if file.path_date else ingested_at.date()
     latest = ingested_at + dt.timedelta(days=1)
-    event_ts = parse_ts(pl.col("ts"))
-    plausible = event_ts.is_between(pl.lit(_EARLIEST), pl.lit(latest))
+    parsed_ts = parsed.select(parse_ts(pl.col("ts"))).to_series()  # parsed once: it is the costly part
+    event_ts = parsed_ts.set(~parsed_ts.is_between(_EARLIEST, latest).fill_null(False), None)
     n = len(raw)
     request_id = salvage_request_ids(raw, parsed)
     return pl.DataFrame({"raw_line": pl.Series(raw, dtype=pl.Binary)}).with_columns(
@@ -127,8 +127,8 @@ def ods_frame(
         ingested_at=pl.lit(ingested_at).dt.cast_time_unit("us"),
         batch_id=pl.lit(batch_id),
         request_id=request_id,
-        event_ts=parsed.select(pl.when(plausible).then(event_ts)).to_series(),
-        event_date=parsed.select(pl.when(plausible).then(event_ts.dt.date()).otherwise(pl.lit(fallback))).to_series(),
+        event_ts=event_ts,
+        event_date=event_ts.dt.date().fill_null(fallback),
         is_malformed=parsed.get_column("parse_error").is_not_null(),
         parse_error=parsed.get_column("parse_error"),
     )

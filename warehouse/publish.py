@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Literal, Sequence
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -92,16 +93,6 @@ class PublishResult:
         return self.rejected.height
 
 
-def _warm_up_audit() -> None:
-    """Import Great Expectations (seconds) in the background while the data streams."""
-    import sys
-    import threading
-
-    if "great_expectations" not in sys.modules:
-        threading.Thread(target=__import__, args=("great_expectations",), name="strata-gx-import",
-                         daemon=True).start()
-
-
 def prefetch(frames: Iterable[pl.DataFrame], depth: int = 1) -> Iterator[pl.DataFrame]:
     """Compute the next frame(s) in a background thread while the writer encodes this one.
 
@@ -155,12 +146,12 @@ class _Sample:
         start = (-self._offset) % self.stride
         self._offset += table.num_rows
         if start < table.num_rows:
-            picked = table.slice(start).take(list(range(0, table.num_rows - start, self.stride)))
+            picked = table.slice(start).take(np.arange(0, table.num_rows - start, self.stride))
             self.parts.append(picked)
             self.rows += picked.num_rows
         while self.rows > self.limit:
             merged = pa.concat_tables(self.parts)
-            self.parts = [merged.take(list(range(0, merged.num_rows, 2)))]
+            self.parts = [merged.take(np.arange(0, merged.num_rows, 2))]
             self.rows = self.parts[0].num_rows
             self.stride *= 2
 
@@ -191,7 +182,9 @@ def publish(
     started = time.perf_counter()
     started_at = dt.datetime.now(dt.timezone.utc)
     if expectations:
-        _warm_up_audit()
+        from contracts.audit_worker import warm_up
+
+        warm_up()  # GX imports in the worker while the data streams
     contract = load_contract(table)
     schema = arrow_schema(contract)
     label = ", ".join(lake.partition_predicate(p) for p in partitions) or "(all)"
@@ -206,7 +199,8 @@ def publish(
                 tally.rows_in += frame.height
                 split = split_rows(frame, contract, now=now, keep=list(keep))
                 valid = split.valid.drop([c for c in keep if c in split.valid.columns])
-                conformed = conform(valid, contract, now=now)
+                # The row checks just passed these rows: conform only casts and checks the schema.
+                conformed = conform(valid, contract, check_values=False)
                 if split.rejected.height:
                     tally.rejected.append(detach(split.rejected))
                 tally.rows_published += conformed.num_rows
@@ -260,7 +254,7 @@ def publish(
 def _audit_failures(contract, sample: pa.Table | None, tally: Tally, invariants: Sequence[Invariant],
                     outcome: dict[str, object], now: dt.datetime | None = None,
                     ) -> list[tuple[str, str, Sequence[object]]]:
-    from contracts import audit
+    from contracts.audit_worker import audit
 
     failures: list[tuple[str, str, Sequence[object]]] = []
     low, high = contract.row_count.minimum, contract.row_count.maximum

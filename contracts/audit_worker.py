@@ -1,0 +1,93 @@
+"""The GX audit in a worker process, so importing Great Expectations costs no wall time.
+
+Importing GX is seconds of pure Python. In the writer's process it would hold the GIL
+(and trigger garbage collections) while the data streams; in a child process started
+when a write begins, it runs beside the stream and is done by the time the sample is
+ready. One worker serves every audit of the process, so the import is paid once.
+
+The worker is ``python -m contracts.audit_worker``: it reads pickled requests on stdin
+and answers on stdout. A worker that died is replaced on the next audit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import pickle
+import subprocess
+import sys
+import threading
+from datetime import datetime
+from typing import BinaryIO
+
+import pyarrow as pa
+
+from contracts.gx_audit import AuditResult
+from contracts.model import Contract
+
+_lock = threading.Lock()
+_process: subprocess.Popen[bytes] | None = None
+
+
+def warm_up() -> None:
+    """Start the worker (it imports GX at once) unless it is already running."""
+    global _process
+    with _lock:
+        if _process is None or _process.poll() is not None:
+            _process = subprocess.Popen([sys.executable, "-m", "contracts.audit_worker"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+
+def audit(sample: pa.Table, contract: Contract, *, now: datetime | None = None) -> AuditResult:
+    """:func:`contracts.gx_audit.audit` of ``sample``, run in the worker."""
+    warm_up()
+    with _lock:
+        assert _process is not None and _process.stdin is not None and _process.stdout is not None
+        try:
+            pickle.dump((sample, contract, now), _process.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            _process.stdin.flush()
+            status, payload = pickle.load(_process.stdout)
+        except (BrokenPipeError, EOFError) as exc:
+            raise RuntimeError(f"the GX audit worker died (exit code {_process.poll()}); "
+                               "see its error output above") from exc
+    if status == "error":
+        raise payload
+    return payload
+
+
+@atexit.register
+def _stop() -> None:
+    if _process is not None and _process.poll() is None:
+        assert _process.stdin is not None
+        _process.stdin.close()  # the worker exits at end of input
+        try:
+            _process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            _process.kill()
+
+
+def _serve(requests: BinaryIO, answers: BinaryIO) -> None:
+    from contracts.gx_audit import audit as gx_audit
+    from contracts.gx_audit import warm_up as gx_warm_up
+
+    gx_warm_up()
+    while True:
+        try:
+            sample, contract, now = pickle.load(requests)
+        except EOFError:
+            return
+        try:
+            answer: tuple[str, object] = ("ok", gx_audit(sample, contract, now=now))
+        except Exception as exc:  # noqa: BLE001 - handed back to the caller
+            answer = ("error", exc)
+        try:
+            data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - an exception that does not pickle
+            data = pickle.dumps(("error", RuntimeError(repr(answer[1]))))
+        answers.write(data)
+        answers.flush()
+
+
+if __name__ == "__main__":
+    requests, answers = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # anything GX prints must not corrupt the answers
+    _serve(requests, answers)
