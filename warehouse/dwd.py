@@ -113,7 +113,9 @@ def _request_columns(frame: pl.DataFrame, key: bytes, prices: pl.DataFrame, labe
         | (pl.col("attempt").cast(pl.Int64, strict=False) > 1).fill_null(False),
         attempt=pl.col("attempt").fill_null("1"),
     ).drop("user_id")
-    return with_cost(typed, prices).join(labels, on="request_id", how="left")
+    # Joined on the key alone, then put beside the (wide) frame: no copy of every column.
+    labelled = typed.select("request_id").join(labels, on="request_id", how="left", maintain_order="left")
+    return with_cost(typed, prices).with_columns(labelled.drop("request_id"))
 
 
 def _quarantine_rows(rows: pl.DataFrame, rules: pl.Expr, target: str, day: dt.date) -> pl.DataFrame:
@@ -164,9 +166,10 @@ def build(settings: Settings, kind: Kind, day: dt.date, progress: Progress | Non
             done += ods.height
             if progress:
                 progress(target, done, len(arrivals))
-            ods = ods.join(repeats.with_columns(_repeat=pl.lit(True)), on=["file_sha256", "line_no"], how="left",
-                           maintain_order="left")
-            parsed = parse_rows(settings, ods.with_columns(pl.col("_repeat").fill_null(False)), kind)
+            repeat = ods.select("file_sha256", "line_no").join(
+                repeats.with_columns(_repeat=pl.lit(True)), on=["file_sha256", "line_no"], how="left",
+                maintain_order="left").get_column("_repeat").fill_null(False)
+            parsed = parse_rows(settings, ods.with_columns(repeat), kind)
             state["records"] += parsed.height
             bad = pl.col("ods_parse_error").is_not_null() | pl.col("parse_error").is_not_null()
             malformed = parsed.filter(bad)

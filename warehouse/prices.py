@@ -50,21 +50,25 @@ def read_prices(settings: Settings) -> pl.DataFrame:
 
 
 def with_cost(requests: pl.DataFrame, prices: pl.DataFrame) -> pl.DataFrame:
-    """Add ``cost_usd`` from the price in effect at each request's ``ts`` (null when unpriced)."""
+    """Add ``cost_usd`` from the price in effect at each request's ``ts`` (null when unpriced).
+
+    The as-of join runs on the few columns it needs, not on the whole (wide) frame.
+    """
     if prices.is_empty():
         return requests.with_columns(cost_usd=pl.lit(None, pl.Float64))
     keyed = prices.with_columns(
         _from=pl.col("effective_from").cast(pl.Datetime("us")).dt.replace_time_zone("UTC")
     ).sort("_from").drop("effective_from")
-    left = requests.with_columns(_i=pl.int_range(pl.len())).with_columns(_at=pl.col("ts").fill_null(
-        pl.datetime(1970, 1, 1, time_zone="UTC"))).sort("_at")
-    joined = left.join_asof(keyed, left_on="_at", right_on="_from", by="model", strategy="backward",
-                             check_sortedness=False)
+    narrow = requests.select(
+        "model", "input_tokens", "cached_input_tokens", "output_tokens", _i=pl.int_range(pl.len()),
+        _at=pl.col("ts").fill_null(pl.datetime(1970, 1, 1, time_zone="UTC")),
+    ).sort("_at")
+    joined = narrow.join_asof(keyed, left_on="_at", right_on="_from", by="model", strategy="backward",
+                              check_sortedness=False)
     tokens_in = pl.col("input_tokens").cast(pl.Float64, strict=False)
     cached = pl.col("cached_input_tokens").cast(pl.Float64, strict=False).fill_null(0)
     tokens_out = pl.col("output_tokens").cast(pl.Float64, strict=False).fill_null(0)
     cost = ((tokens_in - cached).clip(lower_bound=0) * pl.col("input_price_per_1k")
             + cached * pl.col("cached_input_price_per_1k").fill_null(pl.col("input_price_per_1k"))
             + tokens_out * pl.col("output_price_per_1k")) / 1000
-    return joined.with_columns(cost_usd=cost).sort("_i").drop(
-        ["_i", "_at", "_from", "input_price_per_1k", "output_price_per_1k", "cached_input_price_per_1k"])
+    return requests.with_columns(cost_usd=joined.sort("_i").select(cost).to_series())

@@ -31,7 +31,7 @@ from warehouse.memory import detach
 AUDIT_LOG = "ops.audit_log"
 #: The expectation suite runs on an even sample of at most this many published rows;
 #: every row has already passed the vectorized row checks.
-AUDIT_SAMPLE_ROWS = 50_000
+AUDIT_SAMPLE_ROWS = 20_000
 
 
 @dataclass(frozen=True)
