@@ -319,3 +319,18 @@ def test_ingesting_a_generated_folder_takes_only_the_logs(tmp_path: Path, strata
     assert sum(f.lines for f in report.landed if f.table == "ods.request_log_raw") == \
         manifest["days"][START.isoformat()]["lines"]
     assert any(f.table == "ods.feedback_raw" for f in report.landed)
+
+
+def test_line_checks_keep_input_order_on_large_batches() -> None:
+    import pyarrow as pa
+
+    from warehouse.sources.jsonl import parse_json_lines
+
+    n = 300_000  # in several chunks, which DuckDB scans with more than one thread
+    ids = [f"r{i}" for i in range(n)]
+    lines = [f'{{"request_id": "{r}", "ts": {i}}}'.encode() if i % 1000 else b"{broken" for i, r in enumerate(ids)]
+    chunked = pa.chunked_array([pa.array(lines[i:i + 70_000], pa.large_binary()) for i in range(0, n, 70_000)])
+    parsed = parse_json_lines(chunked, ("request_id", "ts"))
+    expected = [None if i % 1000 == 0 else r for i, r in enumerate(ids)]
+    assert parsed.get_column("request_id").to_list() == expected
+    assert parsed.get_column("parse_error").is_not_null().sum() == n // 1000

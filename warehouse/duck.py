@@ -15,6 +15,7 @@ def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
+    con.execute("SET preserve_insertion_order = true")  # the default, relied on: results keep input order
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     return con

@@ -25,27 +25,26 @@ _PATHS_UP_TO = 4
 
 
 def _checked(con, raw: pa.Array, fields: Sequence[str]) -> pl.DataFrame:
-    """``parse_error`` per line, and ``v`` (the fields' text) when ``fields`` is given."""
-    con.register("lines", pa.table({"i": np.arange(len(raw), dtype=np.int64), "raw": raw}))
+    """``i`` (the line's position), ``parse_error`` per line, and ``v`` (the fields' text)."""
+    con.register("lines", pa.table({"raw": raw}))
     paths = "[" + ", ".join(f"'$.\"{f}\"'" for f in fields) + "]"
     values = f"CASE WHEN ok THEN json_extract_string(s, {paths}) END" if fields else "NULL::VARCHAR[]"
-    # A valid document is an object exactly when its first non-blank character is '{'.
+    # A valid document is an object exactly when its first non-blank character is '{'. The
+    # rows come back in input order (DuckDB preserves insertion order; no sort needed).
     return con.sql(f"""
-        SELECT i,
-               CASE WHEN n > {MAX_LINE_BYTES} THEN 'oversized line (> {MAX_LINE_BYTES} bytes)'
+        SELECT CASE WHEN n > {MAX_LINE_BYTES} THEN 'oversized line (> {MAX_LINE_BYTES} bytes)'
                     WHEN s IS NULL THEN 'invalid UTF-8'
                     WHEN NOT ok THEN 'invalid JSON'
                     WHEN ltrim(s)[1] <> '{{' THEN 'not a JSON object'
                END AS parse_error,
                {values} AS v
         FROM (
-            SELECT i, n, s, coalesce(json_valid(s), false) AS ok
-            FROM (SELECT i, octet_length(raw) AS n,
+            SELECT n, s, coalesce(json_valid(s), false) AS ok
+            FROM (SELECT octet_length(raw) AS n,
                          CASE WHEN octet_length(raw) <= {MAX_LINE_BYTES} THEN try(decode(raw)) END AS s
                   FROM lines)
         )
-        ORDER BY i
-    """).pl()
+    """).pl().with_row_index("i")
 
 
 def _as_ndjson(lines: pa.Array) -> pa.Buffer:
