@@ -37,6 +37,12 @@ def warm_up() -> None:
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
 
+def pid() -> int | None:
+    """Process id of the running worker, if one is running."""
+    with _lock:
+        return _process.pid if _process is not None and _process.poll() is None else None
+
+
 def audit(sample: pa.Table, contract: Contract, *, now: datetime | None = None) -> AuditResult:
     """:func:`contracts.gx_audit.audit` of ``sample``, run in the worker."""
     warm_up()
@@ -55,14 +61,19 @@ def audit(sample: pa.Table, contract: Contract, *, now: datetime | None = None) 
 
 
 @atexit.register
-def _stop() -> None:
-    if _process is not None and _process.poll() is None:
-        assert _process.stdin is not None
-        _process.stdin.close()  # the worker exits at end of input
-        try:
-            _process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            _process.kill()
+def stop() -> None:
+    """Stop the worker and wait for it (the next audit starts a new one)."""
+    global _process
+    with _lock:
+        if _process is not None and _process.poll() is None:
+            assert _process.stdin is not None
+            _process.stdin.close()  # the worker exits at end of input
+            try:
+                _process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                _process.kill()
+                _process.wait()
+        _process = None
 
 
 def _serve(requests: BinaryIO, answers: BinaryIO) -> None:

@@ -395,3 +395,27 @@ def test_every_contract_round_trips_through_every_enforcer(name: str) -> None:
     key = (contract.primary_key or contract.partition_columns)[0]
     rejected = split_rows(df.with_columns(pl.lit(None).alias(key)), contract, now=NOW).rejected
     assert rejected.height == 3 and all(f"{key}.required" in rules for rules in rejected["rules"].to_list())
+
+
+def test_audit_in_the_worker_process_gives_the_same_result() -> None:
+    from contracts import audit_worker
+
+    good = conform(feedback(), FEEDBACK, now=NOW)
+    bad = feedback(kind=["thumb", "smile", "flag"]).to_arrow()
+    assert audit_worker.audit(good, FEEDBACK, now=NOW).success
+    remote = audit_worker.audit(bad, FEEDBACK, now=NOW)
+    local = audit(bad, FEEDBACK, now=NOW)
+    assert remote.rules_failed == local.rules_failed == ["kind.allowed_values"]
+    assert remote.failures[0].unexpected_count == local.failures[0].unexpected_count == 1
+
+
+def test_a_dead_audit_worker_is_replaced() -> None:
+    from contracts import audit_worker
+
+    audit_worker.warm_up()
+    assert audit_worker._process is not None
+    audit_worker._process.kill()
+    audit_worker._process.wait()
+    assert audit_worker.audit(conform(feedback(), FEEDBACK, now=NOW), FEEDBACK, now=NOW).success
+    audit_worker.stop()
+    assert audit_worker._process is None
