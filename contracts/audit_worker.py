@@ -12,11 +12,13 @@ and answers on stdout. A worker that died is replaced on the next audit.
 from __future__ import annotations
 
 import atexit
+import os
 import pickle
 import subprocess
 import sys
 import threading
 from datetime import datetime
+from pathlib import Path
 from typing import BinaryIO
 
 import pyarrow as pa
@@ -33,8 +35,12 @@ def warm_up() -> None:
     global _process
     with _lock:
         if _process is None or _process.poll() is not None:
+            # The worker imports this very package, wherever the caller found it.
+            root = str(Path(__file__).resolve().parent.parent)
+            path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
             _process = subprocess.Popen([sys.executable, "-m", "contracts.audit_worker"],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        env={**os.environ, "PYTHONPATH": path})
 
 
 def pid() -> int | None:
