@@ -1,9 +1,10 @@
-"""The GX audit in a worker process, so importing Great Expectations costs no wall time.
+"""The GX audit in a worker process, so importing Great Expectations does not stall the writer.
 
 Importing GX is seconds of pure Python. In the writer's process it would hold the GIL
 (and trigger garbage collections) while the data streams; in a child process started
-when a write begins, it runs beside the stream and is done by the time the sample is
-ready. One worker serves every audit of the process, so the import is paid once.
+when a write begins, it runs beside the stream on its own interpreter and is usually done
+by the time the sample is ready. One worker serves every audit of the process, so the
+import is paid once per process.
 
 The worker is ``python -m contracts.audit_worker``: it reads pickled requests on stdin
 and answers on stdout. A worker that died is replaced on the next audit.
