@@ -137,6 +137,9 @@ def build(settings: Settings, kind: Kind, day: dt.date, progress: Progress | Non
 
     Streams the day's ODS rows batch by batch: memory stays bounded however large the day.
     """
+    from contracts.audit_worker import warm_up
+
+    warm_up()  # GX imports in its worker while this process reads ODS keys (one core is idle then)
     target = TARGETS[kind]
     ods_table = ODS_TABLES[kind]
     delta = lake.open_table(settings, ods_table)
