@@ -24,7 +24,7 @@ from deltalake import DeltaTable
 
 from strata.config import Settings, load_settings
 from warehouse import lake
-from warehouse.publish import AUDIT_LOG, AuditFailed, InvariantFailure, Tally, publish
+from warehouse.publish import AUDIT_LOG, AuditFailed, InvariantFailure, Tally, keeps_every_row, publish
 
 REPO = Path(__file__).resolve().parents[1]
 DAY1, DAY2 = dt.date(2026, 1, 1), dt.date(2026, 1, 2)
@@ -423,3 +423,26 @@ def test_rows_outside_the_replaced_partition_are_refused_even_on_a_new_table(str
     with pytest.raises(Exception, match="(?i)invalid data|partition|predicate"):
         publish(settings, "ops.books", rows, partitions=[{"event_date": dt.date(2026, 1, 1)}], expectations=False)
     assert lake.open_table(settings, "ops.books") is None
+
+
+def test_a_table_that_keeps_every_row_publishes_nothing_when_a_row_is_refused(settings: Settings) -> None:
+    def quarantine(line_no: list[int]) -> pl.DataFrame:
+        n = len(line_no)
+        return pl.DataFrame({
+            "event_date": [dt.date(2026, 1, 1)] * n, "target_table": ["dwd.request"] * n,
+            "request_id": [f"r{i}" for i in range(n)], "rules": [["ts.type"]] * n,
+            "raw_line": [b"{}"] * n, "source_file": ["a.jsonl"] * n, "line_no": line_no,
+            "batch_id": ["b1"] * n,
+            "quarantined_at": [dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)] * n,
+        })
+
+    keep_all = [keeps_every_row("quarantine.keeps_every_row")]
+    partition = [{"event_date": dt.date(2026, 1, 1), "target_table": "dwd.request"}]
+    first = publish(settings, "dwd.quarantine", quarantine([1, 2]), partitions=partition, expectations=False,
+                    invariants=keep_all)
+    with pytest.raises(AuditFailed) as err:  # line_no 0 breaks line_no.min: the row would be lost
+        publish(settings, "dwd.quarantine", quarantine([1, 0, 3]), partitions=partition, expectations=False,
+                invariants=keep_all)
+    assert err.value.rules == ["quarantine.keeps_every_row"] and "line_no.min" in str(err.value)
+    assert lake.version(settings, "dwd.quarantine") == first.version
+    assert lake.read_frame(settings, "dwd.quarantine").height == 2

@@ -28,7 +28,7 @@ from warehouse.memory import detach
 from warehouse.ods import TABLES as ODS_TABLES
 from warehouse.ods_scan import ods_batches, ods_files, ods_row_count, repeated_lines
 from warehouse.privacy import pseudonymize
-from warehouse.publish import InvariantFailure, PublishResult, Tally, publish
+from warehouse.publish import InvariantFailure, PublishResult, Tally, keeps_every_row, publish
 from warehouse.sources.canonical import Kind, fields_for
 from warehouse.sources.formats import parser_for
 from warehouse.sources.timestamps import parse_ts
@@ -225,7 +225,7 @@ def build(settings: Settings, kind: Kind, day: dt.date, progress: Progress | Non
     # The quarantine is where refused rows go, so no expectation gate may refuse it in turn:
     # its rows are still conformed and checked against its contract.
     publish(settings, QUARANTINE, quarantine, partitions=[{"event_date": day, "target_table": target}],
-            expectations=False)
+            expectations=False, invariants=[keeps_every_row("quarantine.keeps_every_row")])
     books = books_holder["books"]
     record_books(settings, books)
     counts = quarantine.get_column("rules").explode().value_counts()

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from strata.config import Settings
 from warehouse import lake
-from warehouse.publish import InvariantFailure, Tally
+from warehouse.publish import keeps_every_row, publish
 from warehouse.sources import files as landed
 from warehouse.sources.canonical import Kind
 from warehouse.sources.formats import JSONL, kind_of, parser_for, register_mapping
@@ -134,16 +134,6 @@ def ods_frame(
     )
 
 
-def _nothing_rejected(tally: Tally) -> InvariantFailure | None:
-    """ODS keeps every line: a row check refusing one is a bug, and nothing may be published."""
-    if not tally.rows_rejected:
-        return None
-    rejected = pl.concat(tally.rejected, how="diagonal_relaxed")
-    rules = sorted(set(rejected.get_column("rules").explode().drop_nulls().to_list()))
-    return InvariantFailure("ods.keeps_every_line", f"{tally.rows_rejected} line(s) broke {rules}",
-                            rejected.get_column("source_file").head(3).to_list())
-
-
 #: Lines parsed and written per batch: bounds memory however large a file is.
 CHUNK_LINES = 100_000
 
@@ -208,8 +198,6 @@ def ingest(
     Files already landed (same content hash) are skipped, so a re-run adds nothing, and a
     run that crashes commits nothing: running it again lands the same files.
     """
-    from warehouse.publish import publish
-
     report = IngestReport(batch_id=uuid.uuid4().hex[:16])
     plan = _plan(settings, paths, fmt, mapping_file, report)
     total = sum(len(files) for files in plan.values())
@@ -240,7 +228,7 @@ def ingest(
                     progress(done, total)
 
         result = publish(settings, table, frames(), mode="append", expectations=False,
-                         invariants=[_nothing_rejected])
+                         invariants=[keeps_every_row("ods.keeps_every_line")])
         for file_result in landed_now:
             file_result.version = result.version
         report.files += landed_now

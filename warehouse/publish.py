@@ -59,6 +59,22 @@ class Tally:
 Invariant = Callable[[Tally], "InvariantFailure | None"]
 
 
+def keeps_every_row(rule: str) -> Invariant:
+    """An invariant for tables that must keep every row they are given (ODS, the quarantine).
+
+    A row check refusing one of their rows is a bug, and nothing may be published then.
+    """
+    def check(tally: Tally) -> InvariantFailure | None:
+        if not tally.rows_rejected:
+            return None
+        rejected = pl.concat(tally.rejected, how="diagonal_relaxed")
+        rules = sorted(set(rejected.get_column("rules").explode().drop_nulls().to_list()))
+        examples = rejected.get_column("source_file").head(3).to_list() if "source_file" in rejected.columns else []
+        return InvariantFailure(rule, f"{tally.rows_rejected} row(s) broke {rules}", examples)
+
+    return check
+
+
 class AuditFailed(RuntimeError):
     """The audit gate refused to publish; nothing was committed."""
 
