@@ -296,9 +296,11 @@ def test_json_lines_parse_the_same_by_reader_and_by_path() -> None:
     from warehouse.sources.jsonl import _by_path, parse_json_lines
 
     lines = [json.dumps(_record(f"r{i}", START)).encode() for i in range(50)]
-    lines[3] = b'{"request_id": "r3", "ts": '  # truncated
+    lines[3] = b'{"request_id": "r3", "ts": '  # truncated: the reader loses line 4 with it
     lines[7] = b"\xff\xfe not utf-8"
     lines[9] = b"[1, 2]"
+    lines[20], lines[21] = b'{"request_id": "r20", "ts": ', b"1}"  # together they would be one object
+    lines[30], lines[31] = b"", b" \t\r"
     raw = pa.array(lines, pa.large_binary())
     by_reader = parse_json_lines(raw, REQUEST_FIELDS)
     by_path = _by_path(scratch(), raw, REQUEST_FIELDS)
@@ -308,6 +310,10 @@ def test_json_lines_parse_the_same_by_reader_and_by_path() -> None:
     assert by_reader.get_column("parse_error").to_list()[3] == "invalid JSON"
     assert by_reader.get_column("parse_error").to_list()[7] == "invalid UTF-8"
     assert by_reader.get_column("parse_error").to_list()[9] == "not a JSON object"
+    assert by_reader.get_column("parse_error").to_list()[20:22] == ["invalid JSON"] * 2
+    # Given the file's own bytes, the reader reads them in place and must agree too.
+    in_place = parse_json_lines(raw, REQUEST_FIELDS, ndjson=b"\n".join(lines) + b"\n")
+    assert in_place.equals(by_reader)
 
 
 def test_ingesting_a_generated_folder_takes_only_the_logs(tmp_path: Path, strata_env: Path) -> None:

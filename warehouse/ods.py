@@ -172,16 +172,21 @@ def _plan(settings: Settings, paths: list[Path], fmt: Format, mapping_file: Path
     return plan
 
 
-def _loaded_ahead(paths: list[Path]) -> Iterator[landed.LandedFile]:
-    """The files in order, each read and decompressed while the one before is processed."""
+def _load(path: Path) -> tuple[landed.LandedFile, landed.Lines]:
+    file = landed.load(path)
+    return file, landed.split_lines(file.content)
+
+
+def _loaded_ahead(paths: list[Path]) -> Iterator[tuple[landed.LandedFile, landed.Lines]]:
+    """The files in order, each read, decompressed and split while the one before is processed."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-read") as pool:
-        pending = pool.submit(landed.load, paths[0]) if paths else None
+        pending = pool.submit(_load, paths[0]) if paths else None
         for index in range(len(paths)):
             assert pending is not None
             current = pending.result()
-            pending = pool.submit(landed.load, paths[index + 1]) if index + 1 < len(paths) else None
+            pending = pool.submit(_load, paths[index + 1]) if index + 1 < len(paths) else None
             yield current
 
 
@@ -207,17 +212,19 @@ def ingest(
 
         def frames(files: list[_Planned] = files, landed_now: list[FileResult] = landed_now):
             nonlocal done
-            for item, file in zip(files, _loaded_ahead([f.path for f in files])):
+            for item, (file, lines) in zip(files, _loaded_ahead([f.path for f in files])):
                 if file.sha256 != item.sha256:
                     raise RuntimeError(f"{item.path} changed while being ingested; ingest it again")
-                raw = landed.split_lines(file.content)
+                raw = lines.raw
                 parse = parser_for(settings, item.source, item.kind, keys_only=True)
                 ingested_at = dt.datetime.now(dt.timezone.utc)
                 malformed = 0
                 for start in range(0, max(len(raw), 1), CHUNK_LINES):
                     chunk = raw.slice(start, CHUNK_LINES)
                     line_no = pa.array(np.arange(start + 1, start + 1 + len(chunk), dtype=np.int64))
-                    parsed = per_line(parse(chunk, line_no, pa.array([file.sha256] * len(chunk))), len(chunk))
+                    shas = pa.array([file.sha256] * len(chunk))
+                    parsed = per_line(parse(chunk, line_no, shas, ndjson=lines.block(start, start + len(chunk))),
+                                      len(chunk))
                     frame = ods_frame(chunk, parsed, source=item.source, file=file, ingested_at=ingested_at,
                                       batch_id=report.batch_id, first_line=start + 1)
                     malformed += int(frame.get_column("is_malformed").sum())

@@ -72,28 +72,50 @@ def load(path: Path) -> LandedFile:
     return LandedFile(path=path, sha256=digest, content=data)
 
 
-def split_lines(content: bytes) -> pa.LargeBinaryArray:
-    """The lines of ``content`` without their ``\\n`` terminator, bytes untouched (``\\r`` kept).
+@dataclass(frozen=True)
+class Lines:
+    """A file's lines without their terminators, and the bytes they were cut from."""
+
+    raw: pa.LargeBinaryArray
+    content: bytes
+    #: Where each line starts in ``content``, then ``len(content)``.
+    starts: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+    def block(self, start: int, stop: int) -> memoryview:
+        """Lines ``start`` to ``stop`` (exclusive) as the file holds them, terminators included."""
+        return memoryview(self.content)[int(self.starts[start]):int(self.starts[min(stop, len(self.raw))])]
+
+
+def _newlines(content: bytes, step: int = 1 << 20) -> np.ndarray:
+    """Positions of every ``\n``, found a megabyte at a time (one scratch mask, no huge temporaries)."""
+    buf = np.frombuffer(content, np.uint8)
+    mask = np.empty(min(step, len(buf)), bool)
+    found = []
+    for low in range(0, len(buf), step):
+        window = mask[: min(step, len(buf) - low)]
+        np.equal(buf[low: low + step], 10, out=window)
+        found.append(np.flatnonzero(window) + low)
+    return np.concatenate(found) if found else np.empty(0, np.int64)
+
+
+def split_lines(content: bytes) -> Lines:
+    """The lines of ``content`` without their ``\n`` terminator, bytes untouched (``\r`` kept).
 
     A final line without a terminator is a line; a trailing terminator adds none.
     """
     if not content:
-        return pa.array([], pa.large_binary())
-    buf = np.frombuffer(content, np.uint8)
-    newlines = np.flatnonzero(buf == 10)
+        return Lines(pa.array([], pa.large_binary()), content, np.zeros(1, np.int64))
+    newlines = _newlines(content)
     ends_with_newline = content.endswith(b"\n")
-    starts = np.concatenate(([0], newlines + 1))
-    if ends_with_newline:
-        starts = starts[:-1]
-    count = len(starts)
-    offsets = np.empty(count + 1, np.int64)
-    offsets[:-1] = starts
-    offsets[-1] = len(content)
-    with_terminator = pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(content)]
-    )
+    starts = np.concatenate(([0], newlines + 1)).astype(np.int64)
     if not ends_with_newline:
-        last = with_terminator[count - 1].as_py()
-        trimmed = pc.binary_slice(with_terminator.slice(0, count - 1), 0, -1)
-        return pa.concat_arrays([trimmed, pa.array([last], pa.large_binary())])
-    return pc.binary_slice(with_terminator, 0, -1)
+        starts = np.append(starts, len(content) + 1)  # as if the last line had its terminator
+    count = len(starts) - 1
+    with_terminator = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), count, [None, pa.py_buffer(starts), pa.py_buffer(content + b"\n" * (not ends_with_newline))]
+    )
+    raw = pc.binary_slice(with_terminator, 0, -1)
+    return Lines(raw, content, np.append(starts[:-1], len(content)))

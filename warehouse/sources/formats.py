@@ -8,7 +8,7 @@ kept beside ODS so DWD re-parses the raw lines exactly as they were landed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Protocol
 
 import polars as pl
 import pyarrow as pa
@@ -19,8 +19,15 @@ from warehouse.sources.canonical import Kind, fields_for
 from warehouse.sources.jsonl import parse_json_lines
 from warehouse.sources.mapping import Mapping, parse_mapping
 
-Parser = Callable[[pa.Array, pa.Array, pa.Array], pl.DataFrame]
-"""(raw lines, line numbers, file sha256s) → parse_error + canonical fields as text."""
+class Parser(Protocol):
+    """(raw lines, line numbers, file sha256s) → parse_error + canonical fields as text.
+
+    ``ndjson`` is the lines' bytes as their file holds them, when the caller has them; a
+    parser that can read them directly saves a copy.
+    """
+
+    def __call__(self, raw: pa.Array, line_no: pa.Array, sha: pa.Array, /, *,
+                 ndjson: memoryview | None = None) -> pl.DataFrame: ...
 
 JSONL = "jsonl"
 
@@ -63,16 +70,18 @@ def parser_for(settings: Settings, source: str, kind: Kind, *, keys_only: bool =
     """
     if source == JSONL:
         fields = ("request_id", "ts") if keys_only else fields_for(kind)
-        return lambda raw, _line_no, _sha: parse_json_lines(raw, fields, checked_ok=checked_ok)
+        return lambda raw, _line_no, _sha, ndjson=None: parse_json_lines(raw, fields, checked_ok=checked_ok,
+                                                                        ndjson=ndjson)
     if source.startswith("mapping:"):
         from warehouse.sources.mapping import parse_mapped_lines
 
         mapping = registered_mapping(settings, source)
-        return lambda raw, line_no, sha: parse_mapped_lines(raw, mapping, line_no=line_no, file_sha256=sha)
+        return lambda raw, line_no, sha, ndjson=None: parse_mapped_lines(raw, mapping, line_no=line_no,
+                                                                         file_sha256=sha)
     if source == "otlp-json":
         from warehouse.sources.otlp import parse_otlp_lines
 
-        return lambda raw, _line_no, _sha: parse_otlp_lines(raw)
+        return lambda raw, _line_no, _sha, ndjson=None: parse_otlp_lines(raw)
     raise ValueError(f"unknown ODS source {source!r}: expected jsonl, otlp-json or mapping:<name>@<hash>")
 
 

@@ -1,16 +1,20 @@
 """Canonical JSONL (what the AI service and the generator write), parsed with DuckDB.
 
-Every line is checked (UTF-8, JSON, an object, not oversized) in one vectorized pass.
-A few fields are extracted in that same pass; many fields are read by DuckDB's JSON
-reader from the good lines written back out as NDJSON, which is about 2.5× faster than
-extracting thirty paths per line — and checked to line up with the input row for row.
+DuckDB's JSON file reader parses each line once, in parallel, and is by far the fastest
+parser here, so lines reach it as a file: the file's own bytes when the caller has them
+(ingest), the lines concatenated as they are when every line is already known to be a
+JSON object (DWD), or the lines joined by newlines otherwise. The reader's rows are
+checked to line up with the input, and the few lines it could not read (malformed,
+blank, oversized) are checked one by one to say why. When anything does not line up,
+every line is checked and extracted one by one, which is slower but always right.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 import numpy as np
 import polars as pl
@@ -20,83 +24,177 @@ import pyarrow.compute as pc
 from warehouse.duck import scratch
 from warehouse.sources.canonical import MAX_LINE_BYTES
 
-#: Up to this many fields are extracted path by path; more go through the NDJSON reader.
-_PATHS_UP_TO = 4
+#: Bytes DuckDB's NDJSON reader treats as an empty line (it yields no row for one).
+_BLANK = b" \t\n\v\f\r"
+#: Where parse files go: memory when the system has it (they are written and read once).
+_SCRATCH_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
 def _checked(con, raw: pa.Array, fields: Sequence[str]) -> pl.DataFrame:
     """``i`` (the line's position), ``parse_error`` per line, and ``v`` (the fields' text)."""
     con.register("lines", pa.table({"raw": raw}))
-    paths = "[" + ", ".join(f"'$.\"{f}\"'" for f in fields) + "]"
-    values = f"CASE WHEN ok THEN json_extract_string(s, {paths}) END" if fields else "NULL::VARCHAR[]"
-    # A valid document is an object exactly when its first non-blank character is '{'. The
-    # rows come back in input order (DuckDB preserves insertion order; no sort needed).
-    return con.sql(f"""
-        SELECT CASE WHEN n > {MAX_LINE_BYTES} THEN 'oversized line (> {MAX_LINE_BYTES} bytes)'
-                    WHEN s IS NULL THEN 'invalid UTF-8'
-                    WHEN NOT ok THEN 'invalid JSON'
-                    WHEN ltrim(s)[1] <> '{{' THEN 'not a JSON object'
-               END AS parse_error,
-               {values} AS v
-        FROM (
-            SELECT n, s, coalesce(json_valid(s), false) AS ok
-            FROM (SELECT octet_length(raw) AS n,
-                         CASE WHEN octet_length(raw) <= {MAX_LINE_BYTES} THEN try(decode(raw)) END AS s
-                  FROM lines)
-        )
-    """).pl().with_row_index("i")
+    try:
+        paths = "[" + ", ".join(f"'$.\"{f}\"'" for f in fields) + "]"
+        values = f"CASE WHEN ok THEN json_extract_string(s, {paths}) END" if fields else "NULL::VARCHAR[]"
+        # A valid document is an object exactly when its first non-blank character is '{'. The
+        # rows come back in input order (DuckDB preserves insertion order; no sort needed).
+        return con.sql(f"""
+            SELECT CASE WHEN n > {MAX_LINE_BYTES} THEN 'oversized line (> {MAX_LINE_BYTES} bytes)'
+                        WHEN s IS NULL THEN 'invalid UTF-8'
+                        WHEN NOT ok THEN 'invalid JSON'
+                        WHEN ltrim(s)[1] <> '{{' THEN 'not a JSON object'
+                   END AS parse_error,
+                   {values} AS v
+            FROM (
+                SELECT n, s, coalesce(json_valid(s), false) AS ok
+                FROM (SELECT octet_length(raw) AS n,
+                             CASE WHEN octet_length(raw) <= {MAX_LINE_BYTES} THEN try(decode(raw)) END AS s
+                      FROM lines)
+            )
+        """).pl().with_row_index("i")
+    finally:
+        con.unregister("lines")
+
+
+def _contiguous(lines: pa.Array) -> tuple[np.ndarray, pa.Buffer]:
+    """Offsets (from 0) and the data of ``lines``, whose values lie back to back in memory."""
+    if isinstance(lines, pa.ChunkedArray):
+        lines = lines.combine_chunks()
+    if lines.type != pa.large_binary():
+        lines = lines.cast(pa.large_binary())
+    offsets = np.frombuffer(lines.buffers()[1], np.int64)[lines.offset: lines.offset + len(lines) + 1]
+    data = lines.buffers()[2]
+    start = int(offsets[0]) if len(offsets) else 0
+    size = int(offsets[-1]) - start if len(offsets) else 0
+    return offsets - start, (data.slice(start, size) if data is not None else pa.py_buffer(b""))
 
 
 def _as_ndjson(lines: pa.Array) -> pa.Buffer:
     """The lines, each followed by ``\n``, as one contiguous buffer."""
-    lines = lines.cast(pa.large_binary()) if lines.type != pa.large_binary() else lines
-    empty, newline = pa.scalar(b"", pa.large_binary()), pa.scalar(b"\n", pa.large_binary())
-    joined = pc.binary_join_element_wise(lines, empty, newline)
-    offsets = np.frombuffer(joined.buffers()[1], np.int64)[joined.offset: joined.offset + len(joined) + 1]
-    return joined.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    offsets, data = _contiguous(lines)
+    lengths = np.diff(offsets)
+    out = np.empty(int(offsets[-1]) + len(lengths) if len(offsets) else 0, np.uint8)
+    ends = np.cumsum(lengths + 1) - 1  # where each line's newline goes
+    keep = np.ones(len(out), bool)
+    keep[ends] = False
+    out[keep] = np.frombuffer(data, np.uint8)
+    out[ends] = 10
+    return pa.py_buffer(out)
 
 
-def _read_fields(con, lines: pa.Array, fields: Sequence[str]) -> pl.DataFrame | None:
-    """Fields of good lines via DuckDB's NDJSON reader; None if the rows did not line up."""
-    columns = "{" + ", ".join(f"'{f}': 'VARCHAR'" for f in fields) + "}"
-    fd, path = tempfile.mkstemp(prefix="strata-", suffix=".ndjson")
+@contextmanager
+def _files(*parts: pa.Buffer | memoryview | bytes) -> Iterator[list[str]]:
+    """The byte strings written to scratch files, removed afterwards."""
+    paths: list[str] = []
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(_as_ndjson(lines))
-        frame = con.sql(f"""SELECT * FROM read_json('{path}', format = 'newline_delimited', columns = {columns},
-                            maximum_object_size = {2 * MAX_LINE_BYTES})""").pl()
+        for part in parts:
+            fd, path = tempfile.mkstemp(prefix="strata-", suffix=".json", dir=_SCRATCH_DIR)
+            paths.append(path)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(part)
+        yield paths
+    finally:
+        for path in paths:
+            os.unlink(path)
+
+
+def _read(con, paths: list[str], fields: Sequence[str], *, lenient: bool, largest: int) -> pl.DataFrame:
+    """The fields (as text) of every JSON document in the files, in order."""
+    columns = "{" + ", ".join(f"'{f}': 'VARCHAR'" for f in fields) + "}"
+    fmt = "newline_delimited" if lenient else "unstructured"
+    files = "[" + ", ".join(f"'{p}'" for p in paths) + "]"
+    return con.sql(f"""SELECT * FROM read_json({files}, format = '{fmt}', columns = {columns},
+                       ignore_errors = {str(lenient).lower()}, maximum_object_size = {max(largest + 64, 1 << 21)})
+                    """).pl()
+
+
+def _read_objects(con, lines: pa.Array, fields: Sequence[str]) -> pl.DataFrame | None:
+    """Fields of lines that are all JSON objects, read from their bytes as they lie in memory
+    (objects delimit themselves); None when the reader refused them or did not line up."""
+    offsets, data = _contiguous(lines)
+    if not len(lines):
+        return None
+    # Two files, cut at a line boundary: the reader parses one file per thread.
+    cut = int(offsets[np.searchsorted(offsets, offsets[-1] // 2)])
+    parts = [part for part in (data.slice(0, cut), data.slice(cut)) if part.size]
+    try:
+        with _files(*parts) as paths:
+            frame = _read(con, paths, fields, lenient=False, largest=int(np.diff(offsets).max()))
     except Exception:  # noqa: BLE001 - the reader refused a line the checks passed: fall back
         return None
-    finally:
-        os.unlink(path)
-    return frame if frame.height == len(lines) else None
+    return frame if _lines_up(con, lines, frame, fields) else None
 
 
-def parse_json_lines(raw: pa.Array, fields: Sequence[str], *, checked_ok: bool = False) -> pl.DataFrame:
+def _blank(lines: pa.Array) -> np.ndarray:
+    """Which lines are empty or only whitespace (the NDJSON reader skips them)."""
+    offsets, data = _contiguous(lines)
+    lengths = np.diff(offsets)
+    blank = lengths == 0
+    if len(data):
+        first = np.frombuffer(data, np.uint8)[np.minimum(offsets[:-1], len(data) - 1)]
+        for i in np.flatnonzero(np.isin(first, np.frombuffer(_BLANK, np.uint8)) & ~blank):
+            blank[i] = not bytes(data[offsets[i]:offsets[i + 1]]).strip(_BLANK)
+    return blank
+
+
+def _read_lines(con, raw: pa.Array, fields: Sequence[str], ndjson: pa.Buffer | memoryview | bytes | None,
+                ) -> pl.DataFrame | None:
+    """Every line's parse error and fields via the NDJSON reader; None if it did not line up."""
+    n = len(raw)
+    lengths = np.diff(_contiguous(raw)[0])
+    blank, oversized = _blank(raw), lengths > MAX_LINE_BYTES
+    read_rows = ~blank
+    if ndjson is None or oversized.any():  # the lines the reader would see, without the oversized ones
+        read_rows &= ~oversized
+        ndjson = _as_ndjson(raw.filter(pa.array(read_rows)))
+    placed = np.flatnonzero(read_rows)
+    try:
+        with _files(ndjson) as paths:
+            read = _read(con, paths, fields, lenient=True, largest=int(lengths[read_rows].max(initial=0)))
+    except Exception:  # noqa: BLE001 - fall back to line-by-line checks
+        return None
+    if read.height != len(placed):
+        return None
+    # The reader gives a line that is not a JSON object (or not UTF-8) a row of nulls, and
+    # after a truncated line it loses the next one too: rows of nulls, and the lines it never
+    # saw, are checked and extracted one by one, which also says what is wrong with them.
+    good = np.zeros(n, bool)
+    good[placed] = ~read.select(pl.all_horizontal(pl.all().is_null())).to_series().to_numpy()
+    bad = ~good
+    suspect = np.flatnonzero(bad)
+    sample = placed[~bad[placed]]
+    sample = sample[:: max(1, len(sample) // 64)]
+    if not _lines_up(con, raw.take(pa.array(sample)), read.filter(pl.Series(np.isin(placed, sample))), fields):
+        return None
+    fixed = _by_path(con, raw.take(pa.array(suspect)), fields)
+    if len(placed) == n:  # every line has its row: put the suspects' rows in place
+        rows = read.with_columns(pl.repeat(None, n, dtype=pl.String, eager=True).alias("parse_error"))
+        return rows.select([rows.get_column(c).scatter(suspect, fixed.get_column(c)) for c in fixed.columns])
+    rows = read.with_columns(i=pl.Series(placed.astype(np.uint32))).filter(pl.Series(~bad[placed]))
+    fixed = fixed.with_columns(i=pl.Series(suspect.astype(np.uint32)))
+    return pl.concat([rows, fixed], how="diagonal").sort("i").select("parse_error", *fields)
+
+
+def parse_json_lines(
+    raw: pa.Array, fields: Sequence[str], *, checked_ok: bool = False,
+    ndjson: pa.Buffer | memoryview | bytes | None = None,
+) -> pl.DataFrame:
     """Fields of each JSON-object line as text, plus ``parse_error`` (null when the line parsed).
 
     One row per input line, in input order. Non-scalar values (e.g. ``attributes``)
     come back as their JSON text. ``checked_ok`` says every line already passed these
-    checks (ODS ran them when it landed the line), so only the fields are read.
+    checks (ODS ran them when it landed the line). ``ndjson`` is the lines' bytes as they
+    were in their file (each line ended by ``\\n``), when the caller has them: no copy.
     """
     con = scratch()
-    try:
-        if len(fields) <= _PATHS_UP_TO:
-            return _by_path(con, raw, fields)
-        if checked_ok:
-            read = _read_fields(con, raw, fields)
-            if read is not None and _lines_up(con, raw, read, fields):
-                return read.select(pl.lit(None, pl.String).alias("parse_error"), pl.all())
-        checked = _checked(con, raw, ())
-        ok = checked.get_column("parse_error").is_null()
-        good = pc.filter(raw, pa.array(ok.to_numpy()))
-        read = _read_fields(con, good, fields)
-        if read is None or not _lines_up(con, good, read, fields):
-            return _by_path(con, raw, fields)
-        placed = pl.concat([checked.filter(ok).select("i"), read], how="horizontal")
-        return checked.select("i", "parse_error").join(placed, on="i", how="left", maintain_order="left").drop("i")
-    finally:
-        con.unregister("lines")
+    if not len(raw) or not fields:
+        return _by_path(con, raw, fields)
+    if checked_ok:
+        read = _read_objects(con, raw, fields)
+        if read is not None:
+            return read.select(pl.lit(None, pl.String).alias("parse_error"), pl.all())
+    read = _read_lines(con, raw, fields, ndjson)
+    return read if read is not None else _by_path(con, raw, fields)
 
 
 def _lines_up(con, lines: pa.Array, read: pl.DataFrame, fields: Sequence[str]) -> bool:
@@ -106,12 +204,13 @@ def _lines_up(con, lines: pa.Array, read: pl.DataFrame, fields: Sequence[str]) -
     if "request_id" not in fields or not len(lines):
         return True
     step = max(1, len(lines) // 64)
-    expect = _checked(con, lines.take(pa.array(np.arange(0, len(lines), step))), ("request_id",))
+    sample = np.arange(0, len(lines), step)
+    expect = _checked(con, lines.take(pa.array(sample)), ("request_id",))
     return expect.get_column("v").list.get(0).equals(read.get_column("request_id").gather_every(step))
 
 
 def _by_path(con, raw: pa.Array, fields: Sequence[str]) -> pl.DataFrame:
-    """Every field extracted path by path in the checking pass (few fields, or the fallback)."""
+    """Every field extracted path by path in the checking pass (few lines, or the fallback)."""
     checked = _checked(con, raw, fields)
     ok = pl.col("parse_error").is_null()
     return checked.select(
