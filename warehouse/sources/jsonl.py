@@ -125,11 +125,9 @@ def _read_objects(con, lines: pa.Array, fields: Sequence[str]) -> pl.DataFrame |
     return frame if _lines_up(con, lines, frame, fields) else None
 
 
-def _blank(lines: pa.Array) -> np.ndarray:
+def _blank(offsets: np.ndarray, data: pa.Buffer) -> np.ndarray:
     """Which lines are empty or only whitespace (the NDJSON reader skips them)."""
-    offsets, data = _contiguous(lines)
-    lengths = np.diff(offsets)
-    blank = lengths == 0
+    blank = np.diff(offsets) == 0
     if len(data):
         first = np.frombuffer(data, np.uint8)[np.minimum(offsets[:-1], len(data) - 1)]
         for i in np.flatnonzero(np.isin(first, np.frombuffer(_BLANK, np.uint8)) & ~blank):
@@ -141,8 +139,9 @@ def _read_lines(con, raw: pa.Array, fields: Sequence[str], ndjson: pa.Buffer | m
                 ) -> pl.DataFrame | None:
     """Every line's parse error and fields via the NDJSON reader; None if it did not line up."""
     n = len(raw)
-    lengths = np.diff(_contiguous(raw)[0])
-    blank, oversized = _blank(raw), lengths > MAX_LINE_BYTES
+    offsets, data = _contiguous(raw)
+    lengths = np.diff(offsets)
+    blank, oversized = _blank(offsets, data), lengths > MAX_LINE_BYTES
     read_rows = ~blank
     if ndjson is None or oversized.any():  # the lines the reader would see, without the oversized ones
         read_rows &= ~oversized
@@ -160,9 +159,8 @@ def _read_lines(con, raw: pa.Array, fields: Sequence[str], ndjson: pa.Buffer | m
     # saw, are checked and extracted one by one, which also says what is wrong with them.
     good = np.zeros(n, bool)
     good[placed] = ~read.select(pl.all_horizontal(pl.all().is_null())).to_series().to_numpy()
-    bad = ~good
-    suspect = np.flatnonzero(bad)
-    sample = placed[~bad[placed]]
+    suspect = np.flatnonzero(~good)
+    sample = placed[good[placed]]
     sample = sample[:: max(1, len(sample) // 64)]
     if not _lines_up(con, raw.take(pa.array(sample)), read.filter(pl.Series(np.isin(placed, sample))), fields):
         return None
@@ -170,7 +168,7 @@ def _read_lines(con, raw: pa.Array, fields: Sequence[str], ndjson: pa.Buffer | m
     if len(placed) == n:  # every line has its row: put the suspects' rows in place
         rows = read.with_columns(pl.repeat(None, n, dtype=pl.String, eager=True).alias("parse_error"))
         return rows.select([rows.get_column(c).scatter(suspect, fixed.get_column(c)) for c in fixed.columns])
-    rows = read.with_columns(i=pl.Series(placed.astype(np.uint32))).filter(pl.Series(~bad[placed]))
+    rows = read.with_columns(i=pl.Series(placed.astype(np.uint32))).filter(pl.Series(good[placed]))
     fixed = fixed.with_columns(i=pl.Series(suspect.astype(np.uint32)))
     return pl.concat([rows, fixed], how="diagonal").sort("i").select("parse_error", *fields)
 
