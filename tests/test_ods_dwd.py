@@ -340,3 +340,14 @@ def test_line_checks_keep_input_order_on_large_batches() -> None:
     expected = [None if i % 1000 == 0 else r for i, r in enumerate(ids)]
     assert parsed.get_column("request_id").to_list() == expected
     assert parsed.get_column("parse_error").is_not_null().sum() == n // 1000
+
+
+@pytest.mark.parametrize("content", [b"", b"a", b"a\n", b"a\nb", b"a\n\nb\n", b"\n", b"x\r\ny\r\n", b"\n\n"])
+def test_lines_are_cut_byte_exact_with_or_without_a_final_terminator(content: bytes) -> None:
+    from warehouse.sources.files import split_lines
+
+    lines = split_lines(content)
+    expected = content.split(b"\n")[:-1] if content.endswith(b"\n") else (content.split(b"\n") if content else [])
+    assert lines.raw(0, len(lines)).to_pylist() == expected
+    assert [lines.raw(i, i + 1)[0].as_py() for i in range(len(lines))] == expected  # batch by batch
+    assert b"".join(bytes(lines.block(i, i + 1)) for i in range(len(lines))) == content

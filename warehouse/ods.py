@@ -174,7 +174,7 @@ def _plan(settings: Settings, paths: list[Path], fmt: Format, mapping_file: Path
 
 def _load(path: Path) -> tuple[landed.LandedFile, landed.Lines]:
     file = landed.load(path)
-    return file, landed.split_lines(file.content)
+    return file, landed.split_lines(file.content)  # where lines start: no copy of the bytes yet
 
 
 def _loaded_ahead(paths: list[Path]) -> Iterator[tuple[landed.LandedFile, landed.Lines]]:
@@ -215,12 +215,11 @@ def ingest(
             for item, (file, lines) in zip(files, _loaded_ahead([f.path for f in files])):
                 if file.sha256 != item.sha256:
                     raise RuntimeError(f"{item.path} changed while being ingested; ingest it again")
-                raw = lines.raw
                 parse = parser_for(settings, item.source, item.kind, keys_only=True)
                 ingested_at = dt.datetime.now(dt.timezone.utc)
                 malformed = 0
-                for start in range(0, max(len(raw), 1), CHUNK_LINES):
-                    chunk = raw.slice(start, CHUNK_LINES)
+                for start in range(0, max(len(lines), 1), CHUNK_LINES):
+                    chunk = lines.raw(start, start + CHUNK_LINES)
                     line_no = pa.array(np.arange(start + 1, start + 1 + len(chunk), dtype=np.int64))
                     shas = pa.array([file.sha256] * len(chunk))
                     parsed = per_line(parse(chunk, line_no, shas, ndjson=lines.block(start, start + len(chunk))),
@@ -229,7 +228,7 @@ def ingest(
                                       batch_id=report.batch_id, first_line=start + 1)
                     malformed += int(frame.get_column("is_malformed").sum())
                     yield frame
-                landed_now.append(FileResult(item.path, table, "landed", len(raw), malformed))
+                landed_now.append(FileResult(item.path, table, "landed", len(lines), malformed))
                 done += 1
                 if progress:
                     progress(done, total)

@@ -74,19 +74,33 @@ def load(path: Path) -> LandedFile:
 
 @dataclass(frozen=True)
 class Lines:
-    """A file's lines without their terminators, and the bytes they were cut from."""
+    """A file's bytes and where its lines start; lines are cut out a batch at a time."""
 
-    raw: pa.LargeBinaryArray
     content: bytes
-    #: Where each line starts in ``content``, then ``len(content)``.
+    #: Line ``i`` is ``content[starts[i]:starts[i + 1]]``, its terminator included.
     starts: np.ndarray
 
     def __len__(self) -> int:
-        return len(self.raw)
+        return len(self.starts) - 1
+
+    def raw(self, start: int, stop: int) -> pa.LargeBinaryArray:
+        """Lines ``start`` to ``stop`` (exclusive) without their ``\n``: a copy of just those bytes."""
+        stop = min(stop, len(self))
+        if stop <= start:
+            return pa.array([], pa.large_binary())
+        open_end = not self.content.endswith(b"\n") and stop == len(self)  # the last line has no terminator
+        end = stop - 1 if open_end else stop
+        with_terminators = pa.LargeBinaryArray.from_buffers(
+            pa.large_binary(), end - start, [None, pa.py_buffer(self.starts[start:end + 1]), pa.py_buffer(self.content)])
+        lines = pc.binary_slice(with_terminators, 0, -1)
+        if open_end:
+            last = pa.array([self.content[int(self.starts[end]):]], pa.large_binary())
+            lines = pa.concat_arrays([lines, last]) if len(lines) else last
+        return lines
 
     def block(self, start: int, stop: int) -> memoryview:
         """Lines ``start`` to ``stop`` (exclusive) as the file holds them, terminators included."""
-        return memoryview(self.content)[int(self.starts[start]):int(self.starts[min(stop, len(self.raw))])]
+        return memoryview(self.content)[int(self.starts[start]):int(self.starts[min(stop, len(self))])]
 
 
 def _newlines(content: bytes, step: int = 1 << 20) -> np.ndarray:
@@ -102,20 +116,11 @@ def _newlines(content: bytes, step: int = 1 << 20) -> np.ndarray:
 
 
 def split_lines(content: bytes) -> Lines:
-    """The lines of ``content`` without their ``\n`` terminator, bytes untouched (``\r`` kept).
+    """Where the lines of ``content`` start; bytes untouched (``\r`` kept).
 
     A final line without a terminator is a line; a trailing terminator adds none.
     """
-    if not content:
-        return Lines(pa.array([], pa.large_binary()), content, np.zeros(1, np.int64))
-    newlines = _newlines(content)
-    ends_with_newline = content.endswith(b"\n")
-    starts = np.concatenate(([0], newlines + 1)).astype(np.int64)
-    if not ends_with_newline:
-        starts = np.append(starts, len(content) + 1)  # as if the last line had its terminator
-    count = len(starts) - 1
-    with_terminator = pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), count, [None, pa.py_buffer(starts), pa.py_buffer(content + b"\n" * (not ends_with_newline))]
-    )
-    raw = pc.binary_slice(with_terminator, 0, -1)
-    return Lines(raw, content, np.append(starts[:-1], len(content)))
+    ends = _newlines(content) + 1
+    if content and not content.endswith(b"\n"):
+        ends = np.append(ends, len(content))
+    return Lines(content, np.concatenate(([0], ends)).astype(np.int64))
