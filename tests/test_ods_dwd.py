@@ -351,3 +351,11 @@ def test_lines_are_cut_byte_exact_with_or_without_a_final_terminator(content: by
     assert lines.raw(0, len(lines)).to_pylist() == expected
     assert [lines.raw(i, i + 1)[0].as_py() for i in range(len(lines))] == expected  # batch by batch
     assert b"".join(bytes(lines.block(i, i + 1)) for i in range(len(lines))) == content
+
+
+def test_parse_files_go_to_memory_only_when_it_has_room() -> None:
+    from warehouse.sources import jsonl
+
+    assert jsonl._scratch_dir(1 << 60) is None  # far more than any /dev/shm: the system temp folder
+    if os.access("/dev/shm", os.W_OK):
+        assert jsonl._scratch_dir(1) == "/dev/shm"

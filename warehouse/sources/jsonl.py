@@ -12,6 +12,7 @@ every line is checked and extracted one by one, which is slower but always right
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from typing import Iterator, Sequence
@@ -26,8 +27,8 @@ from warehouse.sources.canonical import MAX_LINE_BYTES
 
 #: Bytes DuckDB's NDJSON reader treats as an empty line (it yields no row for one).
 _BLANK = b" \t\n\v\f\r"
-#: Where parse files go: memory when the system has it (they are written and read once).
-_SCRATCH_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+#: Where parse files go when it has room: memory (they are written and read once).
+_MEMORY_DIR = "/dev/shm"
 
 
 def _checked(con, raw: pa.Array, fields: Sequence[str]) -> pl.DataFrame:
@@ -82,13 +83,23 @@ def _as_ndjson(lines: pa.Array) -> pa.Buffer:
     return pa.py_buffer(out)
 
 
+def _scratch_dir(size: int) -> str | None:
+    """Memory-backed ``/dev/shm`` when it exists with room to spare (containers often give it
+    64 MB), else the system's temporary folder."""
+    try:
+        room = os.access(_MEMORY_DIR, os.W_OK) and shutil.disk_usage(_MEMORY_DIR).free > 4 * size
+    except OSError:
+        return None
+    return _MEMORY_DIR if room else None
+
+
 @contextmanager
 def _files(*parts: pa.Buffer | memoryview | bytes) -> Iterator[list[str]]:
     """The byte strings written to scratch files, removed afterwards."""
     paths: list[str] = []
     try:
         for part in parts:
-            fd, path = tempfile.mkstemp(prefix="strata-", suffix=".json", dir=_SCRATCH_DIR)
+            fd, path = tempfile.mkstemp(prefix="strata-", suffix=".json", dir=_scratch_dir(len(part)))
             paths.append(path)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(part)
