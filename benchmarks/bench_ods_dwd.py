@@ -22,7 +22,7 @@ from benchmarks.harness import Measurement
 
 DAY = dt.date(2026, 3, 2)
 _CHILD = """
-import datetime as dt, json, resource, sys, time
+import datetime as dt, json, sys, time
 from pathlib import Path
 from strata.config import load_settings
 from warehouse.ods import ingest
@@ -34,13 +34,15 @@ ingest(settings, [landing / "requests"])
 t1 = time.perf_counter()
 report = build(settings, "requests", day)
 t2 = time.perf_counter()
-# The GX audit runs in a worker process: add its peak (VmHWM; a forked child's ru_maxrss
-# would count the parent's pages at fork time).
+# Peaks are VmHWM, this process's own high-water mark. Not ru_maxrss: across fork and exec
+# it keeps the parent's peak (the harness that generated the data), and a forked worker's
+# would count the parent's pages. The GX audit runs in a worker process: its peak is added.
+def high_water_kb(pid="self"):
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
 from contracts import audit_worker
-worker = audit_worker.pid()
-with open(f"/proc/{worker}/status") as status:
-    worker_kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
-peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss + worker_kb
+worker_kb = high_water_kb(audit_worker.pid())
+peak_kb = high_water_kb() + worker_kb
 print(json.dumps({"ingest_s": t1 - t0, "dwd_s": t2 - t1, "records": report.books.ods_rows,
                   "peak_rss_mb": peak_kb / 1024, "worker_peak_rss_mb": worker_kb / 1024}))
 """
