@@ -95,7 +95,7 @@ class Lines:
         lines = pc.binary_slice(with_terminators, 0, -1)
         if open_end:
             last = pa.array([self.content[int(self.starts[end]):]], pa.large_binary())
-            lines = pa.concat_arrays([lines, last]) if len(lines) else last
+            lines = pa.concat_arrays([lines, last])
         return lines
 
     def block(self, start: int, stop: int) -> memoryview:

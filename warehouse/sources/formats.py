@@ -19,6 +19,7 @@ from warehouse.sources.canonical import Kind, fields_for
 from warehouse.sources.jsonl import parse_json_lines
 from warehouse.sources.mapping import Mapping, parse_mapping
 
+
 class Parser(Protocol):
     """(raw lines, line numbers, file sha256s) → parse_error + canonical fields as text.
 
