@@ -22,7 +22,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from warehouse.duck import scratch
+from warehouse.duck import SCRATCH_THREADS, scratch
 from warehouse.sources.canonical import MAX_LINE_BYTES
 
 #: Bytes DuckDB's NDJSON reader treats as an empty line (it yields no row for one).
@@ -125,9 +125,10 @@ def _read_objects(con, lines: pa.Array, fields: Sequence[str]) -> pl.DataFrame |
     offsets, data = _contiguous(lines)
     if not len(lines):
         return None
-    # Two files, cut at a line boundary: the reader parses one file per thread.
-    cut = int(offsets[np.searchsorted(offsets, offsets[-1] // 2)])
-    parts = [part for part in (data.slice(0, cut), data.slice(cut)) if part.size]
+    # One file per parsing thread, cut at line boundaries: the reader parses a file per thread.
+    cuts = [int(offsets[np.searchsorted(offsets, offsets[-1] * k // SCRATCH_THREADS)])
+            for k in range(SCRATCH_THREADS + 1)]
+    parts = [data.slice(low, high - low) for low, high in zip(cuts, cuts[1:]) if high > low]
     try:
         with _files(*parts) as paths:
             frame = _read(con, paths, fields, lenient=False, largest=int(np.diff(offsets).max()))
