@@ -30,11 +30,12 @@ def demo_key(settings: Settings, echo: Echo) -> Settings:
     return dataclasses.replace(settings, pseudonym_key=path.read_text().strip())
 
 
-def demo_settings(settings: Settings, params: dict[str, int], echo: Echo) -> Settings:
+def demo_settings(settings: Settings, params: dict[str, int | str], echo: Echo) -> Settings:
     """The demo's own corner of STRATA_HOME (``demo/``), so it never mixes with a real lake.
 
     The demo's lake is kept between runs with the same parameters (a re-run then shows
-    that nothing is landed twice) and started afresh when they change.
+    that nothing is landed twice) and started afresh when they change, the generator's
+    version among them (a new version writes other bytes, which would land again).
     """
     home = settings.home / "demo"
     stamp = home / "demo.json"
@@ -50,12 +51,12 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
              progress: Callable[[str], object]) -> bool:
     """Run the pipeline on generated data; True when every DWD partition matches the manifest."""
     from warehouse.dwd import build_day
-    from warehouse.generator import generate
+    from warehouse.generator import GENERATOR_VERSION, generate
     from warehouse.ods import ingest
     from warehouse.prices import load_prices
 
-    settings = demo_key(demo_settings(settings, {"days": days, "requests_per_day": requests_per_day,
-                                                 "seed": seed}, echo), echo)
+    params = {"days": days, "requests_per_day": requests_per_day, "seed": seed, "generator": GENERATOR_VERSION}
+    settings = demo_key(demo_settings(settings, params, echo), echo)
     landing: Path = settings.landing_dir
     start = dt.date(2026, 1, 1)
     echo(f"[bold]1/4 generate[/] {days} day(s) × {requests_per_day:,} requests (1% faulty lines) → {landing}")

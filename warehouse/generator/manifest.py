@@ -20,7 +20,8 @@ from warehouse.generator.faults import FAULT_KINDS
 from warehouse.generator.population import Population
 from warehouse.generator.requests import DayRequests
 
-GENERATOR_VERSION = "1.0.0"
+#: Changes whenever the same arguments would write different bytes (1.1: ISA-L deflate).
+GENERATOR_VERSION = "1.1.0"
 _NM, _NE, _NV = len(MODELS), len(ERROR_TYPES) + 1, len(VERSIONS)
 
 
