@@ -84,7 +84,7 @@ class Lines:
         return len(self.starts) - 1
 
     def raw(self, start: int, stop: int) -> pa.LargeBinaryArray:
-        """Lines ``start`` to ``stop`` (exclusive) without their ``\n``: a copy of just those bytes."""
+        """Lines ``start`` to ``stop`` (exclusive) without their ``\\n``: a copy of just those bytes."""
         stop = min(stop, len(self))
         if stop <= start:
             return pa.array([], pa.large_binary())
@@ -104,7 +104,7 @@ class Lines:
 
 
 def _newlines(content: bytes, step: int = 1 << 20) -> np.ndarray:
-    """Positions of every ``\n``, found a megabyte at a time (one scratch mask, no huge temporaries)."""
+    """Positions of every ``\\n``, found a megabyte at a time (one scratch mask, no huge temporaries)."""
     buf = np.frombuffer(content, np.uint8)
     mask = np.empty(min(step, len(buf)), bool)
     found = []
@@ -116,7 +116,7 @@ def _newlines(content: bytes, step: int = 1 << 20) -> np.ndarray:
 
 
 def split_lines(content: bytes) -> Lines:
-    """Where the lines of ``content`` start; bytes untouched (``\r`` kept).
+    """Where the lines of ``content`` start; bytes untouched (``\\r`` kept).
 
     A final line without a terminator is a line; a trailing terminator adds none.
     """

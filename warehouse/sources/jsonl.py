@@ -71,7 +71,7 @@ def _contiguous(lines: pa.Array) -> tuple[np.ndarray, pa.Buffer]:
 
 
 def _as_ndjson(lines: pa.Array) -> pa.Buffer:
-    """The lines, each followed by ``\n``, as one contiguous buffer."""
+    """The lines, each followed by ``\\n``, as one contiguous buffer."""
     offsets, data = _contiguous(lines)
     return pa.py_buffer(np.insert(np.frombuffer(data, np.uint8), offsets[1:], 10))
 
