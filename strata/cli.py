@@ -102,6 +102,8 @@ def ingest_cmd(
     paths: list[Path] = typer.Argument(..., help="Files or folders to land (plain or gzip)."),
     fmt: str = typer.Option("auto", "--format", help="jsonl, csv, otlp-json or auto."),
     mapping: Optional[Path] = typer.Option(None, "--mapping", help="Mapping file for a CSV/JSONL trace."),
+    reland: bool = typer.Option(False, "--reland", help="Land files again even if already landed, replacing "
+                                "their earlier rows (e.g. after fixing their mapping)."),
 ) -> None:
     """Land files into ODS byte-exact; files already landed (same content hash) are skipped."""
     from strata.config import load_settings
@@ -110,13 +112,22 @@ def ingest_cmd(
     if fmt not in ("auto", "jsonl", "csv", "otlp-json"):
         raise typer.BadParameter(f"{fmt!r} is not one of jsonl, csv, otlp-json, auto", param_hint="--format")
     with _progress("ingesting") as step:
-        report = ingest(load_settings(), paths, fmt=fmt, mapping_file=mapping, progress=step)  # type: ignore[arg-type]
+        report = ingest(load_settings(), paths, fmt=fmt, mapping_file=mapping, progress=step,  # type: ignore[arg-type]
+                        reland=reland)
     for skipped in report.skipped:
-        out.print(f"[yellow]skipped[/] {skipped.path} (already landed in {skipped.table})")
+        out.print(f"[yellow]skipped[/] {skipped.path} (already landed in {skipped.table} as {skipped.source})")
     lines = sum(f.lines for f in report.landed)
     malformed = sum(f.malformed for f in report.landed)
     out.print(f"landed {len(report.landed)} file(s), {lines:,} lines ({malformed:,} malformed), "
               f"skipped {len(report.skipped)}; batch {report.batch_id}")
+    if report.skipped:
+        out.print("a file already landed is skipped; --reland lands it again as this run reads it and replaces "
+                  "its earlier rows (e.g. after fixing its mapping)")
+    replaced = [f for f in report.landed if f.replaced]
+    if replaced:
+        dates = ", ".join(d.isoformat() for d in sorted(report.stale_dates)) or "none"
+        out.print(f"re-landed {len(replaced)} file(s), replacing their earlier rows; DWD of these event dates is "
+                  f"stale until rebuilt (strata build dwd --date D): {dates}")
 
 
 build_app = typer.Typer(help="Build a layer for a logical date.", no_args_is_help=True)

@@ -271,6 +271,43 @@ def test_azure_trace_ingests_through_its_mapping(strata_env: Path) -> None:
         tzinfo=dt.timezone.utc)
 
 
+def test_a_csv_file_without_a_mapping_is_refused_before_anything_lands(strata_env: Path) -> None:
+    settings = load_settings()
+    with pytest.raises(ValueError, match="--mapping FILE or the name of a shipped one"):
+        ingest(settings, [AZURE_SAMPLE])
+    assert lake.open_table(settings, "ods.request_log_raw") is None
+
+
+def test_a_file_landed_with_a_wrong_mapping_is_landed_again_with_reland(tmp_path: Path, strata_env: Path) -> None:
+    with AZURE_SAMPLE.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    shipped = Path(__file__).resolve().parents[1] / "warehouse" / "sources" / "mappings" / "azure_llm_2023_conv.yaml"
+    wrong = tmp_path / "azure_swapped.yaml"  # a mapping bug: the token columns swapped
+    wrong.write_text(shipped.read_text().replace("input_tokens: ContextTokens", "input_tokens: GeneratedTokens")
+                     .replace("output_tokens: GeneratedTokens", "output_tokens: ContextTokens"))
+    settings = load_settings()
+
+    def build_and_sum(days: set[dt.date]) -> int:
+        for day in sorted(days):
+            build(settings, "requests", day)
+        return pl.from_arrow(lake.read(settings, "dwd.request")).get_column("input_tokens").sum()
+
+    first = ingest(settings, [AZURE_SAMPLE], mapping_file=wrong)
+    days = {dt.date.fromisoformat(r["TIMESTAMP"][:10]) for r in rows}
+    assert build_and_sum(days) == sum(int(r["GeneratedTokens"]) for r in rows)
+    again = ingest(settings, [AZURE_SAMPLE], mapping_file=Path("azure_llm_2023_conv"))
+    assert not again.landed and again.skipped[0].source == first.landed[0].source  # says how it was landed
+    version = lake.version(settings, "ods.request_log_raw")
+    fixed = ingest(settings, [AZURE_SAMPLE], mapping_file=Path("azure_llm_2023_conv"), reland=True)
+    assert fixed.landed[0].replaced and lake.version(settings, "ods.request_log_raw") == version + 1  # one commit
+    ods = pl.from_arrow(lake.read(settings, "ods.request_log_raw"))
+    assert ods.height == len(rows) + 1  # replaced, not added: the header line and every row once
+    assert ods.get_column("source").unique().to_list() == [fixed.landed[0].source]
+    assert days <= fixed.stale_dates  # (the header line's date, the arrival day, too: it has no DWD rows)
+    assert build_and_sum(days) == sum(int(r["ContextTokens"]) for r in rows)
+    assert pl.from_arrow(lake.read(settings, "dwd.request")).height == len(rows)
+
+
 def test_otlp_export_ingests_to_dwd(tmp_path: Path, strata_env: Path) -> None:
     from fixtures_otlp import otlp_export_line
 

@@ -122,8 +122,9 @@ def commit(
 ) -> int:
     """Commit ``data`` as one Delta version and return that version.
 
-    ``replace_partitions`` swaps exactly the listed partitions for ``data`` (a re-run of
-    a logical date replaces that date and nothing else); ``append`` adds rows;
+    ``replace_partitions`` swaps exactly the rows matching the listed column values for
+    ``data`` (a re-run of a logical date replaces that date and nothing else; a re-landed
+    ODS file replaces that file's lines); ``append`` adds rows;
     ``overwrite`` replaces the whole table.
     """
     location = settings.table_uri(table)

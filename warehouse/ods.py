@@ -1,8 +1,10 @@
 """ODS: the archive. Every landed line kept byte-exact, with lineage and lenient keys.
 
 A file is landed in one Delta commit (all its lines or none). A file whose content
-hash is already in ODS is skipped, so re-ingesting changes nothing. Lines that do not
-parse are kept too, marked malformed with the reason. ``event_date`` comes from the
+hash is already in ODS is skipped, so re-ingesting changes nothing — unless it is landed
+again on purpose (``reland``, e.g. after fixing its mapping): then the same commit replaces
+its earlier rows, and the report names the event dates whose DWD needs a rebuild. Lines
+that do not parse are kept too, marked malformed with the reason. ``event_date`` comes from the
 line's own timestamp when it is plausible (not before 2000, not more than a day after
 arrival); otherwise from a date in the file's path, else the arrival date — so an
 impossible timestamp never sends a line to a partition nobody builds.
@@ -27,7 +29,7 @@ from warehouse.publish import keeps_every_row, publish
 from warehouse.sources import files as landed
 from warehouse.sources.canonical import Kind
 from warehouse.sources.formats import JSONL, kind_of, parser_for, register_mapping
-from warehouse.sources.mapping import load_mapping, resolve_mapping
+from warehouse.sources.mapping import load_mapping, resolve_mapping, shipped_mappings
 from warehouse.sources.timestamps import parse_ts
 
 TABLES: dict[Kind, str] = {"requests": "ods.request_log_raw", "feedback": "ods.feedback_raw"}
@@ -58,6 +60,11 @@ class FileResult:
     lines: int = 0
     malformed: int = 0
     version: int | None = None
+    #: How ODS rows name the file's format (``jsonl``, ``otlp-json``, ``mapping:<name>@<hash>``):
+    #: for a skipped file, how it was landed before.
+    source: str = ""
+    #: This landing replaced the file's earlier rows in ODS.
+    replaced: bool = False
 
 
 @dataclass
@@ -66,6 +73,8 @@ class IngestReport:
 
     batch_id: str
     files: list[FileResult] = field(default_factory=list)
+    #: Event dates of the rows a re-landing replaced or added: their DWD is stale until rebuilt.
+    stale_dates: set[dt.date] = field(default_factory=set)
 
     @property
     def landed(self) -> list[FileResult]:
@@ -79,21 +88,25 @@ class IngestReport:
 def _source_for(path: Path, fmt: Format, mapped: tuple[str, Kind] | None) -> tuple[str, Kind]:
     if mapped is not None:
         return mapped
-    if fmt == "csv":
-        raise ValueError(f"{path}: CSV needs a mapping file (--mapping) that maps its columns")
     name = path.name.lower()
+    if fmt == "csv" or (fmt == "auto" and name.endswith(landed.SUFFIXES["csv"])):
+        # Landed as JSON lines, every line would be malformed, and the file then counts as landed.
+        raise ValueError(f"{path}: a CSV file needs a mapping of its columns onto the canonical fields: pass "
+                         f"--mapping FILE or the name of a shipped one ({', '.join(shipped_mappings())})"
+                         + (", or --format jsonl if it holds JSON lines" if fmt == "auto" else ""))
     if fmt == "otlp-json" or (fmt == "auto" and "otlp" in name):
         return "otlp-json", "requests"
     return JSONL, kind_of(path)
 
 
-def already_landed(settings: Settings, table: str) -> set[str]:
-    """Content hashes of the files already in an ODS table."""
+def already_landed(settings: Settings, table: str) -> dict[str, str]:
+    """Content hash → source (how it was read) of the files already in an ODS table."""
     existing = lake.open_table(settings, table)
     if existing is None:
-        return set()
-    hashes = existing.to_pyarrow_dataset().to_table(columns=["file_sha256"]).column(0)
-    return set(pa.compute.unique(hashes).to_pylist())
+        return {}
+    keys = pl.from_arrow(existing.to_pyarrow_dataset().to_table(columns=["file_sha256", "source"]))
+    assert isinstance(keys, pl.DataFrame)
+    return dict(keys.unique("file_sha256").iter_rows())
 
 
 def per_line(parsed: pl.DataFrame, lines: int) -> pl.DataFrame:
@@ -144,15 +157,18 @@ class _Planned:
     source: str
     kind: Kind
     sha256: str
+    replaces: bool = False
 
 
 def _plan(settings: Settings, paths: list[Path], fmt: Format, mapping_file: Path | None,
-          report: IngestReport) -> dict[str, list[_Planned]]:
-    """Files to land per ODS table; files already landed (or repeated in this run) are skipped."""
+          report: IngestReport, reland: bool) -> dict[str, list[_Planned]]:
+    """Files to land per ODS table; files already landed (unless ``reland``) or repeated in
+    this run are skipped."""
     import hashlib
 
     plan: dict[str, list[_Planned]] = {}
-    seen: dict[str, set[str]] = {}
+    seen: dict[str, dict[str, str]] = {}
+    this_run: set[str] = set()
     mapped: tuple[str, Kind] | None = None
     if mapping_file is not None:  # read and kept once for the whole run
         mapping = load_mapping(resolve_mapping(mapping_file))
@@ -164,12 +180,21 @@ def _plan(settings: Settings, paths: list[Path], fmt: Format, mapping_file: Path
         if table not in seen:
             seen[table] = already_landed(settings, table)
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        if digest in seen[table]:
-            report.files.append(FileResult(path, table, "skipped"))
+        earlier = seen[table].get(digest)
+        if digest in this_run or (earlier is not None and not reland):
+            report.files.append(FileResult(path, table, "skipped", source=earlier or source))
             continue
-        seen[table].add(digest)
-        plan.setdefault(table, []).append(_Planned(path, source, kind, digest))
+        this_run.add(digest)
+        plan.setdefault(table, []).append(_Planned(path, source, kind, digest, replaces=earlier is not None))
     return plan
+
+
+def _dates_of(settings: Settings, table: str, hashes: list[str]) -> set[dt.date]:
+    """Event dates of the ODS rows of these files."""
+    if not hashes:
+        return set()
+    dates = lake.read(settings, table, filters=[("file_sha256", "in", hashes)], columns=["event_date"])
+    return set(pa.compute.unique(dates.column(0)).to_pylist())
 
 
 def _load(path: Path) -> tuple[landed.LandedFile, landed.Lines]:
@@ -197,18 +222,23 @@ def ingest(
     fmt: Format = "auto",
     mapping_file: Path | None = None,
     progress: Callable[[int, int], None] | None = None,
+    reland: bool = False,
 ) -> IngestReport:
     """Land files into ODS: one atomic Delta commit per table per run, streamed in chunks.
 
     Files already landed (same content hash) are skipped, so a re-run adds nothing, and a
-    run that crashes commits nothing: running it again lands the same files.
+    run that crashes commits nothing: running it again lands the same files. With
+    ``reland``, files already landed are landed again as this run reads them, and the
+    commit replaces their earlier rows (``report.stale_dates`` says which DWD dates to rebuild).
     """
     report = IngestReport(batch_id=uuid.uuid4().hex[:16])
-    plan = _plan(settings, paths, fmt, mapping_file, report)
+    plan = _plan(settings, paths, fmt, mapping_file, report, reland)
     total = sum(len(files) for files in plan.values())
     done = 0
     for table, files in plan.items():
         landed_now: list[FileResult] = []
+        replaced = [f.sha256 for f in files if f.replaces]
+        report.stale_dates |= _dates_of(settings, table, replaced)
 
         def frames(files: list[_Planned] = files, landed_now: list[FileResult] = landed_now):
             nonlocal done
@@ -227,13 +257,19 @@ def ingest(
                     frame = ods_frame(chunk, parsed, source=item.source, file=file, ingested_at=ingested_at,
                                       batch_id=report.batch_id, first_line=start + 1)
                     malformed += int(frame.get_column("is_malformed").sum())
+                    if item.replaces:
+                        report.stale_dates.update(frame.get_column("event_date").unique().to_list())
                     yield frame
-                landed_now.append(FileResult(item.path, table, "landed", len(lines), malformed))
+                landed_now.append(FileResult(item.path, table, "landed", len(lines), malformed, source=item.source,
+                                             replaced=item.replaces))
                 done += 1
                 if progress:
                     progress(done, total)
 
-        result = publish(settings, table, frames(), mode="append", expectations=False,
+        # A re-landing swaps the rows of exactly this run's files, in the same commit.
+        mode: Literal["append", "replace_partitions"] = "replace_partitions" if replaced else "append"
+        swap = [{"file_sha256": f.sha256} for f in files] if replaced else []
+        result = publish(settings, table, frames(), mode=mode, partitions=swap, expectations=False,
                          invariants=[keeps_every_row("ods.keeps_every_line")])
         for file_result in landed_now:
             file_result.version = result.version

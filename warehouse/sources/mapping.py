@@ -72,6 +72,11 @@ class Mapping:
 SHIPPED = Path(__file__).parent / "mappings"
 
 
+def shipped_mappings() -> list[str]:
+    """Names of the mappings that ship with Strata (usable as ``--mapping NAME``)."""
+    return sorted(p.stem for p in SHIPPED.glob("*.yaml"))
+
+
 def resolve_mapping(name_or_path: Path) -> Path:
     """A mapping file path, or the shipped mapping of that name (e.g. ``azure_llm_2023_conv``)."""
     if name_or_path.is_file():
@@ -79,8 +84,8 @@ def resolve_mapping(name_or_path: Path) -> Path:
     shipped = SHIPPED / f"{name_or_path.name.removesuffix('.yaml')}.yaml"
     if shipped.is_file():
         return shipped
-    names = sorted(p.stem for p in SHIPPED.glob("*.yaml"))
-    raise FileNotFoundError(f"no mapping file {name_or_path} and no shipped mapping of that name ({names})")
+    raise FileNotFoundError(f"no mapping file {name_or_path} and no shipped mapping of that name "
+                            f"({', '.join(shipped_mappings())})")
 
 
 def load_mapping(path: Path) -> Mapping:
