@@ -25,7 +25,7 @@ from contracts.loader import CONTRACTS_DIR, parse_contract, read_contract, read_
 
 TABLES = {
     "ods.request_log_raw", "ods.feedback_raw", "dwd.request", "dwd.feedback", "dwd.quarantine",
-    "ops.audit_log", "ops.books", "dwd.model_price", "dws.user_features", "dws.tenant_features", "dws.model_features",
+    "ops.audit_log", "ops.books", "ops.landed_files", "dwd.model_price", "dws.user_features", "dws.tenant_features", "dws.model_features",
 }
 TS = pa.timestamp("us", tz="UTC")
 VERSION_LINE = f"version: {read_contract(CONTRACTS_DIR / 'dwd.request.yaml').version}"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow.parquet as pq
+import pytest
 
 from strata.config import load_settings
 from warehouse import lake
@@ -94,3 +95,36 @@ def test_retention_deletes_old_ods_partitions_and_their_files(tmp_path: Path, st
     assert ods.get_column("event_date").unique().to_list() == [new_day]
     leftover = list((Path(settings.lake_uri) / "ods" / "request_log_raw").rglob("*.parquet"))
     assert all("2026-01-01" not in str(p) for p in leftover)
+
+
+def test_files_whose_lines_retention_removed_are_not_landed_again(tmp_path: Path, strata_env: Path) -> None:
+    settings = load_settings()
+    old_day = dt.date(2026, 1, 1)
+    old = _land(tmp_path, "old.jsonl", [json.dumps(r).encode() for r in _records("u", 3, old_day, "a")], old_day)
+    ingest(settings, [old])
+    apply_retention(settings, days=30, today=dt.date(2026, 3, 10))
+    assert lake.read(settings, "ods.request_log_raw").num_rows == 0
+
+    again = ingest(settings, [old])  # e.g. the scheduler ingesting the landing folder once more
+
+    assert not again.landed and again.skipped[0].source == "jsonl"
+    assert lake.read(settings, "ods.request_log_raw").num_rows == 0
+    ledger = lake.read_frame(settings, "ops.landed_files")
+    assert ledger.select("table_name", "lines", "source").rows() == [("ods.request_log_raw", 3, "jsonl")]
+
+
+def test_a_file_with_a_forgotten_user_is_never_landed_again(tmp_path: Path, strata_env: Path) -> None:
+    settings = load_settings()
+    victim = "user-to-forget-7731"
+    mixed = _land(tmp_path, "mixed.jsonl", [json.dumps(r).encode() for r in
+                                           _records(victim, 2, DAY, "v") + _records("stays", 2, DAY, "o")], DAY)
+    only = _land(tmp_path, "only.jsonl", [json.dumps(r).encode() for r in _records(victim, 2, DAY, "w")], DAY)
+    ingest(settings, [mixed, only])
+    forget_user(settings, victim)
+    version = lake.version(settings, "ods.request_log_raw")
+
+    assert not ingest(settings, [mixed, only]).landed  # skipped, though `only` has no line left in ODS
+    with pytest.raises(ValueError, match="2 of its 4 lines were removed from ODS"):
+        ingest(settings, [mixed], reland=True)
+    assert lake.version(settings, "ods.request_log_raw") == version
+    assert victim not in repr(lake.read(settings, "ods.request_log_raw").to_pylist())

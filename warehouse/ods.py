@@ -1,10 +1,11 @@
 """ODS: the archive. Every landed line kept byte-exact, with lineage and lenient keys.
 
-A file is landed in one Delta commit (all its lines or none). A file whose content
-hash is already in ODS is skipped, so re-ingesting changes nothing — unless it is landed
-again on purpose (``reland``, e.g. after fixing its mapping): then the same commit replaces
-its earlier rows, and the report names the event dates whose DWD needs a rebuild. Lines
-that do not parse are kept too, marked malformed with the reason. ``event_date`` comes from the
+A file is landed in one Delta commit (all its lines or none). A file landed before (same
+content hash, per ``ops.landed_files``, which outlives retention and erasure) is skipped,
+so re-ingesting changes nothing — unless it is landed again on purpose (``reland``, e.g.
+after fixing its mapping): then the same commit replaces its earlier rows, and the report
+names the event dates whose DWD needs a rebuild. A file some of whose lines were erased is
+never landed again. Lines that do not parse are kept too, marked malformed with the reason. ``event_date`` comes from the
 line's own timestamp when it is plausible (not before 2000, not more than a day after
 arrival); otherwise from a date in the file's path, else the arrival date — so an
 impossible timestamp never sends a line to a partition nobody builds.
@@ -24,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from strata.config import Settings
-from warehouse import lake
+from warehouse import lake, ods_ledger
 from warehouse.publish import keeps_every_row, publish
 from warehouse.sources import files as landed
 from warehouse.sources.canonical import Kind
@@ -99,16 +100,6 @@ def _source_for(path: Path, fmt: Format, mapped: tuple[str, Kind] | None) -> tup
     return JSONL, kind_of(path)
 
 
-def already_landed(settings: Settings, table: str) -> dict[str, str]:
-    """Content hash → source (how it was read) of the files already in an ODS table."""
-    existing = lake.open_table(settings, table)
-    if existing is None:
-        return {}
-    keys = pl.from_arrow(existing.to_pyarrow_dataset().to_table(columns=["file_sha256", "source"]))
-    assert isinstance(keys, pl.DataFrame)
-    return dict(keys.unique("file_sha256").iter_rows())
-
-
 def per_line(parsed: pl.DataFrame, lines: int) -> pl.DataFrame:
     """One parse row per line: formats that batch records per line (OTLP) keep the first
     record's time and error, and a request id only when the line holds a single record."""
@@ -178,7 +169,7 @@ def _plan(settings: Settings, paths: list[Path], fmt: Format, mapping_file: Path
         source, kind = _source_for(path, fmt, mapped)
         table = TABLES[kind]
         if table not in seen:
-            seen[table] = already_landed(settings, table)
+            seen[table] = ods_ledger.seen_files(settings, table)
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         earlier = seen[table].get(digest)
         if digest in this_run or (earlier is not None and not reland):
@@ -189,12 +180,20 @@ def _plan(settings: Settings, paths: list[Path], fmt: Format, mapping_file: Path
     return plan
 
 
-def _dates_of(settings: Settings, table: str, hashes: list[str]) -> set[dt.date]:
-    """Event dates of the ODS rows of these files."""
-    if not hashes:
-        return set()
-    dates = lake.read(settings, table, filters=[("file_sha256", "in", hashes)], columns=["event_date"])
-    return set(pa.compute.unique(dates.column(0)).to_pylist())
+def _rows_of(settings: Settings, table: str, hashes: list[str]) -> pl.DataFrame:
+    """``file_sha256`` and ``event_date`` of the ODS rows of these files."""
+    if not hashes or lake.open_table(settings, table) is None:
+        return pl.DataFrame(schema={"file_sha256": pl.String, "event_date": pl.Date})
+    return lake.read_frame(settings, table, filters=[("file_sha256", "in", hashes)],
+                           columns=["file_sha256", "event_date"])
+
+
+def _refuse_erased(path: Path, lines: int, kept: int) -> None:
+    """A file some of whose lines retention or ``strata forget`` removed may not land again."""
+    if kept < lines:
+        raise ValueError(f"{path}: {lines - kept:,} of its {lines:,} lines were removed from ODS since it was "
+                         "landed (retention or strata forget); landing it again would bring them back, so it is "
+                         "refused and nothing was landed")
 
 
 def _load(path: Path) -> tuple[landed.LandedFile, landed.Lines]:
@@ -237,14 +236,18 @@ def ingest(
     done = 0
     for table, files in plan.items():
         landed_now: list[FileResult] = []
-        replaced = [f.sha256 for f in files if f.replaces]
-        report.stale_dates |= _dates_of(settings, table, replaced)
+        ledger: list[ods_ledger.Landing] = []
+        replaced = _rows_of(settings, table, [f.sha256 for f in files if f.replaces])
+        report.stale_dates |= set(replaced.get_column("event_date").unique().to_list())
+        kept = dict(replaced.get_column("file_sha256").value_counts().iter_rows())
 
         def frames(files: list[_Planned] = files, landed_now: list[FileResult] = landed_now):
             nonlocal done
             for item, (file, lines) in zip(files, _loaded_ahead([f.path for f in files])):
                 if file.sha256 != item.sha256:
                     raise RuntimeError(f"{item.path} changed while being ingested; ingest it again")
+                if item.replaces:
+                    _refuse_erased(item.path, len(lines), kept.get(item.sha256, 0))
                 parse = parser_for(settings, item.source, item.kind, keys_only=True)
                 ingested_at = dt.datetime.now(dt.timezone.utc)
                 malformed = 0
@@ -262,15 +265,19 @@ def ingest(
                     yield frame
                 landed_now.append(FileResult(item.path, table, "landed", len(lines), malformed, source=item.source,
                                              replaced=item.replaces))
+                ledger.append(ods_ledger.Landing(item.sha256, table, str(file.path), item.source, len(lines),
+                                                 malformed, report.batch_id, ingested_at))
                 done += 1
                 if progress:
                     progress(done, total)
 
         # A re-landing swaps the rows of exactly this run's files, in the same commit.
-        mode: Literal["append", "replace_partitions"] = "replace_partitions" if replaced else "append"
-        swap = [{"file_sha256": f.sha256} for f in files] if replaced else []
+        relanding = any(f.replaces for f in files)
+        mode: Literal["append", "replace_partitions"] = "replace_partitions" if relanding else "append"
+        swap = [{"file_sha256": f.sha256} for f in files] if relanding else []
         result = publish(settings, table, frames(), mode=mode, partitions=swap, expectations=False,
                          invariants=[keeps_every_row("ods.keeps_every_line")])
+        ods_ledger.record(settings, ledger, replace=relanding)
         for file_result in landed_now:
             file_result.version = result.version
         report.files += landed_now

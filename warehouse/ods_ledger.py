@@ -1,0 +1,59 @@
+"""The ledger of landed files: every file ODS ever landed, kept when its lines are gone.
+
+Retention and ``strata forget`` delete ODS lines, but the fact that a file was landed
+stays here, so re-ingesting a landing folder never lands an expired or erased file again.
+The ledger holds hashes, paths and counts, no line content.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+import polars as pl
+
+from strata.config import Settings
+from warehouse import lake
+from warehouse.publish import publish
+
+TABLE = "ops.landed_files"
+
+
+@dataclass(frozen=True)
+class Landing:
+    """One file landed in one ODS table."""
+
+    file_sha256: str
+    table_name: str
+    source_file: str
+    source: str
+    lines: int
+    malformed: int
+    batch_id: str
+    landed_at: dt.datetime
+
+
+def seen_files(settings: Settings, ods_table: str) -> dict[str, str]:
+    """Content hash → source (how it was read) of every file ever landed in ``ods_table``.
+
+    ODS's own rows count too: they cover lakes older than the ledger, and a run that
+    crashed between its ODS commit and its ledger entry.
+    """
+    seen: dict[str, str] = {}
+    for table, filters in ((ods_table, None), (TABLE, [("table_name", "=", ods_table)])):
+        if lake.open_table(settings, table) is None:
+            continue
+        keys = lake.read_frame(settings, table, columns=["file_sha256", "source"], filters=filters)
+        seen.update(keys.unique("file_sha256", keep="last").iter_rows())
+    return seen
+
+
+def record(settings: Settings, landings: Sequence[Landing], *, replace: bool = False) -> None:
+    """Add the landings to the ledger, after their ODS commit; ``replace`` swaps their earlier rows."""
+    if not landings:
+        return
+    frame = pl.DataFrame([asdict(landing) for landing in landings])
+    keys = [{"file_sha256": landing.file_sha256, "table_name": landing.table_name} for landing in landings]
+    publish(settings, TABLE, frame, mode="replace_partitions" if replace else "append",
+            partitions=keys if replace else (), expectations=False)
