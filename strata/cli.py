@@ -115,14 +115,14 @@ def ingest_cmd(
         report = ingest(load_settings(), paths, fmt=fmt, mapping_file=mapping, progress=step,  # type: ignore[arg-type]
                         reland=reland)
     for skipped in report.skipped:
-        out.print(f"[yellow]skipped[/] {skipped.path} (already landed in {skipped.table} as {skipped.source})")
+        out.print(f"[yellow]skipped[/] {skipped.path} (already landed in {skipped.table} as {skipped.landed_as})")
     lines = sum(f.lines for f in report.landed)
     malformed = sum(f.malformed for f in report.landed)
     out.print(f"landed {len(report.landed)} file(s), {lines:,} lines ({malformed:,} malformed), "
               f"skipped {len(report.skipped)}; batch {report.batch_id}")
-    if report.skipped:
-        out.print("a file already landed is skipped; --reland lands it again as this run reads it and replaces "
-                  "its earlier rows (e.g. after fixing its mapping)")
+    if any(f.landed_as != f.source for f in report.skipped):
+        out.print("some skipped files were landed as another format or mapping than this run reads them with; "
+                  "--reland lands them again as this run reads them, replacing their earlier rows")
     replaced = [f for f in report.landed if f.replaced]
     if replaced:
         dates = ", ".join(d.isoformat() for d in sorted(report.stale_dates)) or "none"

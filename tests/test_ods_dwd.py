@@ -296,7 +296,8 @@ def test_a_file_landed_with_a_wrong_mapping_is_landed_again_with_reland(tmp_path
     days = {dt.date.fromisoformat(r["TIMESTAMP"][:10]) for r in rows}
     assert build_and_sum(days) == sum(int(r["GeneratedTokens"]) for r in rows)
     again = ingest(settings, [AZURE_SAMPLE], mapping_file=Path("azure_llm_2023_conv"))
-    assert not again.landed and again.skipped[0].source == first.landed[0].source  # says how it was landed
+    assert not again.landed and again.skipped[0].landed_as == first.landed[0].source  # says how it was landed
+    assert again.skipped[0].source != again.skipped[0].landed_as
     version = lake.version(settings, "ods.request_log_raw")
     fixed = ingest(settings, [AZURE_SAMPLE], mapping_file=Path("azure_llm_2023_conv"), reland=True)
     assert fixed.landed[0].replaced and lake.version(settings, "ods.request_log_raw") == version + 1  # one commit

@@ -107,7 +107,7 @@ def test_files_whose_lines_retention_removed_are_not_landed_again(tmp_path: Path
 
     again = ingest(settings, [old])  # e.g. the scheduler ingesting the landing folder once more
 
-    assert not again.landed and again.skipped[0].source == "jsonl"
+    assert not again.landed and again.skipped[0].landed_as == "jsonl"
     assert lake.read(settings, "ods.request_log_raw").num_rows == 0
     ledger = lake.read_frame(settings, "ops.landed_files")
     assert ledger.select("table_name", "lines", "source").rows() == [("ods.request_log_raw", 3, "jsonl")]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator, Literal
 
@@ -61,9 +61,10 @@ class FileResult:
     lines: int = 0
     malformed: int = 0
     version: int | None = None
-    #: How ODS rows name the file's format (``jsonl``, ``otlp-json``, ``mapping:<name>@<hash>``):
-    #: for a skipped file, how it was landed before.
+    #: How this run reads the file, as ODS rows name it (``jsonl``, ``otlp-json``, ``mapping:<name>@<hash>``).
     source: str = ""
+    #: For a skipped file: how it was read when it was landed.
+    landed_as: str = ""
     #: This landing replaced the file's earlier rows in ODS.
     replaced: bool = False
 
@@ -157,26 +158,28 @@ def _plan(settings: Settings, paths: list[Path], fmt: Format, mapping_file: Path
     this run are skipped."""
     import hashlib
 
-    plan: dict[str, list[_Planned]] = {}
-    seen: dict[str, dict[str, str]] = {}
-    this_run: set[str] = set()
     mapped: tuple[str, Kind] | None = None
     if mapping_file is not None:  # read and kept once for the whole run
         mapping = load_mapping(resolve_mapping(mapping_file))
         mapped = register_mapping(settings, mapping), mapping.kind
     kinds = ["csv", "lines"] if mapping_file else ["otlp", "lines"] if fmt == "otlp-json" else ["lines"]
+    found = []
     for path in landed.discover(paths, kinds):
         source, kind = _source_for(path, fmt, mapped)
-        table = TABLES[kind]
-        if table not in seen:
-            seen[table] = ods_ledger.seen_files(settings, table)
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        earlier = seen[table].get(digest)
-        if digest in this_run or (earlier is not None and not reland):
-            report.files.append(FileResult(path, table, "skipped", source=earlier or source))
+        found.append(_Planned(path, source, kind, hashlib.sha256(path.read_bytes()).hexdigest()))
+    seen = {table: ods_ledger.seen_files(settings, table, {f.sha256 for f in found if TABLES[f.kind] == table})
+            for table in {TABLES[f.kind] for f in found}}
+    plan: dict[str, list[_Planned]] = {}
+    this_run: set[str] = set()
+    for item in found:
+        table = TABLES[item.kind]
+        earlier = seen[table].get(item.sha256)
+        if item.sha256 in this_run or (earlier is not None and not reland):
+            report.files.append(FileResult(item.path, table, "skipped", source=item.source,
+                                           landed_as=earlier or item.source))
             continue
-        this_run.add(digest)
-        plan.setdefault(table, []).append(_Planned(path, source, kind, digest, replaces=earlier is not None))
+        this_run.add(item.sha256)
+        plan.setdefault(table, []).append(replace(item, replaces=earlier is not None))
     return plan
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import Collection, Sequence
 
 import polars as pl
 
@@ -34,14 +34,17 @@ class Landing:
     landed_at: dt.datetime
 
 
-def seen_files(settings: Settings, ods_table: str) -> dict[str, str]:
-    """Content hash → source (how it was read) of every file ever landed in ``ods_table``.
+def seen_files(settings: Settings, ods_table: str, hashes: Collection[str]) -> dict[str, str]:
+    """Content hash → source (how it was read) of those of ``hashes`` ever landed in ``ods_table``.
 
     ODS's own rows count too: they cover lakes older than the ledger, and a run that
     crashed between its ODS commit and its ledger entry.
     """
+    if not hashes:
+        return {}
     seen: dict[str, str] = {}
-    for table, filters in ((ods_table, None), (TABLE, [("table_name", "=", ods_table)])):
+    wanted = ("file_sha256", "in", sorted(hashes))
+    for table, filters in ((ods_table, [wanted]), (TABLE, [wanted, ("table_name", "=", ods_table)])):
         if lake.open_table(settings, table) is None:
             continue
         keys = lake.read_frame(settings, table, columns=["file_sha256", "source"], filters=filters)
