@@ -92,7 +92,7 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
             echo(line)
 
     echo("[bold]4/4 where to look[/]")
-    echo(f"  lake: {settings.lake_uri}  (Delta tables: ods/*, dwd/*, ops/audit_log, ops/books)")
+    echo(f"  lake: {settings.lake_uri}  (Delta tables: ods/*, dwd/*, ops/*)")
     echo("  e.g. python -c \"import deltalake; print(deltalake.DeltaTable("
          f"'{settings.table_uri('dwd.request')}').to_pandas().head())\"")
     return all_ok
