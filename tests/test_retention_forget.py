@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -128,3 +129,13 @@ def test_a_file_with_a_forgotten_user_is_never_landed_again(tmp_path: Path, stra
         ingest(settings, [mixed], reland=True)
     assert lake.version(settings, "ods.request_log_raw") == version
     assert victim not in repr(lake.read(settings, "ods.request_log_raw").to_pylist())
+
+
+def test_a_file_in_ods_but_not_in_the_ledger_is_still_skipped(tmp_path: Path, strata_env: Path) -> None:
+    # As after a crash between the ODS commit and the ledger's, or in a lake older than the ledger.
+    settings = load_settings()
+    path = _land(tmp_path, "a.jsonl", [json.dumps(r).encode() for r in _records("u", 3, DAY, "a")], DAY)
+    ingest(settings, [path])
+    shutil.rmtree(Path(settings.table_uri("ops.landed_files")))
+    assert not ingest(settings, [path]).landed
+    assert lake.read(settings, "ods.request_log_raw").num_rows == 3
