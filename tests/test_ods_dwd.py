@@ -259,9 +259,9 @@ def test_azure_trace_ingests_through_its_mapping(strata_env: Path) -> None:
     settings = load_settings()
     report = ingest(settings, [source], mapping_file=Path("azure_llm_2023_conv"))
     assert report.landed[0].lines == len(rows) + 1  # the header line is archived too
-    request = []
-    for day in sorted(days):
-        build(settings, "requests", dt.date.fromisoformat(day))
+    books = [build(settings, "requests", dt.date.fromisoformat(day)).books for day in sorted(days)]
+    # Every line is in some day's books, the header line too (it takes its neighbours' date).
+    assert sum(b.ods_rows for b in books) == len(rows) + 1 and sum(b.malformed for b in books) == 1
     request = pl.from_arrow(lake.read(settings, "dwd.request"))
     assert request.height == len(rows)
     assert request.get_column("input_tokens").sum() == sum(int(r["ContextTokens"]) for r in rows)
@@ -304,7 +304,7 @@ def test_a_file_landed_with_a_wrong_mapping_is_landed_again_with_reland(tmp_path
     ods = pl.from_arrow(lake.read(settings, "ods.request_log_raw"))
     assert ods.height == len(rows) + 1  # replaced, not added: the header line and every row once
     assert ods.get_column("source").unique().to_list() == [fixed.landed[0].source]
-    assert days <= fixed.stale_dates  # (the header line's date, the arrival day, too: it has no DWD rows)
+    assert fixed.stale_dates == days  # the header line too: it takes the date of the lines around it
     assert build_and_sum(days) == sum(int(r["ContextTokens"]) for r in rows)
     assert pl.from_arrow(lake.read(settings, "dwd.request")).height == len(rows)
 

@@ -5,10 +5,13 @@ content hash, per ``ops.landed_files``, which outlives retention and erasure) is
 so re-ingesting changes nothing — unless it is landed again on purpose (``reland``, e.g.
 after fixing its mapping): then the same commit replaces its earlier rows, and the report
 names the event dates whose DWD needs a rebuild. A file some of whose lines were erased is
-never landed again. Lines that do not parse are kept too, marked malformed with the reason. ``event_date`` comes from the
-line's own timestamp when it is plausible (not before 2000, not more than a day after
-arrival); otherwise from a date in the file's path, else the arrival date — so an
-impossible timestamp never sends a line to a partition nobody builds.
+never landed again.
+
+Lines that do not parse are kept too, marked malformed with the reason. ``event_date``
+comes from the line's own timestamp when it is plausible (not before 2000, not more than
+a day after arrival); otherwise from a date in the file's path, else the most common date
+of the lines around it, else the arrival date — so an impossible timestamp never sends a
+line to a partition nobody builds.
 """
 
 from __future__ import annotations
@@ -118,10 +121,10 @@ def ods_frame(
     ingested_at: dt.datetime, batch_id: str, first_line: int = 1,
 ) -> pl.DataFrame:
     """ODS rows of (a chunk of) one file: raw bytes, lineage, lenient keys, the malformed flag."""
-    fallback = dt.date.fromisoformat(file.path_date) if file.path_date else ingested_at.date()
     latest = ingested_at + dt.timedelta(days=1)
     parsed_ts = parsed.select(parse_ts(pl.col("ts"))).to_series()  # parsed once: it is the costly part
     event_ts = parsed_ts.set(~parsed_ts.is_between(_EARLIEST, latest).fill_null(False), None)
+    fallback = _fallback_date(file, event_ts, ingested_at)
     n = len(raw)
     request_id = salvage_request_ids(raw, parsed)
     return pl.DataFrame({"raw_line": pl.Series(raw, dtype=pl.Binary)}).with_columns(
@@ -137,6 +140,16 @@ def ods_frame(
         is_malformed=parsed.get_column("parse_error").is_not_null(),
         parse_error=parsed.get_column("parse_error"),
     )
+
+
+def _fallback_date(file: landed.LandedFile, event_ts: pl.Series, ingested_at: dt.datetime) -> dt.date:
+    """Event date of the lines without a plausible timestamp (a CSV header, a truncated line):
+    the date in the file's path, else the most common date of the lines around them (the same
+    chunk of the file), else the arrival day."""
+    if file.path_date:
+        return dt.date.fromisoformat(file.path_date)
+    dates = event_ts.drop_nulls().dt.date()
+    return dates.mode().min() if dates.len() else ingested_at.date()  # type: ignore[return-value]
 
 
 #: Lines parsed and written per batch: bounds memory however large a file is.
