@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
+from rich.markup import escape
 
 from strata.console import console, out
 
@@ -115,7 +116,8 @@ def ingest_cmd(
         report = ingest(load_settings(), paths, fmt=fmt, mapping_file=mapping, progress=step,  # type: ignore[arg-type]
                         reland=reland)
     for skipped in report.skipped:
-        out.print(f"[yellow]skipped[/] {skipped.path} (already landed in {skipped.table} as {skipped.landed_as})")
+        out.print(f"[yellow]skipped[/] {escape(str(skipped.path))} (already landed in {skipped.table} as "
+                  f"{escape(skipped.landed_as)})")
     lines = sum(f.lines for f in report.landed)
     malformed = sum(f.malformed for f in report.landed)
     out.print(f"landed {len(report.landed)} file(s), {lines:,} lines ({malformed:,} malformed), "
@@ -244,7 +246,9 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001 - the CLI's one error boundary
         if debug:
             raise
-        console.print(f"[red]error:[/] {exc}" if str(exc) else f"[red]error:[/] {type(exc).__name__}")
+        # Escaped: a message may hold brackets (a partition "[event_date = …]", a path) that rich
+        # would otherwise take for markup and drop.
+        console.print(f"[red]error:[/] {escape(str(exc) or type(exc).__name__)}")
         console.print("[dim](run with --debug for the traceback)[/]")
         sys.exit(1)
 

@@ -87,3 +87,10 @@ def test_errors_are_one_line_without_traceback_unless_debug(tmp_path: Path) -> N
     debug = _run(["--debug", "config"], env)
     assert debug.returncode == 1
     assert "Traceback" in debug.stderr
+
+
+def test_an_error_keeps_text_that_looks_like_markup(tmp_path: Path) -> None:
+    missing = tmp_path / "[bold]" / "logs.jsonl"  # rich would take "[bold]" for a style and drop it
+    result = _run(["ingest", str(missing)], {"STRATA_HOME": str(tmp_path)})
+    assert result.returncode == 1
+    assert "[bold]" in result.stderr.replace("\n", "")
