@@ -127,9 +127,9 @@ def ingest_cmd(
                   "--reland lands them again as this run reads them, replacing their earlier rows")
     replaced = [f for f in report.landed if f.replaced]
     if replaced:
-        dates = ", ".join(d.isoformat() for d in sorted(report.stale_dates)) or "none"
-        out.print(f"re-landed {len(replaced)} file(s), replacing their earlier rows; DWD of these event dates is "
-                  f"stale until rebuilt (strata build dwd --date D): {dates}")
+        dates = " ".join(f"--date {d.isoformat()}" for d in sorted(report.stale_dates))
+        out.print(f"re-landed {len(replaced)} file(s), replacing their earlier rows"
+                  + (f"; DWD of their event dates is stale until rebuilt: strata build dwd {dates}" if dates else ""))
 
 
 build_app = typer.Typer(help="Build a layer for a logical date.", no_args_is_help=True)
@@ -138,21 +138,22 @@ app.add_typer(build_app, name="build")
 
 @build_app.command("dwd")
 def build_dwd_cmd(
-    date: str = typer.Option(..., "--date", help="Event date to build, YYYY-MM-DD."),
+    dates: list[str] = typer.Option(..., "--date", help="Event date to build, YYYY-MM-DD; repeat for several."),
 ) -> None:
-    """Publish dwd.feedback and dwd.request for one event date from ODS (idempotent)."""
+    """Publish dwd.feedback and dwd.request for event dates from ODS (idempotent), one date at a time."""
     from strata.config import load_settings
     from warehouse.dwd import build_day
 
-    day = _parse_date(date, "--date")
-    with _progress(f"building DWD {day}") as step:
-        reports = build_day(load_settings(), day, progress=lambda table, done, total: step(done, total, table))
-    for kind, report in reports.items():
-        b = report.books
-        out.print(f"{b.table} [{day}] v{report.version}: ODS {b.ods_rows:,} = DWD {b.dwd_rows:,} + duplicates "
-                  f"{b.duplicates:,} + quarantined {b.quarantined:,} + malformed {b.malformed:,}")
-        for rule, count in sorted(report.rules.items()):
-            out.print(f"  quarantined by {rule}: {count:,}")
+    settings = load_settings()
+    for day in sorted({_parse_date(date, "--date") for date in dates}):
+        with _progress(f"building DWD {day}") as step:
+            reports = build_day(settings, day, progress=lambda table, done, total: step(done, total, table))
+        for report in reports.values():
+            b = report.books
+            out.print(f"{b.table} [{day}] v{report.version}: ODS {b.ods_rows:,} = DWD {b.dwd_rows:,} + duplicates "
+                      f"{b.duplicates:,} + quarantined {b.quarantined:,} + malformed {b.malformed:,}")
+            for rule, count in sorted(report.rules.items()):
+                out.print(f"  quarantined by {rule}: {count:,}")
 
 
 retention_app = typer.Typer(help="Retention of raw lines (ODS and the quarantine).", no_args_is_help=True)

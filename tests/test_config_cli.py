@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -94,3 +95,19 @@ def test_an_error_keeps_text_that_looks_like_markup(tmp_path: Path) -> None:
     result = _run(["ingest", str(missing)], {"STRATA_HOME": str(tmp_path)})
     assert result.returncode == 1
     assert "[bold]" in result.stderr.replace("\n", "")
+
+
+def test_build_dwd_takes_several_dates_and_prints_each_days_books(tmp_path: Path) -> None:
+    env = {"STRATA_HOME": str(tmp_path / "home"), "STRATA_PSEUDONYM_KEY": "test-key-not-a-secret-0123456789"}
+    logs = tmp_path / "logs.jsonl"
+    logs.write_text("".join(json.dumps({
+        "request_id": f"r{day}", "ts": f"2026-02-0{day}T12:00:00Z", "duration_ms": 10.0, "tenant_id": "t",
+        "user_id": "u", "operation": "chat", "model": "m", "input_tokens": 1, "output_tokens": 1,
+        "status_code": 200}) + "\n" for day in (1, 2)) + "{broken\n")
+    assert _run(["ingest", str(logs)], env).returncode == 0
+    result = _run(["build", "dwd", "--date", "2026-02-02", "--date", "2026-02-01"], env)
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())  # rich wraps long lines
+    first = "dwd.request [2026-02-01] v0: ODS 2 = DWD 1 + duplicates 0 + quarantined 0 + malformed 1"
+    second = "dwd.request [2026-02-02] v1: ODS 1 = DWD 1 + duplicates 0 + quarantined 0 + malformed 0"
+    assert first in text and second in text and text.index(first) < text.index(second)  # in date order
