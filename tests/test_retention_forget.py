@@ -53,6 +53,8 @@ def test_forget_removes_a_user_from_every_layer_and_file(tmp_path: Path, strata_
     victim, other = "user-to-forget-7731", "user-who-stays-1234"
     lines = [json.dumps(r).encode() for r in _records(victim, 6, DAY, "v") + _records(other, 4, DAY, "o")]
     lines.append(b'{"request_id": "v-broken", "user_id": "' + victim.encode() + b'", "ts": ')  # truncated
+    spelled = victim.replace("-", "\\u002d")  # the same id, written with JSON escapes
+    lines.append(json.dumps(_records("someone", 1, DAY, "v-escaped")[0]).replace("someone", spelled).encode())
     requests = _land(tmp_path, "requests.jsonl", lines, DAY)
     feedback = tmp_path / "landing" / "feedback" / f"date={DAY.isoformat()}" / "fb.jsonl"
     feedback.parent.mkdir(parents=True)
@@ -67,8 +69,8 @@ def test_forget_removes_a_user_from_every_layer_and_file(tmp_path: Path, strata_
 
     report = forget_user(settings, victim)
 
-    assert report.rows["ods.request_log_raw"] == 7
-    assert report.rows["dwd.request"] == 6
+    assert report.rows["ods.request_log_raw"] == 8
+    assert report.rows["dwd.request"] == 7
     assert report.rows["dwd.quarantine"] == 1
     assert report.rows["dwd.feedback"] == 1
     after = _every_file_text(lake_root)
@@ -139,3 +141,17 @@ def test_a_file_in_ods_but_not_in_the_ledger_is_still_skipped(tmp_path: Path, st
     shutil.rmtree(Path(settings.table_uri("ops.landed_files")))
     assert not ingest(settings, [path]).landed
     assert lake.read(settings, "ods.request_log_raw").num_rows == 3
+
+
+def test_forget_removes_lines_a_mapping_gives_the_user_as_a_constant(tmp_path: Path, strata_env: Path) -> None:
+    settings = load_settings()
+    sample = Path(__file__).parent / "data" / "azure_llm_2023_conv_sample.csv"
+    shipped = Path(__file__).resolve().parents[1] / "warehouse" / "sources" / "mappings" / "azure_llm_2023_conv.yaml"
+    mapping = tmp_path / "one_user.yaml"  # a trace of one known user: no user column, a constant
+    mapping.write_text(shipped.read_text().replace("constants:\n", "constants:\n  user_id: trace-owner-42\n"))
+    landed = ingest(settings, [sample], mapping_file=mapping).landed[0]
+
+    report = forget_user(settings, "trace-owner-42")
+
+    assert report.rows["ods.request_log_raw"] == landed.lines
+    assert lake.read(settings, "ods.request_log_raw").num_rows == 0

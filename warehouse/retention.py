@@ -70,31 +70,63 @@ class ForgetReport:
         return sum(self.rows.values())
 
 
-def _user_rows(settings: Settings, table: str, user_id: str) -> pl.DataFrame:
-    """(file_sha256, line_no, request_id) of ODS/quarantine rows that hold ``user_id``.
+#: Rows read at a time when looking for a user's lines: bounds memory however large the lake.
+SCAN_ROWS = 128 * 1024
 
-    Well-formed lines are parsed and matched on their user id; lines that do not parse
-    are matched on the raw bytes, so a broken line is not kept just because it is broken.
+
+def _may_hold(user_id: str) -> pl.Expr:
+    """Lines whose bytes could hold ``user_id``: it appears as is, or a JSON escape may spell it."""
+    found = pl.col("raw_line").bin.contains(user_id.encode()) | pl.col("raw_line").bin.contains(b"\\u")
+    return found | pl.col("raw_line").bin.contains(b"\\/") if "/" in user_id else found
+
+
+def _everyones(settings: Settings, table: str, user_id: str) -> set[str]:
+    """Sources of ``table`` whose mapping sets every line's user id to ``user_id`` (a constant)."""
+    from warehouse.sources.formats import registered_mapping
+
+    sources = lake.read(settings, table, columns=["source"]).column(0).unique().to_pylist()
+    return {s for s in sources if s.startswith("mapping:")
+            and registered_mapping(settings, s).constants.get("user_id") == user_id}
+
+
+def _user_rows(settings: Settings, table: str, user_id: str) -> pl.DataFrame:
+    """Keys (``file_sha256``/``source_file``, ``line_no``, ``request_id``) of the ODS or
+    quarantine rows that hold ``user_id``.
+
+    Streamed a batch at a time, and only lines whose bytes could hold the id are parsed.
+    Well-formed ODS lines are matched on their parsed user id; lines that do not parse (and
+    quarantined lines) on the raw bytes, so a broken line is not kept just because it is broken.
     """
     from warehouse.sources.formats import parser_for
 
-    rows = lake.read_frame(settings, table)
-    needle = user_id.encode()
-    hits = []
-    if "source" not in rows.columns:  # quarantine: raw line only
-        return rows.filter(pl.col("raw_line").bin.contains(needle))
-    for (source,), group in rows.group_by(["source"]):
-        parsed = parser_for(settings, str(source), "requests")(
-            group.get_column("raw_line").to_arrow(), group.get_column("line_no").to_arrow(),
-            group.get_column("file_sha256").to_arrow())
-        if "_line" in parsed.columns:
-            owned = parsed.filter(pl.col("user_id") == user_id).get_column("_line").unique()
-            mask = pl.Series(range(group.height)).is_in(owned.implode())
-        else:
-            mask = (parsed.get_column("user_id") == user_id).fill_null(False)
-        raw_hit = pl.col("raw_line").bin.contains(needle) & pl.col("is_malformed")
-        hits.append(group.with_columns(_mask=mask).filter(pl.col("_mask") | raw_hit).drop("_mask"))
-    return pl.concat(hits) if hits else rows.head(0)
+    delta = lake.open_table(settings, table)
+    assert delta is not None
+    dataset = delta.to_pyarrow_dataset()
+    ods = "source" in dataset.schema.names
+    keys = ["file_sha256" if ods else "source_file", "line_no", "request_id"]
+    raw_hit = pl.col("raw_line").bin.contains(user_id.encode())
+    everyones = _everyones(settings, table, user_id) if ods else set()
+    hits = [pl.DataFrame(schema={k: pl.Int64 if k == "line_no" else pl.String for k in keys})]
+    columns = [*keys, "raw_line", *(["source", "is_malformed"] if ods else [])]
+    for batch in dataset.to_batches(columns=columns, batch_size=SCAN_ROWS):
+        frame = pl.from_arrow(batch)
+        assert isinstance(frame, pl.DataFrame)
+        if not ods:
+            hits.append(frame.filter(raw_hit).select(keys))
+            continue
+        hits.append(frame.filter(pl.col("source").is_in(list(everyones))).select(keys))
+        candidates = frame.filter(_may_hold(user_id) & ~pl.col("source").is_in(list(everyones)))
+        for (source,), group in candidates.group_by(["source"]):
+            parsed = parser_for(settings, str(source), "requests")(
+                group.get_column("raw_line").to_arrow(), group.get_column("line_no").to_arrow(),
+                group.get_column("file_sha256").to_arrow())
+            if "_line" in parsed.columns:
+                owned = parsed.filter(pl.col("user_id") == user_id).get_column("_line").unique()
+                mask = pl.Series(range(group.height)).is_in(owned.implode())
+            else:
+                mask = (parsed.get_column("user_id") == user_id).fill_null(False)
+            hits.append(group.filter(mask | (raw_hit & pl.col("is_malformed"))).select(keys))
+    return pl.concat(hits, how="vertical_relaxed")
 
 
 def _delete_lines(settings: Settings, table: str, rows: pl.DataFrame) -> int:
