@@ -132,6 +132,27 @@ def ingest_cmd(
                   + (f"; DWD of their event dates is stale until rebuilt: strata build dwd {dates}" if dates else ""))
 
 
+@app.command("landed")
+def landed_cmd(
+    last: int = typer.Option(20, "--last", min=1, help="How many of the most recent files to list."),
+) -> None:
+    """List the files landed in ODS, newest first (from ops.landed_files, which outlives retention)."""
+    from rich.table import Table
+
+    from strata.config import load_settings
+    from warehouse.ods_ledger import recent
+
+    files = recent(load_settings(), last)
+    if files.is_empty():
+        out.print("no file landed yet")
+        return
+    table = Table("landed at (UTC)", "file", "table", "read as", "lines", "malformed", "batch")
+    for row in files.iter_rows(named=True):
+        table.add_row(f"{row['landed_at']:%Y-%m-%d %H:%M:%S}", escape(row["source_file"]), row["table_name"],
+                      escape(row["source"]), f"{row['lines']:,}", f"{row['malformed']:,}", row["batch_id"])
+    out.print(table)
+
+
 build_app = typer.Typer(help="Build a layer for a logical date.", no_args_is_help=True)
 app.add_typer(build_app, name="build")
 

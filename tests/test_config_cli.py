@@ -97,7 +97,7 @@ def test_an_error_keeps_text_that_looks_like_markup(tmp_path: Path) -> None:
     assert "[bold]" in result.stderr.replace("\n", "")
 
 
-def test_build_dwd_takes_several_dates_and_prints_each_days_books(tmp_path: Path) -> None:
+def test_landed_files_are_listed_and_build_dwd_takes_several_dates(tmp_path: Path) -> None:
     env = {"STRATA_HOME": str(tmp_path / "home"), "STRATA_PSEUDONYM_KEY": "test-key-not-a-secret-0123456789"}
     logs = tmp_path / "logs.jsonl"
     logs.write_text("".join(json.dumps({
@@ -105,6 +105,9 @@ def test_build_dwd_takes_several_dates_and_prints_each_days_books(tmp_path: Path
         "user_id": "u", "operation": "chat", "model": "m", "input_tokens": 1, "output_tokens": 1,
         "status_code": 200}) + "\n" for day in (1, 2)) + "{broken\n")
     assert _run(["ingest", str(logs)], env).returncode == 0
+    landed = _run(["landed"], {**env, "COLUMNS": "200"})
+    row = next(line for line in landed.stdout.splitlines() if "logs.jsonl" in line)
+    assert [cell.strip() for cell in row.split("│")[3:7]] == ["ods.request_log_raw", "jsonl", "3", "1"]
     result = _run(["build", "dwd", "--date", "2026-02-02", "--date", "2026-02-01"], env)
     assert result.returncode == 0, result.stderr
     text = " ".join(result.stdout.split())  # rich wraps long lines

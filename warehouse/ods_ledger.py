@@ -60,3 +60,10 @@ def record(settings: Settings, landings: Sequence[Landing], *, replace: bool = F
     keys = [{"file_sha256": landing.file_sha256, "table_name": landing.table_name} for landing in landings]
     publish(settings, TABLE, frame, mode="replace_partitions" if replace else "append",
             partitions=keys if replace else (), expectations=False)
+
+
+def recent(settings: Settings, last: int) -> pl.DataFrame:
+    """The ``last`` most recent landings, newest first (empty when nothing was landed yet)."""
+    if lake.open_table(settings, TABLE) is None:
+        return pl.DataFrame(schema={name: pl.String for name in Landing.__dataclass_fields__})
+    return lake.read_frame(settings, TABLE).sort(["landed_at", "source_file"], descending=True).head(last)
