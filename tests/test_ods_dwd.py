@@ -271,6 +271,21 @@ def test_azure_trace_ingests_through_its_mapping(strata_env: Path) -> None:
         tzinfo=dt.timezone.utc)
 
 
+def test_a_day_of_only_bad_lines_publishes_its_quarantine_and_books(tmp_path: Path, strata_env: Path) -> None:
+    settings = load_settings()
+    day = dt.date(2026, 2, 3)
+    bad = tmp_path / f"date={day.isoformat()}" / "garbage.jsonl"  # a producer wrote nothing usable that day
+    bad.parent.mkdir()
+    bad.write_bytes(b'{"broken\nnot json\n' + json.dumps({**_record("r1", day), "model": None}).encode() + b"\n")
+    ingest(settings, [bad])
+    report = build(settings, "requests", day)
+    assert report.books.balanced
+    assert (report.books.dwd_rows, report.books.malformed, report.books.quarantined) == (0, 2, 1)
+    assert report.rules == {"line.invalid_json": 2, "model.required": 1}
+    assert lake.read(settings, "dwd.request").num_rows == 0
+    assert lake.read(settings, "dwd.quarantine").num_rows == 3
+
+
 def test_a_csv_file_without_a_mapping_is_refused_before_anything_lands(strata_env: Path) -> None:
     settings = load_settings()
     with pytest.raises(ValueError, match="--mapping FILE or the name of a shipped one"):
