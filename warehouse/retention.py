@@ -80,13 +80,11 @@ def _may_hold(user_id: str) -> pl.Expr:
     return found | pl.col("raw_line").bin.contains(b"\\/") if "/" in user_id else found
 
 
-def _everyones(settings: Settings, table: str, user_id: str) -> set[str]:
-    """Sources of ``table`` whose mapping sets every line's user id to ``user_id`` (a constant)."""
+def _gives_every_line(settings: Settings, source: str, user_id: str) -> bool:
+    """Whether the mapping of ``source`` sets every line's user id to ``user_id`` (a constant)."""
     from warehouse.sources.formats import registered_mapping
 
-    sources = lake.read(settings, table, columns=["source"]).column(0).unique().to_pylist()
-    return {s for s in sources if s.startswith("mapping:")
-            and registered_mapping(settings, s).constants.get("user_id") == user_id}
+    return source.startswith("mapping:") and registered_mapping(settings, source).constants.get("user_id") == user_id
 
 
 def _user_rows(settings: Settings, table: str, user_id: str) -> pl.DataFrame:
@@ -105,7 +103,7 @@ def _user_rows(settings: Settings, table: str, user_id: str) -> pl.DataFrame:
     ods = "source" in dataset.schema.names
     keys = ["file_sha256" if ods else "source_file", "line_no", "request_id"]
     raw_hit = pl.col("raw_line").bin.contains(user_id.encode())
-    everyones = _everyones(settings, table, user_id) if ods else set()
+    everyones: dict[str, bool] = {}  # source → whether its mapping gives every line this user id
     hits = [pl.DataFrame(schema={k: pl.Int64 if k == "line_no" else pl.String for k in keys})]
     columns = [*keys, "raw_line", *(["source", "is_malformed"] if ods else [])]
     for batch in dataset.to_batches(columns=columns, batch_size=SCAN_ROWS):
@@ -114,8 +112,12 @@ def _user_rows(settings: Settings, table: str, user_id: str) -> pl.DataFrame:
         if not ods:
             hits.append(frame.filter(raw_hit).select(keys))
             continue
-        hits.append(frame.filter(pl.col("source").is_in(list(everyones))).select(keys))
-        candidates = frame.filter(_may_hold(user_id) & ~pl.col("source").is_in(list(everyones)))
+        for source in frame.get_column("source").unique().to_list():
+            if source not in everyones:
+                everyones[source] = _gives_every_line(settings, source, user_id)
+        all_theirs = pl.col("source").is_in([source for source, yes in everyones.items() if yes])
+        hits.append(frame.filter(all_theirs).select(keys))
+        candidates = frame.filter(_may_hold(user_id) & ~all_theirs)
         for (source,), group in candidates.group_by(["source"]):
             parsed = parser_for(settings, str(source), "requests")(
                 group.get_column("raw_line").to_arrow(), group.get_column("line_no").to_arrow(),
