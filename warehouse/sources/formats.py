@@ -30,6 +30,7 @@ class Parser(Protocol):
     def __call__(self, raw: pa.Array, line_no: pa.Array, sha: pa.Array, /, *,
                  ndjson: memoryview | None = None) -> pl.DataFrame: ...
 
+
 JSONL = "jsonl"
 
 
