@@ -175,6 +175,9 @@ def build_dwd_cmd(
                       f"{b.duplicates:,} + quarantined {b.quarantined:,} + malformed {b.malformed:,}")
             for rule, count in sorted(report.rules.items()):
                 out.print(f"  quarantined by {rule}: {count:,}")
+            if report.unpriced:
+                out.print(f"  [yellow]{report.unpriced:,} request(s) have no price in effect at their time[/]: their "
+                          "cost_usd is null (load a price list with `strata prices load FILE`, then rebuild)")
 
 
 retention_app = typer.Typer(help="Retention of raw lines (ODS and the quarantine).", no_args_is_help=True)

@@ -189,7 +189,8 @@ def test_late_events_and_late_feedback_are_picked_up_by_a_rerun(tmp_path: Path, 
     landing = tmp_path / "landing"
     first = _write(landing / "requests" / "a.jsonl", [_record("r1", day, user="alice"), _record("r2", day)])
     ingest(settings, [first])
-    assert build(settings, "requests", day).books.dwd_rows == 2
+    report = build(settings, "requests", day)
+    assert report.books.dwd_rows == 2 and report.unpriced == 2  # no price list was loaded
     late = _write(landing / "requests" / "late.jsonl", [_record("r3", day, hour=23)])
     ingest(settings, [late])
     assert build(settings, "requests", day).books.dwd_rows == 3

@@ -52,6 +52,8 @@ class BuildReport:
     books: Books
     version: int | None
     rules: dict[str, int]
+    #: Published requests with no price in effect at their time (their ``cost_usd`` is null).
+    unpriced: int = 0
 
 
 def malformed_rule(parse_error: pl.Expr) -> pl.Expr:
@@ -229,7 +231,9 @@ def build(settings: Settings, kind: Kind, day: dt.date, progress: Progress | Non
     books = books_holder["books"]
     record_books(settings, books)
     counts = quarantine.get_column("rules").explode().value_counts()
-    return BuildReport(books, result.version, dict(zip(counts[:, 0].to_list(), counts[:, 1].to_list())))
+    unpriced = 0 if kind != "requests" else lake.read(
+        settings, target, columns=["cost_usd"], filters=[("event_date", "=", day)]).column(0).null_count
+    return BuildReport(books, result.version, dict(zip(counts[:, 0].to_list(), counts[:, 1].to_list())), unpriced)
 
 
 def build_day(settings: Settings, day: dt.date, progress: Progress | None = None) -> dict[Kind, BuildReport]:
