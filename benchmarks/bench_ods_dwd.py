@@ -13,10 +13,11 @@ audit. Its ratio to the single pass is the ceiling of any archive-then-parse pip
 this machine; ingest and DWD are each also set against their own bare pass.
 
 CPU seconds are reported beside wall time (ours: the process plus its GX audit worker):
-when every core is busy, CPU is what sets the pace. Peak memory of
-ingest + DWD on a 5,000,000-request day is measured in a child process, plus the peak of
-its GX audit worker, an upper bound of what they hold together (target < 4 GB); set
-``STRATA_BENCH_BIG_DAY=0`` to skip that part.
+when every core is busy, CPU is what sets the pace.
+
+Peak memory of ingest + DWD on a 5,000,000-request day is measured in a child process,
+plus the peak of its GX audit worker, an upper bound of what they hold together (target
+< 4 GB); set ``STRATA_BENCH_BIG_DAY=0`` to skip that part.
 """
 
 from __future__ import annotations

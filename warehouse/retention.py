@@ -77,7 +77,9 @@ SCAN_ROWS = 128 * 1024
 def _may_hold(user_id: str) -> pl.Expr:
     """Lines whose bytes could hold ``user_id``: it appears as is, or a JSON escape may spell it."""
     found = pl.col("raw_line").bin.contains(user_id.encode()) | pl.col("raw_line").bin.contains(b"\\u")
-    return found | pl.col("raw_line").bin.contains(b"\\/") if "/" in user_id else found
+    if "/" in user_id:  # JSON may also write "/" as "\\/"
+        found = found | pl.col("raw_line").bin.contains(b"\\/")
+    return found
 
 
 def _gives_every_line(settings: Settings, source: str, user_id: str) -> bool:
