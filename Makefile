@@ -1,6 +1,7 @@
 # Two commands on a fresh machine with python3 (3.11+), make and git:
 #   make demo   set up, then run the whole pipeline on a small generated dataset
-#   make test   set up, then run the test suite
+#   make test   set up, then check the import layers and run the test suite (not the slow tests)
+#   make test-all   the same with the slow tests
 # Setup happens once; a second run skips it unless pyproject.toml or uv.lock changed.
 
 PYTHON ?= python3
@@ -23,16 +24,18 @@ $(BIN)/uv:
 
 $(STAMP): $(BIN)/uv pyproject.toml uv.lock
 	$(BIN)/uv sync --frozen --python $(BIN)/python
-	$(BIN)/python -m warehouse.duckdb_ext
+	$(BIN)/python -m warehouse.storage.duckdb_ext
 	@touch $@
 
 demo: setup
 	$(BIN)/strata demo
 
 test: setup
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -m "not slow"
 
 test-all: setup
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 bench: setup

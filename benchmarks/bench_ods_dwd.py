@@ -38,9 +38,9 @@ _CHILD = """
 import datetime as dt, json, os, sys, time
 from pathlib import Path
 from benchmarks.bench_ods_dwd import cpu_s
-from strata.config import load_settings
-from warehouse.ods import ingest
-from warehouse.dwd import build
+from warehouse.settings import load_settings
+from warehouse.ods.ingest import ingest
+from warehouse.dwd.build import build
 settings = load_settings()
 landing = Path(sys.argv[1]); day = dt.date.fromisoformat(sys.argv[2])
 t0, c0 = time.perf_counter(), cpu_s()
@@ -68,7 +68,7 @@ print(json.dumps({"ingest_s": t1 - t0, "dwd_s": t2 - t1, "records": report.books
 
 
 def _generate(out: Path, requests: int) -> int:
-    from warehouse.generator import generate
+    from warehouse.sources.generator import generate
 
     manifest = generate(out, days=1, requests_per_day=requests, seed=11, start=DAY, fault_rate=0.01)
     return sum(d["lines"] for d in manifest["days"].values())

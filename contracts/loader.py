@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -38,17 +39,32 @@ _COLUMN_CUSTOM = {"maxFutureSkew"}
 _CONTRACT_CUSTOM = {"layer"}
 
 
+#: Extra folders of contracts (``os.pathsep``-separated), for tables a deployment adds to the
+#: shipped ones; the shipped contract wins when both name a table.
+SEARCH_PATH_VARIABLE = "STRATA_CONTRACTS_PATH"
+
+
+def search_path() -> list[Path]:
+    """The folders contracts are read from: the shipped one, then ``$STRATA_CONTRACTS_PATH``'s."""
+    extra = os.environ.get(SEARCH_PATH_VARIABLE, "")
+    return [CONTRACTS_DIR, *(Path(p).expanduser().resolve() for p in extra.split(os.pathsep) if p)]
+
+
 def contract_path(name: str, directory: Path | None = None) -> Path:
-    """Where the contract of table ``name`` lives: ``<directory>/<name>.yaml``."""
-    return (directory or CONTRACTS_DIR) / f"{name}.yaml"
+    """Where the contract of table ``name`` lives: ``<directory>/<name>.yaml``, by default the
+    first folder of the search path that holds it."""
+    if directory is not None:
+        return directory / f"{name}.yaml"
+    return next((d / f"{name}.yaml" for d in search_path() if (d / f"{name}.yaml").exists()),
+                CONTRACTS_DIR / f"{name}.yaml")
 
 
 @functools.lru_cache(maxsize=None)
 def load_contract(name: str) -> Contract:
     """The contract of table ``name`` (``layer.table``), read once per process."""
     path = contract_path(name)
-    if not path.exists():
-        known = ", ".join(sorted(p.stem for p in CONTRACTS_DIR.glob("*.yaml")))
+    if not _TABLE.match(name) or not path.exists():
+        known = ", ".join(sorted(_names()))
         raise ContractError(f"no contract for table {name!r}: {path} does not exist (known: {known})")
     contract = read_contract(path)
     if contract.name != name:
@@ -56,14 +72,23 @@ def load_contract(name: str) -> Contract:
     return contract
 
 
+def _names() -> set[str]:
+    return {p.stem for d in search_path() for p in d.glob("*.yaml")}
+
+
 @functools.lru_cache(maxsize=1)
 def _all_contracts() -> tuple[tuple[str, Contract], ...]:
-    return tuple((p.stem, load_contract(p.stem)) for p in sorted(CONTRACTS_DIR.glob("*.yaml")))
+    return tuple((name, load_contract(name)) for name in sorted(_names()))
 
 
 def all_contracts() -> dict[str, Contract]:
-    """Every contract in ``contracts/tables``, by table name (read once per process)."""
+    """Every contract on the search path, by table name (read once per process)."""
     return dict(_all_contracts())
+
+
+def shipped_contracts() -> dict[str, Contract]:
+    """The contracts that ship with Strata (``contracts/tables``): what the lock releases."""
+    return {p.stem: load_contract(p.stem) for p in sorted(CONTRACTS_DIR.glob("*.yaml"))}
 
 
 def read_directory(directory: Path | str) -> dict[str, Contract]:

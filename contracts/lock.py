@@ -56,9 +56,9 @@ def read_lock(path: Path = LOCK_PATH) -> dict[str, dict[str, Any]]:
 
 def write_lock(path: Path = LOCK_PATH, contracts: Mapping[str, Contract] | None = None) -> Path:
     """Record the current shape of every contract as released; returns the lock path."""
-    from contracts.loader import all_contracts
+    from contracts.loader import shipped_contracts
 
-    contracts = all_contracts() if contracts is None else contracts
+    contracts = shipped_contracts() if contracts is None else contracts
     dump = functools.partial(json.dumps, ensure_ascii=False)
     lines = ["{", f'  "note": {dump(_NOTE)},', '  "tables": {']
     for ti, (name, contract) in enumerate(sorted(contracts.items())):
@@ -78,9 +78,9 @@ def write_lock(path: Path = LOCK_PATH, contracts: Mapping[str, Contract] | None 
 
 def check_lock(contracts: Mapping[str, Contract] | None = None, path: Path = LOCK_PATH) -> list[LockProblem]:
     """Tables whose changes since the lock lack the version bump they need (empty = ok)."""
-    from contracts.loader import all_contracts
+    from contracts.loader import shipped_contracts
 
-    contracts = all_contracts() if contracts is None else contracts
+    contracts = shipped_contracts() if contracts is None else contracts
     problems = []
     for name, locked in sorted(read_lock(path).items()):
         contract = contracts.get(name)

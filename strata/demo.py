@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from strata.config import Settings
+from warehouse.settings import Settings
 
 Echo = Callable[[str], None]
 
@@ -47,52 +47,49 @@ def demo_settings(settings: Settings, params: dict[str, int | str], echo: Echo) 
     return dataclasses.replace(settings, home=home, lake_uri=str(home / "lake"), landing_dir=home / "landing")
 
 
-def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int, echo: Echo,
-             progress: Callable[[str], object]) -> bool:
+def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int, echo: Echo) -> bool:
     """Run the pipeline on generated data; True when every DWD partition matches the manifest."""
-    from warehouse.dwd import build_day
-    from warehouse.generator import GENERATOR_VERSION, generate
-    from warehouse.ods import ingest
-    from warehouse.prices import load_prices
+    from strata import pipeline
+    from strata.console import progress
+    from warehouse.sources.generator import GENERATOR_VERSION, generate
+    from warehouse.tables import DWD_REQUEST, ODS_REQUESTS
 
     params = {"days": days, "requests_per_day": requests_per_day, "seed": seed, "generator": GENERATOR_VERSION}
     settings = demo_key(demo_settings(settings, params, echo), echo)
     landing: Path = settings.landing_dir
     start = dt.date(2026, 1, 1)
     echo(f"[bold]1/4 generate[/] {days} day(s) × {requests_per_day:,} requests (1% faulty lines) → {landing}")
-    with progress("generating") as step:  # type: ignore[attr-defined]
+    with progress("generating") as step:
         manifest = generate(landing, days=days, requests_per_day=requests_per_day, seed=seed, start=start,
                             fault_rate=0.01, progress=step)
     echo(f"  {len(manifest['abusive_user_ids'])} planted abusive users, "
          f"{manifest['feedback']['lines']:,} feedback events")
 
-    echo(f"[bold]2/4 ingest[/] into ODS at {settings.table_uri('ods.request_log_raw')}")
-    with progress("ingesting") as step:  # type: ignore[attr-defined]
-        report = ingest(settings, [landing / "requests", landing / "feedback"], progress=step)
-    echo(f"  landed {len(report.landed)} file(s), skipped {len(report.skipped)} already landed")
-    load_prices(settings, landing / "prices.csv")
+    echo(f"[bold]2/4 ingest[/] into ODS at {ODS_REQUESTS.uri(settings)}")
+    with progress("ingesting") as step:
+        landed = pipeline.land(settings, [landing / "requests", landing / "feedback"], progress=step)
+    echo(f"  landed {landed.counts['files_landed']} file(s), skipped {landed.counts['files_skipped']} already landed")
+    pipeline.load_prices(settings, landing / "prices.csv")
 
-    echo("[bold]3/4 build DWD[/] (feedback first, so labels reach earlier requests)")
-    feedback_days = sorted(manifest["feedback"]["days"])
-    request_days = sorted(manifest["days"])
+    echo("[bold]3/4 build the layers of each day[/] (feedback first, so labels reach earlier requests)")
     all_ok = True
-    for day in sorted(set(feedback_days) | set(request_days)):
-        with progress(f"building {day}") as step:  # type: ignore[attr-defined]
-            reports = build_day(settings, dt.date.fromisoformat(day),
-                                progress=lambda table, done, total: step(done, total, table))
-        for kind, built in reports.items():
-            b = built.books
-            line = (f"  {b.table} {day}: ODS {b.ods_rows:,} = DWD {b.dwd_rows:,} + duplicates {b.duplicates:,}"
-                    f" + quarantined {b.quarantined:,} + malformed {b.malformed:,}")
-            if kind == "requests":
-                truth = manifest["days"][day]
-                ok = b.dwd_rows == truth["requests"] and b.duplicates == truth["duplicates"]
-                all_ok &= ok
-                line += "  [green]= manifest[/]" if ok else "  [red]≠ manifest[/]"
-            echo(line)
+    for day in sorted(set(manifest["feedback"]["days"]) | set(manifest["days"])):
+        for step_fn in pipeline.DAILY:
+            with progress(f"{day}") as step:
+                result = step_fn(settings, dt.date.fromisoformat(day), progress=step)
+            for run in result.detail.values():
+                b = run.books
+                line = (f"  {b.table} {day}: ODS {b.ods_rows:,} = DWD {b.dwd_rows:,} + duplicates {b.duplicates:,}"
+                        f" + quarantined {b.quarantined:,} + malformed {b.malformed:,}")
+                if run.table == DWD_REQUEST:
+                    truth = manifest["days"][day]
+                    ok = b.dwd_rows == truth["requests"] and b.duplicates == truth["duplicates"]
+                    all_ok &= ok
+                    line += "  [green]= manifest[/]" if ok else "  [red]≠ manifest[/]"
+                echo(line)
 
     echo("[bold]4/4 where to look[/]")
     echo(f"  lake: {settings.lake_uri}  (Delta tables: ods/*, dwd/*, ops/*)")
     echo("  e.g. python -c \"import deltalake; print(deltalake.DeltaTable("
-         f"'{settings.table_uri('dwd.request')}').to_pandas().head())\"")
+         f"'{DWD_REQUEST.uri(settings)}').to_pandas().head())\"")
     return all_ok

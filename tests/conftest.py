@@ -6,6 +6,14 @@ from pathlib import Path
 
 import pytest
 
+#: The repository root, and the test data shipped with the tests.
+REPO = Path(__file__).resolve().parents[1]
+TEST_DATA = REPO / "tests" / "data"
+#: The full Azure LLM trace sample, when the shared data folder is beside the checkout.
+AZURE_FULL = REPO.parent / "shared" / "data" / "azure_llm_2023_conv.csv"
+AZURE_SAMPLE = TEST_DATA / "azure_llm_2023_conv_sample.csv"
+SHIPPED_AZURE_MAPPING = REPO / "warehouse" / "sources" / "mappings" / "azure_llm_2023_conv.yaml"
+
 
 @pytest.fixture
 def strata_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

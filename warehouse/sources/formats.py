@@ -14,7 +14,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from strata.config import Settings
+from warehouse.settings import Settings
 from warehouse.sources.canonical import Kind, fields_for
 from warehouse.sources.jsonl import parse_json_lines
 from warehouse.sources.mapping import Mapping, parse_mapping

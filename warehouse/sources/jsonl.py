@@ -22,7 +22,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from warehouse.duck import SCRATCH_THREADS, scratch
+from warehouse.storage.duck import SCRATCH_THREADS, scratch
 from warehouse.sources.canonical import MAX_LINE_BYTES
 
 #: Bytes DuckDB's NDJSON reader treats as an empty line (it yields no row for one).

@@ -1,0 +1,1 @@
+"""The CLI's commands, one module per topic, each exposing one typer ``app``."""

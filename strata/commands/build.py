@@ -1,0 +1,31 @@
+"""``strata build …``: build a layer for logical dates."""
+
+from __future__ import annotations
+
+import typer
+
+from strata.console import out, progress
+from strata.options import DATES, dates
+
+app = typer.Typer(help="Build a layer for a logical date.", no_args_is_help=True)
+
+
+@app.command("dwd")
+def build_dwd_cmd(days: list[str] = DATES) -> None:
+    """Publish dwd.feedback and dwd.request for event dates from ODS (idempotent), one date at a time."""
+    from strata import pipeline
+    from warehouse.settings import load_settings
+
+    settings = load_settings()
+    for day in dates(days):
+        with progress(f"building DWD {day}") as step:
+            result = pipeline.build_dwd(settings, day, progress=step)
+        for run in result.detail.values():
+            b = run.books
+            out.print(f"{b.table} [{day}] v{run.version}: ODS {b.ods_rows:,} = DWD {b.dwd_rows:,} + duplicates "
+                      f"{b.duplicates:,} + quarantined {b.quarantined:,} + malformed {b.malformed:,}")
+            for rule, count in sorted(run.rules.items()):
+                out.print(f"  quarantined by {rule}: {count:,}")
+            if run.counts.incomplete:
+                out.print(f"  [yellow]{run.counts.incomplete:,} request(s) have no price in effect at their time[/]: "
+                          "their cost_usd is null (load a price list with `strata prices load FILE`, then rebuild)")

@@ -1,0 +1,138 @@
+"""``strata contracts …``: lint, show, diff and lock the table contracts."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from strata.console import console, out
+
+app = typer.Typer(
+    help="Table contracts (ODCS YAML in contracts/tables): lint, show, diff, lock.",
+    no_args_is_help=True,
+)
+
+
+@app.command("lint")
+def lint_cmd() -> None:
+    """Check every contract file and the lock; exit 1 on any problem."""
+    from contracts.lint import lint
+    from contracts.loader import CONTRACTS_DIR
+
+    problems = lint()
+    for p in problems:
+        console.print(f"[red]✗[/] {escape(str(p))}", highlight=False)
+    if problems:
+        raise typer.Exit(1)
+    count = len(list(CONTRACTS_DIR.glob("*.yaml")))
+    out.print(f"[green]✓[/] {count} contracts OK")
+
+
+@app.command("show")
+def show_cmd(table: str = typer.Argument(..., help="Table name, e.g. dwd.request.")) -> None:
+    """Print a table's contract: columns, types and rules."""
+    from contracts.errors import ContractError
+    from contracts.loader import load_contract
+
+    try:
+        c = load_contract(table)
+    except ContractError as e:
+        console.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
+        raise typer.Exit(1) from None
+    fresh = (f"latency ≤ {_span(c.freshness.max_latency)} on {c.freshness.column}"
+             + (f", every {_span(c.freshness.frequency)}" if c.freshness.frequency else "")) if c.freshness else "—"
+    rows = f"{c.row_count.minimum:,} … {c.row_count.maximum:,}" if c.row_count.maximum else f"≥ {c.row_count.minimum:,}"
+    out.print(f"[bold]{c.name}[/] v{c.version} · layer {c.layer} · owner {c.owner}")
+    out.print(escape(f"key {list(c.primary_key) or '—'} · partitioned by {list(c.partition_columns) or '—'} · "
+                      f"rows per write {rows} · freshness {fresh}"), highlight=False)
+    grid = Table(title=escape(c.description) or None)
+    grid.add_column("column", no_wrap=True)
+    grid.add_column("type", no_wrap=True)
+    grid.add_column("req")
+    grid.add_column("rules")
+    grid.add_column("description")
+    for col in c.columns:
+        rules = []
+        if col.primary_key_position:
+            rules.append(f"key#{col.primary_key_position}")
+        if col.partition_position:
+            rules.append(f"partition#{col.partition_position}")
+        if col.unique:
+            rules.append("unique")
+        if col.minimum is not None:
+            rules.append(f"≥ {col.minimum}")
+        if col.maximum is not None:
+            rules.append(f"≤ {col.maximum}")
+        if col.allowed_values is not None:
+            tol = col.tolerance("allowed_values")
+            rules.append(f"in {{{', '.join(map(str, col.allowed_values))}}}" + (f" (≤{tol:.0%} off)" if tol else ""))
+        if col.pattern:
+            rules.append(f"~ {col.pattern}")
+        if col.min_items is not None:
+            rules.append(f"≥ {col.min_items} items")
+        if col.max_future is not None:
+            rules.append(f"≤ now + {_span(col.max_future)}")
+        if col.tolerance("null_rate"):
+            rules.append(f"≤{col.tolerance('null_rate'):.0%} null")
+        grid.add_row(col.name, escape(col.physical_type), "✓" if col.required else "", escape("\n".join(rules)),
+                     escape(col.description))
+    out.print(grid)
+
+
+@app.command("diff")
+def diff_cmd(
+    old: Path = typer.Argument(..., exists=True, dir_okay=False, help="Old contract YAML."),
+    new: Path = typer.Argument(..., exists=True, dir_okay=False, help="New contract YAML."),
+) -> None:
+    """Classify the changes from OLD to NEW; exit 1 when any is breaking."""
+    from contracts.compat import diff_contracts
+    from contracts.errors import ContractError
+    from contracts.loader import read_contract
+
+    try:
+        a, b = read_contract(old), read_contract(new)
+    except ContractError as e:
+        console.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
+        raise typer.Exit(2) from None
+    changes = diff_contracts(a, b)
+    if not changes:
+        out.print(f"no changes ({a.name} {a.version} → {b.version})")
+        return
+    for change in changes:
+        colour = "red" if change.breaking else "green"
+        out.print(f"[{colour}]{'breaking' if change.breaking else 'compatible'}[/] {change.kind} "
+                   f"{escape(change.column or '')} {escape(change.detail)}", highlight=False)
+    if any(c.breaking for c in changes):
+        bumped = b.major > a.major
+        out.print(f"{a.name} {a.version} → {b.version}: breaking"
+                   + ("" if bumped else " — needs a major version bump"), highlight=False)
+        raise typer.Exit(1)
+
+
+@app.command("lock")
+def lock_cmd(
+    force: bool = typer.Option(False, "--force", help="Rewrite even when the lock check fails."),
+) -> None:
+    """Record the current contracts as released (rewrite contracts/contracts.lock.json)."""
+    from contracts.lock import check_lock, write_lock
+
+    problems = check_lock()
+    if problems and not force:
+        for p in problems:
+            console.print(f"[red]✗[/] {escape(str(p))}", highlight=False)
+        console.print("fix the versions first, or pass --force to release anyway")
+        raise typer.Exit(1)
+    out.print(f"wrote {write_lock()}")
+
+
+def _span(td: timedelta) -> str:
+    """``timedelta(hours=26)`` → ``26h``; whole days as ``d``."""
+    seconds = int(td.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"

@@ -1,0 +1,43 @@
+"""``strata retention apply`` and ``strata forget``: removing data for good."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from strata.console import out
+
+app = typer.Typer()
+retention_app = typer.Typer(help="Retention of raw data (ODS, the quarantine, any table with a pii column).",
+                            no_args_is_help=True)
+app.add_typer(retention_app, name="retention")
+
+
+@retention_app.command("apply")
+def retention_apply_cmd(
+    days: Optional[int] = typer.Option(None, "--days", min=1, help="Days to keep (default: STRATA_ODS_RETENTION_DAYS)."),
+) -> None:
+    """Delete raw-data partitions older than the retention, then vacuum."""
+    from strata import pipeline
+    from warehouse.settings import load_settings
+
+    settings = load_settings()
+    result = pipeline.apply_retention(settings, days=days)
+    kept = days or settings.ods_retention_days
+    for table, rows in result.detail.items():
+        out.print(f"{table}: deleted {rows:,} row(s) older than {kept} day(s)")
+    if not result.detail:
+        out.print("no raw-data tables yet: nothing to do")
+
+
+@app.command("forget")
+def forget_cmd(user: str = typer.Option(..., "--user", help="The user id (as the AI service logs it).")) -> None:
+    """Remove one user from every table that can hold them (raw lines included) and vacuum."""
+    from strata import pipeline
+    from warehouse.settings import load_settings
+
+    report = pipeline.forget(load_settings(), user).detail
+    for table, rows in report.rows.items():
+        out.print(f"{table}: removed {rows:,} row(s)")
+    out.print(f"removed {report.total:,} row(s) in all; old files and log entries vacuumed")

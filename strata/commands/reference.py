@@ -1,0 +1,24 @@
+"""``strata prices load``: reference data the build needs (model prices)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from strata.console import out
+
+app = typer.Typer()
+prices_app = typer.Typer(help="Model price reference data.", no_args_is_help=True)
+app.add_typer(prices_app, name="prices")
+
+
+@prices_app.command("load")
+def prices_load_cmd(csv_path: Path = typer.Argument(..., exists=True, dir_okay=False, help="prices.csv")) -> None:
+    """Load a price list (model, effective_from, prices per 1k tokens) as a new version."""
+    from strata import pipeline
+    from warehouse.settings import load_settings
+
+    result = pipeline.load_prices(load_settings(), csv_path)
+    for table, version in result.versions.items():
+        out.print(f"{table} is now version {version}")

@@ -1,0 +1,90 @@
+"""The pipeline, written once: the named steps the CLI, the demo and every DAG task call.
+
+Each step takes the settings, what it works on (files, a logical date) and options, and
+returns a :class:`StepResult` whose counts are small enough for a scheduler's XCom. The
+order of a day's layers is :data:`DAILY`, here and nowhere else.
+
+Importing this module is light: each step imports the library it needs when it runs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Literal
+
+from warehouse.settings import Settings
+
+if TYPE_CHECKING:
+    from warehouse.progress import Progress
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one step did: counts and the table versions it committed."""
+
+    step: str
+    counts: dict[str, int] = field(default_factory=dict)
+    #: Table name → the Delta version this step committed.
+    versions: dict[str, int | None] = field(default_factory=dict)
+    #: The library's own report, for a caller that prints details (not for XCom).
+    detail: Any = field(default=None, compare=False, repr=False)
+
+    def summary(self) -> dict[str, object]:
+        """The result as plain values (what a DAG task returns)."""
+        return {"step": self.step, "counts": dict(self.counts), "versions": dict(self.versions)}
+
+
+def land(settings: Settings, paths: list[Path], *, fmt: Literal["auto", "jsonl", "csv", "otlp-json"] = "auto",
+         mapping: Path | None = None, reland: bool = False, progress: Progress | None = None) -> StepResult:
+    """Land files (or folders of them) into ODS; files landed before are skipped."""
+    from warehouse.ods.ingest import ingest
+
+    report = ingest(settings, paths, fmt=fmt, mapping_file=mapping, progress=progress, reland=reland)
+    versions = {f.table.name: f.version for f in report.landed}
+    counts = {"files_landed": len(report.landed), "files_skipped": len(report.skipped),
+              "lines": sum(f.lines for f in report.landed), "malformed": sum(f.malformed for f in report.landed)}
+    return StepResult("land", counts, versions, report)
+
+
+def load_prices(settings: Settings, csv_path: Path) -> StepResult:
+    """Load a model price list as a new version of ``dwd.model_price``."""
+    from warehouse.dwd.prices import load_prices as load
+    from warehouse.tables import DWD_MODEL_PRICE
+
+    return StepResult("load_prices", {}, {DWD_MODEL_PRICE.name: load(settings, csv_path)})
+
+
+def build_dwd(settings: Settings, day: dt.date, *, progress: Progress | None = None) -> StepResult:
+    """Publish the day's ``dwd.feedback`` (merging its labels) and ``dwd.request`` from ODS."""
+    from warehouse.dwd.build import build_day
+
+    runs = build_day(settings, day, progress)
+    counts: dict[str, int] = {}
+    for run in runs.values():
+        short = run.table.name.split(".", 1)[1]
+        counts |= {f"{short}_published": run.published, f"{short}_quarantined": run.counts.quarantined,
+                   f"{short}_duplicates": run.counts.duplicates, f"{short}_malformed": run.counts.malformed}
+    return StepResult("build_dwd", counts, {run.table.name: run.version for run in runs.values()}, runs)
+
+
+def apply_retention(settings: Settings, *, days: int | None = None, today: dt.date | None = None) -> StepResult:
+    """Delete raw-data partitions older than the retention, then vacuum."""
+    from warehouse.ops.retention import apply_retention as apply
+
+    deleted = apply(settings, days=days, today=today)
+    return StepResult("apply_retention", {f"{table}_deleted": rows for table, rows in deleted.items()}, {}, deleted)
+
+
+def forget(settings: Settings, user_id: str) -> StepResult:
+    """Remove one user from every table that can hold them, then vacuum."""
+    from warehouse.ops.forget import forget_user
+
+    report = forget_user(settings, user_id)
+    return StepResult("forget", {f"{table}_removed": rows for table, rows in report.rows.items()}, {}, report)
+
+
+Step = Callable[..., StepResult]
+#: The layers of one day, in the order they are built: each step takes (settings, day, progress=…).
+DAILY: tuple[Step, ...] = (build_dwd,)

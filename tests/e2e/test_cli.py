@@ -1,0 +1,71 @@
+"""The CLI's promises: help lists the commands, secrets are masked, errors are one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+STRATA = [sys.executable, "-m", "strata.cli"]
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(STRATA + args, env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+
+
+def test_help_lists_every_command(tmp_path: Path) -> None:
+    result = _run(["--help"], {"STRATA_HOME": str(tmp_path), "COLUMNS": "200"})
+    assert result.returncode == 0
+    for command in ("config", "generate", "demo", "ingest", "landed", "build", "prices", "retention", "forget",
+                    "contracts"):
+        assert f" {command} " in result.stdout
+
+
+def test_config_masks_the_pseudonym_key(tmp_path: Path) -> None:
+    secret = "super-secret-key-123456"
+    result = _run(["config"], {"STRATA_HOME": str(tmp_path), "STRATA_PSEUDONYM_KEY": secret,
+                               "STRATA_REDIS_URL": "redis://user:hunter2@127.0.0.1:6379/0", "COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    assert secret not in result.stdout + result.stderr
+    assert "hunter2" not in result.stdout + result.stderr
+    assert "****" in result.stdout
+    assert str(tmp_path / "lake") in result.stdout
+
+
+def test_errors_are_one_line_without_traceback_unless_debug(tmp_path: Path) -> None:
+    env = {"STRATA_HOME": str(tmp_path), "STRATA_ONLINE_STORE": "nope"}
+    result = _run(["config"], env)
+    assert result.returncode == 1
+    assert "error: STRATA_ONLINE_STORE" in result.stderr
+    assert "Traceback" not in result.stderr
+    debug = _run(["--debug", "config"], env)
+    assert debug.returncode == 1
+    assert "Traceback" in debug.stderr
+
+
+def test_an_error_keeps_text_that_looks_like_markup(tmp_path: Path) -> None:
+    missing = tmp_path / "[bold]" / "logs.jsonl"  # rich would take "[bold]" for a style and drop it
+    result = _run(["ingest", str(missing)], {"STRATA_HOME": str(tmp_path)})
+    assert result.returncode == 1
+    assert "[bold]" in result.stderr.replace("\n", "")
+
+
+def test_landed_files_are_listed_and_build_dwd_takes_several_dates(tmp_path: Path) -> None:
+    env = {"STRATA_HOME": str(tmp_path / "home"), "STRATA_PSEUDONYM_KEY": "test-key-not-a-secret-0123456789"}
+    logs = tmp_path / "logs.jsonl"
+    logs.write_text("".join(json.dumps({
+        "request_id": f"r{day}", "ts": f"2026-02-0{day}T12:00:00Z", "duration_ms": 10.0, "tenant_id": "t",
+        "user_id": "u", "operation": "chat", "model": "m", "input_tokens": 1, "output_tokens": 1,
+        "status_code": 200}) + "\n" for day in (1, 2)) + "{broken\n")
+    assert _run(["ingest", str(logs)], env).returncode == 0
+    landed = _run(["landed"], {**env, "COLUMNS": "200"})
+    row = next(line for line in landed.stdout.splitlines() if "logs.jsonl" in line)
+    assert [cell.strip() for cell in row.split("│")[3:7]] == ["ods.request_log_raw", "jsonl", "3", "1"]
+    result = _run(["build", "dwd", "--date", "2026-02-02", "--date", "2026-02-01"], env)
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())  # rich wraps long lines
+    first = "dwd.request [2026-02-01] v0: ODS 2 = DWD 1 + duplicates 0 + quarantined 0 + malformed 1"
+    second = "dwd.request [2026-02-02] v1: ODS 1 = DWD 1 + duplicates 0 + quarantined 0 + malformed 0"
+    assert first in text and second in text and text.index(first) < text.index(second)  # in date order

@@ -1,0 +1,421 @@
+"""ODS and DWD against the generator's ground truth: every line accounted for."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from conftest import AZURE_FULL, AZURE_SAMPLE, SHIPPED_AZURE_MAPPING
+from warehouse.settings import Settings, load_settings
+from warehouse.tables import table
+from warehouse.storage import lake
+from warehouse.dwd.build import build, build_day
+from warehouse.sources.generator import generate
+from warehouse.ods.ingest import ingest
+from warehouse.dwd.prices import load_prices
+
+START = dt.date(2026, 1, 5)
+DAYS = [START, START + dt.timedelta(days=1)]
+#: Which quarantine rules each generator fault kind must produce.
+FAULT_RULES = {
+    "truncated_json": {"line.invalid_json"},
+    "invalid_utf8": {"line.invalid_utf8"},
+    "oversized_line": {"line.oversized"},
+    "negative_duration": {"duration_ms.min"},
+    "far_future_ts": {"ts.future"},
+    "wrong_type": {"input_tokens.type", "duration_ms.type", "status_code.type", "output_tokens.type",
+                   "ts.type", "attempt.type", "cache_hit.type"},
+    "missing_required": {"request_id.required", "ts.required", "tenant_id.required", "model.required"},
+}
+
+
+def table_frame(settings: Settings, name: str, drop: tuple[str, ...] = ()) -> pl.DataFrame:
+    frame = pl.from_arrow(lake.read(settings, table(name)))
+    assert isinstance(frame, pl.DataFrame)
+    return frame.drop(list(drop), strict=False)
+
+
+def assert_same_rows(mine: pl.DataFrame, theirs: pl.DataFrame, label: str) -> None:
+    """Equal as multisets of rows, whatever the order (anti-joins both ways, same heights)."""
+    assert mine.height == theirs.height, label
+    for left, right in ((mine, theirs), (theirs, mine)):
+        extra = left.join(right, on=left.columns, how="anti", nulls_equal=True)
+        if not extra.is_empty():
+            twin = right.filter(pl.col(left.columns[0]).is_in(extra.get_column(left.columns[0]).implode()))
+            differ = {c: (extra.row(0, named=True)[c], twin.row(0, named=True)[c]) for c in left.columns
+                      if twin.height and extra.row(0, named=True)[c] != twin.row(0, named=True)[c]}
+            raise AssertionError(f"{label}: {extra.height} row(s) differ, e.g. {differ}")
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("landing")
+    manifest = generate(out, days=2, requests_per_day=6000, seed=5, start=START, fault_rate=0.02)
+    return out, manifest
+
+
+@pytest.fixture(scope="module")
+def built(generated: tuple[Path, dict], tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """The generated days ingested and built once, shared by the read-only tests."""
+    out, _ = generated
+    home = tmp_path_factory.mktemp("home")
+    settings = load_settings({"STRATA_HOME": str(home), "STRATA_PSEUDONYM_KEY": "test-key-0123456789abcdef"})
+    ingest(settings, [out / "requests", out / "feedback"])
+    load_prices(settings, out / "prices.csv")
+    for day in DAYS:
+        build_day(settings, day)
+    return settings
+
+
+def test_dwd_counts_equal_the_manifest(built: Settings, generated: tuple[Path, dict]) -> None:
+    _, manifest = generated
+    books = pl.from_arrow(lake.read(built, table("ops.books"))).filter(pl.col("table_name") == "dwd.request")
+    quarantine = pl.from_arrow(lake.read(built, table("dwd.quarantine"))).filter(pl.col("target_table") == "dwd.request")
+    request = pl.from_arrow(lake.read(built, table("dwd.request")))
+    for day in DAYS:
+        truth = manifest["days"][day.isoformat()]
+        row = books.filter(pl.col("event_date") == day).row(0, named=True)
+        assert row["balanced"] is True
+        assert row["ods_rows"] == truth["lines"]
+        assert row["dwd_rows"] == truth["requests"] == request.filter(pl.col("event_date") == day).height
+        assert row["duplicates"] == truth["duplicates"]
+        assert row["malformed"] == sum(truth["faults"][k] for k in ("truncated_json", "invalid_utf8", "oversized_line"))
+        assert row["quarantined"] == sum(truth["faults"][k] for k in
+                                         ("negative_duration", "far_future_ts", "wrong_type", "missing_required"))
+        held = quarantine.filter(pl.col("event_date") == day)
+        for kind, rules in FAULT_RULES.items():
+            hit = held.filter(pl.col("rules").list.eval(pl.element().is_in(list(rules))).list.any())
+            assert hit.height == truth["faults"][kind], kind
+            ids = set(truth["fault_request_ids"][kind])
+            found = set(hit.get_column("request_id").drop_nulls().to_list())
+            assert found <= ids, kind
+            if kind not in ("missing_required", "truncated_json", "invalid_utf8"):
+                assert found == ids, kind
+
+
+def test_dwd_token_and_error_sums_per_model_equal_the_manifest(built: Settings, generated: tuple[Path, dict]) -> None:
+    _, manifest = generated
+    request = pl.from_arrow(lake.read(built, table("dwd.request")))
+    for day in DAYS:
+        sums = (request.filter(pl.col("event_date") == day).group_by("model")
+                .agg(pl.len().alias("requests"), pl.col("input_tokens").sum(), pl.col("output_tokens").sum(),
+                     pl.col("cached_input_tokens").sum(), (pl.col("status_code") >= 400).sum().alias("errors")))
+        got = {r["model"]: r for r in sums.iter_rows(named=True)}
+        for model, truth in manifest["days"][day.isoformat()]["models"].items():
+            for key in ("requests", "input_tokens", "output_tokens", "cached_input_tokens", "errors"):
+                assert got[model][key] == truth[key], (day, model, key)
+
+
+def test_dwd_is_clean_pseudonymized_and_priced(built: Settings, generated: tuple[Path, dict]) -> None:
+    out, manifest = generated
+    request = pl.from_arrow(lake.read(built, table("dwd.request")))
+    assert request.get_column("request_id").is_unique().all()
+    assert request.get_column("ts").dt.date().eq(request.get_column("event_date")).all()
+    raw_users = {json.loads(line)["user_id"] for line in _lines(out, DAYS[0]) if b'"user_id"' in line
+                 and _is_json(line)}
+    assert not raw_users & set(request.get_column("user_pseudonym").drop_nulls().to_list())
+    assert request.get_column("user_pseudonym").drop_nulls().str.len_chars().eq(32).all()
+    assert request.get_column("cost_usd").null_count() == 0
+    assert (request.get_column("cost_usd") >= 0).all()
+    assert request.filter(pl.col("retry_of").is_not_null()).get_column("is_retry").all()
+    labelled = request.filter(pl.col("feedback_kind") == "review")
+    assert labelled.height > 0
+
+
+def _lines(out: Path, day: dt.date) -> list[bytes]:
+    import gzip
+
+    lines: list[bytes] = []
+    for path in sorted((out / "requests" / f"date={day.isoformat()}").rglob("*.jsonl.gz")):
+        lines += gzip.decompress(path.read_bytes()).splitlines()
+    return lines
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
+def test_ods_keeps_every_line_byte_exact(built: Settings, generated: tuple[Path, dict]) -> None:
+    out, manifest = generated
+    ods = pl.from_arrow(lake.read(built, table("ods.request_log_raw")))
+    assert ods.height == sum(d["lines"] for d in manifest["days"].values())
+    some_file = next((out / "requests").rglob("*.jsonl.gz"))
+    import gzip
+
+    landed = ods.filter(pl.col("source_file") == str(some_file)).sort("line_no")
+    assert landed.get_column("raw_line").to_list() == gzip.decompress(some_file.read_bytes()).splitlines()
+    assert ods.filter(pl.col("is_malformed")).get_column("parse_error").null_count() == 0
+
+
+def test_every_table_written_has_a_contract(built: Settings) -> None:
+    from contracts import all_contracts
+
+    written = {f"{p.parent.name}.{p.name}" for p in Path(built.lake_uri).glob("*/*") if (p / "_delta_log").is_dir()}
+    assert {"ods.request_log_raw", "dwd.request", "dwd.quarantine", "ops.audit_log", "ops.books"} <= written
+    assert written <= set(all_contracts())
+
+
+def test_reingest_and_rebuild_change_nothing(built: Settings, generated: tuple[Path, dict]) -> None:
+    out, _ = generated
+    tables = ["ods.request_log_raw", "ods.feedback_raw", "dwd.request", "dwd.feedback", "dwd.quarantine", "ops.books"]
+    before = {t: table_frame(built, t) for t in tables}
+    versions = {t: lake.version(built, table(t)) for t in tables[:2]}
+    report = ingest(built, [out / "requests", out / "feedback"])
+    assert not report.landed and report.skipped
+    assert {t: lake.version(built, table(t)) for t in tables[:2]} == versions  # ODS untouched: no new version
+    build_day(built, DAYS[0])
+    for name in tables:
+        assert_same_rows(table_frame(built, name), before[name], name)
+
+
+def test_late_events_and_late_feedback_are_picked_up_by_a_rerun(tmp_path: Path, strata_env: Path) -> None:
+    settings = load_settings()
+    day = dt.date(2026, 2, 1)
+    landing = tmp_path / "landing"
+    first = _write(landing / "requests" / "a.jsonl", [_record("r1", day, user="alice"), _record("r2", day)])
+    ingest(settings, [first])
+    report = build(settings, "requests", day)
+    assert report.books.dwd_rows == 2 and report.counts.incomplete == 2  # no price list was loaded
+    late = _write(landing / "requests" / "late.jsonl", [_record("r3", day, hour=23)])
+    ingest(settings, [late])
+    assert build(settings, "requests", day).books.dwd_rows == 3
+    later = day + dt.timedelta(days=3)
+    fb = _write(landing / "feedback" / "fb.jsonl", [
+        {"request_id": "r1", "ts": f"{later.isoformat()}T10:00:00Z", "kind": "review", "value": "abusive", "source": "trust"}])
+    ingest(settings, [fb])
+    build_day(settings, later)  # builds that day's feedback and merges it into earlier requests
+    labels = pl.from_arrow(lake.read(settings, table("dwd.request"))).sort("request_id")
+    assert labels.get_column("feedback_value").to_list() == ["abusive", None, None]
+    build(settings, "requests", day)  # a rebuild of the request day keeps the label
+    assert pl.from_arrow(lake.read(settings, table("dwd.request"))).sort("request_id").get_column(
+        "feedback_value").to_list() == ["abusive", None, None]
+
+
+def _record(request_id: str, day: dt.date, *, hour: int = 12, user: str = "bob") -> dict:
+    return {"request_id": request_id, "ts": f"{day.isoformat()}T{hour:02d}:00:00.000+00:00", "duration_ms": 120.5,
+            "tenant_id": "t1", "user_id": user, "operation": "chat", "model": "m1", "input_tokens": 10,
+            "output_tokens": 5, "status_code": 200}
+
+
+def _write(path: Path, records: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_sigkill_during_a_dwd_build_then_rerun_equals_a_clean_build(
+        tmp_path: Path, generated: tuple[Path, dict]) -> None:
+    out, _ = generated
+    env = {"STRATA_HOME": str(tmp_path / "home"), "STRATA_PSEUDONYM_KEY": "test-key-0123456789abcdef"}
+    settings = load_settings(env)
+    ingest(settings, [out / "requests" / f"date={DAYS[0].isoformat()}"])
+    script = (
+        "import datetime as dt, sys, time\n"
+        "import warehouse.dwd.build as dwd, warehouse.dwd.transform as transform, warehouse.ods.scan as scan\n"
+        "from warehouse.settings import load_settings\n"
+        "real = transform.parse_rows\n"
+        "def slow(*a, **k):\n"
+        "    print('started', flush=True); time.sleep(0.5); return real(*a, **k)\n"
+        "transform.parse_rows = slow\n"
+        "scan.BATCH_ROWS = 1000\n"
+        f"dwd.build(load_settings(), 'requests', dt.date.fromisoformat('{DAYS[0].isoformat()}'))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, **env},
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for _ in range(3):
+        assert proc.stdout.readline().strip() == "started"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert lake.open_table(settings, table("dwd.request")) is None  # nothing became visible
+    build(settings, "requests", DAYS[0])
+    clean = load_settings({**env, "STRATA_HOME": str(tmp_path / "clean")})
+    ingest(clean, [out / "requests" / f"date={DAYS[0].isoformat()}"])
+    build(clean, "requests", DAYS[0])
+    for name in ("dwd.request", "dwd.quarantine", "ops.books"):
+        lineage = ("batch_id", "quarantined_at")  # when and in which run a line arrived
+        assert_same_rows(table_frame(settings, name, lineage), table_frame(clean, name, lineage), name)
+
+
+def test_azure_trace_ingests_through_its_mapping(strata_env: Path) -> None:
+    source = AZURE_FULL if AZURE_FULL.is_file() else AZURE_SAMPLE
+    with source.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    days = Counter(r["TIMESTAMP"][:10] for r in rows)
+    settings = load_settings()
+    report = ingest(settings, [source], mapping_file=Path("azure_llm_2023_conv"))
+    assert report.landed[0].lines == len(rows) + 1  # the header line is archived too
+    books = [build(settings, "requests", dt.date.fromisoformat(day)).books for day in sorted(days)]
+    # Every line is in some day's books, the header line too (it takes its neighbours' date).
+    assert sum(b.ods_rows for b in books) == len(rows) + 1 and sum(b.malformed for b in books) == 1
+    request = pl.from_arrow(lake.read(settings, table("dwd.request")))
+    assert request.height == len(rows)
+    assert request.get_column("input_tokens").sum() == sum(int(r["ContextTokens"]) for r in rows)
+    assert request.get_column("output_tokens").sum() == sum(int(r["GeneratedTokens"]) for r in rows)
+    first = min(rows, key=lambda r: r["TIMESTAMP"])["TIMESTAMP"]
+    assert request.get_column("ts").min() == dt.datetime.strptime(first[:26], "%Y-%m-%d %H:%M:%S.%f").replace(
+        tzinfo=dt.timezone.utc)
+
+
+def test_a_day_of_only_bad_lines_publishes_its_quarantine_and_books(tmp_path: Path, strata_env: Path) -> None:
+    settings = load_settings()
+    day = dt.date(2026, 2, 3)
+    bad = tmp_path / f"date={day.isoformat()}" / "garbage.jsonl"  # a producer wrote nothing usable that day
+    bad.parent.mkdir()
+    bad.write_bytes(b'{"broken\nnot json\n' + json.dumps({**_record("r1", day), "model": None}).encode() + b"\n")
+    ingest(settings, [bad])
+    report = build(settings, "requests", day)
+    assert report.books.balanced
+    assert (report.books.dwd_rows, report.books.malformed, report.books.quarantined) == (0, 2, 1)
+    assert report.rules == {"line.invalid_json": 2, "model.required": 1}
+    assert lake.read(settings, table("dwd.request")).num_rows == 0
+    assert lake.read(settings, table("dwd.quarantine")).num_rows == 3
+
+
+def test_a_csv_file_without_a_mapping_is_refused_before_anything_lands(strata_env: Path) -> None:
+    settings = load_settings()
+    with pytest.raises(ValueError, match="--mapping FILE or the name of a shipped one"):
+        ingest(settings, [AZURE_SAMPLE])
+    assert lake.open_table(settings, table("ods.request_log_raw")) is None
+
+
+def test_a_file_landed_with_a_wrong_mapping_is_landed_again_with_reland(tmp_path: Path, strata_env: Path) -> None:
+    with AZURE_SAMPLE.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    shipped = SHIPPED_AZURE_MAPPING
+    wrong = tmp_path / "azure_swapped.yaml"  # a mapping bug: the token columns swapped
+    wrong.write_text(shipped.read_text().replace("input_tokens: ContextTokens", "input_tokens: GeneratedTokens")
+                     .replace("output_tokens: GeneratedTokens", "output_tokens: ContextTokens"))
+    settings = load_settings()
+
+    def build_and_sum(days: set[dt.date]) -> int:
+        for day in sorted(days):
+            build(settings, "requests", day)
+        return pl.from_arrow(lake.read(settings, table("dwd.request"))).get_column("input_tokens").sum()
+
+    first = ingest(settings, [AZURE_SAMPLE], mapping_file=wrong)
+    days = {dt.date.fromisoformat(r["TIMESTAMP"][:10]) for r in rows}
+    assert build_and_sum(days) == sum(int(r["GeneratedTokens"]) for r in rows)
+    again = ingest(settings, [AZURE_SAMPLE], mapping_file=Path("azure_llm_2023_conv"))
+    assert not again.landed and again.skipped[0].landed_as == first.landed[0].source  # says how it was landed
+    assert again.skipped[0].source != again.skipped[0].landed_as
+    version = lake.version(settings, table("ods.request_log_raw"))
+    fixed = ingest(settings, [AZURE_SAMPLE], mapping_file=Path("azure_llm_2023_conv"), reland=True)
+    assert fixed.landed[0].replaced and lake.version(settings, table("ods.request_log_raw")) == version + 1  # one commit
+    ods = pl.from_arrow(lake.read(settings, table("ods.request_log_raw")))
+    assert ods.height == len(rows) + 1  # replaced, not added: the header line and every row once
+    assert ods.get_column("source").unique().to_list() == [fixed.landed[0].source]
+    assert fixed.stale_dates == days  # the header line too: it takes the date of the lines around it
+    assert build_and_sum(days) == sum(int(r["ContextTokens"]) for r in rows)
+    assert pl.from_arrow(lake.read(settings, table("dwd.request"))).height == len(rows)
+
+
+def test_otlp_export_ingests_to_dwd(tmp_path: Path, strata_env: Path) -> None:
+    from fixtures_otlp import otlp_export_line
+
+    day = dt.date(2026, 2, 2)
+    records = [{**_record(f"span-{i}", day), "ts": dt.datetime(2026, 2, 2, 8, i, tzinfo=dt.timezone.utc)}
+               for i in range(5)]
+    path = tmp_path / "otlp" / "date=2026-02-02" / "traces-otlp.json"  # the broken line's date
+    path.parent.mkdir(parents=True)
+    path.write_bytes(otlp_export_line(records[:3]) + b"\n" + otlp_export_line(records[3:]) + b"\n{broken\n")
+    settings = load_settings()
+    ingest(settings, [path], fmt="otlp-json")
+    report = build(settings, "requests", day)
+    assert (report.books.ods_rows, report.books.dwd_rows, report.books.malformed) == (6, 5, 1)
+    assert sorted(pl.from_arrow(lake.read(settings, table("dwd.request"))).get_column("request_id").to_list()) == [
+        f"span-{i}" for i in range(5)]
+
+
+def test_json_lines_parse_the_same_by_reader_and_by_path() -> None:
+    import pyarrow as pa
+
+    from warehouse.storage.duck import scratch
+    from warehouse.sources.canonical import REQUEST_FIELDS
+    from warehouse.sources.jsonl import _by_path, parse_json_lines
+
+    lines = [json.dumps(_record(f"r{i}", START)).encode() for i in range(50)]
+    lines[3] = b'{"request_id": "r3", "ts": '  # truncated: the reader loses line 4 with it
+    lines[7] = b"\xff\xfe not utf-8"
+    lines[9] = b"[1, 2]"
+    lines[20], lines[21] = b'{"request_id": "r20", "ts": ', b"1}"  # together they would be one object
+    lines[30], lines[31] = b"", b" \t\r"
+    raw = pa.array(lines, pa.large_binary())
+    by_reader = parse_json_lines(raw, REQUEST_FIELDS)
+    by_path = _by_path(scratch(), raw, REQUEST_FIELDS)
+    assert by_reader.get_column("parse_error").to_list() == by_path.get_column("parse_error").to_list()
+    assert by_reader.get_column("request_id").to_list() == by_path.get_column("request_id").to_list()
+    assert by_reader.get_column("input_tokens").to_list() == by_path.get_column("input_tokens").to_list()
+    assert by_reader.get_column("parse_error").to_list()[3] == "invalid JSON"
+    assert by_reader.get_column("parse_error").to_list()[7] == "invalid UTF-8"
+    assert by_reader.get_column("parse_error").to_list()[9] == "not a JSON object"
+    assert by_reader.get_column("parse_error").to_list()[20:22] == ["invalid JSON"] * 2
+    # Given the file's own bytes, the reader reads them in place and must agree too.
+    in_place = parse_json_lines(raw, REQUEST_FIELDS, ndjson=b"\n".join(lines) + b"\n")
+    assert in_place.equals(by_reader)
+
+
+def test_ingesting_a_generated_folder_takes_only_the_logs(tmp_path: Path, strata_env: Path) -> None:
+    out = tmp_path / "gen"
+    manifest = generate(out, days=1, requests_per_day=200, seed=1, start=START)
+    report = ingest(load_settings(), [out])  # manifest.json and prices.csv sit beside the logs
+    landed = {f.path.name for f in report.landed}
+    assert "manifest.json" not in landed and "prices.csv" not in landed
+    assert sum(f.lines for f in report.landed if f.table.name == "ods.request_log_raw") == \
+        manifest["days"][START.isoformat()]["lines"]
+    assert any(f.table.name == "ods.feedback_raw" for f in report.landed)
+
+
+def test_line_checks_keep_input_order_on_large_batches() -> None:
+    import pyarrow as pa
+
+    from warehouse.storage.duck import SCRATCH_THREADS, scratch
+    from warehouse.sources.jsonl import _by_path, parse_json_lines
+
+    n = 300_000  # in several chunks, which DuckDB scans with more than one thread
+    ids = [f"r{i}" for i in range(n)]
+    lines = [f'{{"request_id": "{r}", "ts": {i}}}'.encode() if i % 1000 else b"{broken" for i, r in enumerate(ids)]
+    chunked = pa.chunked_array([pa.array(lines[i:i + 70_000], pa.large_binary()) for i in range(0, n, 70_000)])
+    expected = [None if i % 1000 == 0 else r for i, r in enumerate(ids)]
+    scratch().execute("SET threads = 4")  # however many cores this machine has
+    try:
+        # Both ways of parsing: the file reader, and line by line (the fallback).
+        for parsed in (parse_json_lines(chunked, ("request_id", "ts")), _by_path(scratch(), chunked, ("request_id",))):
+            assert parsed.get_column("request_id").to_list() == expected
+            assert parsed.get_column("parse_error").is_not_null().sum() == n // 1000
+    finally:
+        scratch().execute(f"SET threads = {SCRATCH_THREADS}")
+
+
+@pytest.mark.parametrize("content", [b"", b"a", b"a\n", b"a\nb", b"a\n\nb\n", b"\n", b"x\r\ny\r\n", b"\n\n"])
+def test_lines_are_cut_byte_exact_with_or_without_a_final_terminator(content: bytes) -> None:
+    from warehouse.sources.files import split_lines
+
+    lines = split_lines(content)
+    expected = content.split(b"\n")[:-1] if content.endswith(b"\n") else (content.split(b"\n") if content else [])
+    assert lines.raw(0, len(lines)).to_pylist() == expected
+    assert [lines.raw(i, i + 1)[0].as_py() for i in range(len(lines))] == expected  # batch by batch
+    assert b"".join(bytes(lines.block(i, i + 1)) for i in range(len(lines))) == content
+
+
+def test_parse_files_go_to_memory_only_when_it_has_room() -> None:
+    from warehouse.sources import jsonl
+
+    assert jsonl._scratch_dir(1 << 60) is None  # far more than any /dev/shm: the system temp folder
+    if os.access("/dev/shm", os.W_OK):
+        assert jsonl._scratch_dir(1) == "/dev/shm"

@@ -1,0 +1,56 @@
+"""Settings and the table registry: defaults, overrides and errors that name the variable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from contracts import ContractError
+from warehouse.settings import ConfigError, load_settings
+from warehouse.tables import DWD_REQUEST, ODS_REQUESTS, all_tables, table
+
+
+def test_defaults_live_under_home(tmp_path: Path) -> None:
+    s = load_settings({"STRATA_HOME": str(tmp_path)})
+    assert s.home == tmp_path
+    assert s.lake_uri == str(tmp_path / "lake")
+    assert DWD_REQUEST.uri(s) == f"{tmp_path}/lake/dwd/request"
+    assert s.online_store == "sqlite"
+    assert s.pseudonym_key is None
+
+
+def test_lake_uri_override_keeps_remote_uris(tmp_path: Path) -> None:
+    s = load_settings({"STRATA_HOME": str(tmp_path), "STRATA_LAKE_URI": "s3://bucket/lake/"})
+    assert ODS_REQUESTS.uri(s) == "s3://bucket/lake/ods/request_log_raw"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"STRATA_ONLINE_STORE": "memcached"}, "STRATA_ONLINE_STORE"),
+        ({"STRATA_PSEUDONYM_KEY": "short"}, "at least 16"),
+        ({"STRATA_ODS_RETENTION_DAYS": "-3"}, "STRATA_ODS_RETENTION_DAYS"),
+    ],
+)
+def test_bad_settings_say_which_variable(tmp_path: Path, env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings({"STRATA_HOME": str(tmp_path), **env})
+
+
+def test_a_table_without_a_contract_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(ContractError, match="dwd.request"):
+        table("../etc/passwd")
+
+
+def test_missing_pseudonym_key_is_an_actionable_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="STRATA_PSEUDONYM_KEY"):
+        load_settings({"STRATA_HOME": str(tmp_path)}).require_pseudonym_key()
+
+
+def test_the_registry_reads_layer_partitioning_and_classification_from_the_contracts() -> None:
+    names = {t.name for t in all_tables()}
+    assert {"ods.request_log_raw", "dwd.request", "dwd.quarantine", "ops.books"} <= names
+    assert DWD_REQUEST.layer == "dwd" and DWD_REQUEST.partition_columns == ("event_date",)
+    assert [c.name for c in DWD_REQUEST.classified("pseudonymous")] == ["user_pseudonym"]
+    assert [c.name for c in ODS_REQUESTS.classified("pii")] == ["raw_line"]

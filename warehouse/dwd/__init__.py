@@ -1,0 +1,1 @@
+"""DWD, the clean facts: typed, deduplicated, pseudonymized, priced and labelled rows."""

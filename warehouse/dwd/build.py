@@ -1,0 +1,76 @@
+"""DWD: one clean, typed, deduplicated, pseudonymized row per request, per event date.
+
+A build of date D reads every ODS row whose ``event_date`` is D, whenever it arrived
+(so late data is picked up by re-running D), and replaces D's partition of
+``dwd.request`` / ``dwd.feedback``. Nothing is dropped silently: malformed lines and
+rows that break the contract go to ``dwd.quarantine`` with their rule ids and raw
+line, and the books must balance before anything is published::
+
+    ods records = dwd rows + duplicates + quarantined + malformed
+
+(a record is an ODS line, or one span of an OTLP line).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow.compute as pc
+
+from warehouse.dwd.labels import latest_labels, merge_labels
+from warehouse.dwd.prices import read_prices
+from warehouse.dwd.transform import DwdTransform, RequestInputs, key_columns, repeats
+from warehouse.ods import ODS_TABLES
+from warehouse.ods.scan import ods_batches, ods_files, ods_row_count, read_columns
+from warehouse.progress import Progress
+from warehouse.runner import RunResult, run
+from warehouse.settings import Settings
+from warehouse.sources.canonical import Kind
+from warehouse.sources.formats import parser_for
+from warehouse.storage import lake
+
+
+def build(settings: Settings, kind: Kind, day: dt.date, progress: Progress | None = None) -> RunResult:
+    """Build one event date of ``dwd.request`` or ``dwd.feedback`` from ODS (idempotent).
+
+    Streams the day's ODS rows batch by batch: memory stays bounded however large the day.
+    """
+    from contracts.audit_worker import warm_up
+
+    warm_up()  # GX imports in its worker while this process reads ODS keys (one core is idle then)
+    ods_table = ODS_TABLES[kind]
+    delta = lake.open_table(settings, ods_table)
+    if delta is None:
+        raise FileNotFoundError(f"{ods_table} does not exist: run `strata ingest` first")
+    arrivals = delta.to_pyarrow_dataset().to_table(columns=["ingested_at"],
+                                                   filter=pc.field("event_date") == day).column(0)
+    if len(arrivals) == 0:
+        raise LookupError(f"no ODS {kind} rows with event_date {day}: nothing to build "
+                          f"(check the date, or ingest that day's files first)")
+    files = ods_files(settings, kind, day)
+    requests = None
+    if kind == "requests":
+        requests = RequestInputs(settings.require_pseudonym_key(), read_prices(settings), latest_labels(settings))
+    transform = DwdTransform(
+        kind, day, lambda source, kind: parser_for(settings, source, kind, checked_ok=True),
+        repeats=repeats(read_columns(files, key_columns(kind)), kind), now=pc.max(arrivals).as_py(), requests=requests)
+    return run(settings, transform.target, transform, ods_batches(files, day), day=day, total=len(arrivals),
+               progress=progress, now=transform.now)
+
+
+def build_day(settings: Settings, day: dt.date, progress: Progress | None = None) -> dict[Kind, RunResult]:
+    """Build D's feedback (merging its labels into earlier requests), then D's requests.
+
+    A day may hold only feedback (reviews arrive after the traffic they judge).
+    """
+    counts = {kind: ods_row_count(settings, kind, day) for kind in ODS_TABLES}
+    if not any(counts.values()):
+        raise LookupError(f"no ODS rows with event_date {day}: nothing to build "
+                          f"(check the date, or ingest that day's files first)")
+    reports: dict[Kind, RunResult] = {}
+    if counts["feedback"]:
+        reports["feedback"] = build(settings, "feedback", day, progress)
+        merge_labels(settings, day)
+    if counts["requests"]:
+        reports["requests"] = build(settings, "requests", day, progress)
+    return reports

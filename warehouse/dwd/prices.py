@@ -1,0 +1,73 @@
+"""Model prices: versioned reference data, so cost is computed and re-computable.
+
+``prices.csv`` (model, effective_from, input/output/cached price per 1k tokens) is
+loaded into ``dwd.model_price`` (one Delta version per load). A request's cost uses
+the price row in effect at its timestamp.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from warehouse.settings import Settings
+from warehouse.storage import lake
+from warehouse.tables import DWD_MODEL_PRICE
+_COLUMNS = {
+    "model": pl.String, "effective_from": pl.Date, "input_price_per_1k": pl.Float64,
+    "output_price_per_1k": pl.Float64, "cached_input_price_per_1k": pl.Float64,
+}
+
+
+def load_prices(settings: Settings, csv_path: Path) -> int:
+    """Replace the price table with the contents of ``csv_path``; returns the Delta version."""
+    from warehouse.storage.publish import publish
+
+    try:
+        frame = pl.read_csv(csv_path, schema_overrides={"effective_from": pl.String})
+    except Exception as exc:  # polars raises several types for unreadable CSV
+        raise ValueError(f"{csv_path}: not a readable price CSV: {exc}") from None
+    missing = sorted(set(_COLUMNS) - set(frame.columns))
+    if missing:
+        raise ValueError(f"{csv_path}: missing price column(s) {missing}; expected {list(_COLUMNS)}")
+    frame = frame.select(list(_COLUMNS)).with_columns(
+        pl.col("effective_from").str.to_date("%Y-%m-%d", strict=False))
+    result = publish(settings, DWD_MODEL_PRICE, frame, mode="overwrite")
+    if result.rows_rejected:
+        bad = result.rejected.head(3).to_dicts()
+        raise ValueError(f"{csv_path}: {result.rows_rejected} price row(s) break the contract, e.g. {bad}")
+    assert result.version is not None
+    return result.version
+
+
+def read_prices(settings: Settings) -> pl.DataFrame:
+    """The current price table (empty when none was loaded)."""
+    if lake.open_table(settings, DWD_MODEL_PRICE) is None:
+        return pl.DataFrame(schema=_COLUMNS)
+    return lake.read_frame(settings, DWD_MODEL_PRICE).select(list(_COLUMNS))
+
+
+def with_cost(requests: pl.DataFrame, prices: pl.DataFrame) -> pl.DataFrame:
+    """Add ``cost_usd`` from the price in effect at each request's ``ts`` (null when unpriced).
+
+    The as-of join runs on the few columns it needs, not on the whole (wide) frame.
+    """
+    if prices.is_empty():
+        return requests.with_columns(cost_usd=pl.lit(None, pl.Float64))
+    keyed = prices.with_columns(
+        _from=pl.col("effective_from").cast(pl.Datetime("us")).dt.replace_time_zone("UTC")
+    ).sort("_from").drop("effective_from")
+    narrow = requests.select(
+        "model", "input_tokens", "cached_input_tokens", "output_tokens", _i=pl.int_range(pl.len()),
+        _at=pl.col("ts").fill_null(pl.datetime(1970, 1, 1, time_zone="UTC")),
+    ).sort("_at")
+    joined = narrow.join_asof(keyed, left_on="_at", right_on="_from", by="model", strategy="backward",
+                              check_sortedness=False)
+    tokens_in = pl.col("input_tokens").cast(pl.Float64, strict=False)
+    cached = pl.col("cached_input_tokens").cast(pl.Float64, strict=False).fill_null(0)
+    tokens_out = pl.col("output_tokens").cast(pl.Float64, strict=False).fill_null(0)
+    cost = ((tokens_in - cached).clip(lower_bound=0) * pl.col("input_price_per_1k")
+            + cached * pl.col("cached_input_price_per_1k").fill_null(pl.col("input_price_per_1k"))
+            + tokens_out * pl.col("output_price_per_1k")) / 1000
+    return requests.with_columns(cost_usd=joined.sort("_i").select(cost).to_series())

@@ -1,0 +1,218 @@
+"""The DWD transform: one batch of ODS rows → clean facts, quarantined rows and counts.
+
+Pure: it reads no table. Everything it needs from the lake (parsers, prices, labels, the
+repeated lines found in a first pass over the day's keys) is handed to it, so a few
+hand-written batches test it whole. State kept across batches: the keys seen so far (a
+record the first pass could not key, such as a span of an OTLP line, is deduplicated as it
+streams by) and the pseudonyms computed so far.
+
+For every record the transform decides exactly one fate, which keeps the books::
+
+    records = published + duplicates + quarantined + malformed
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Callable
+
+import polars as pl
+
+from contracts import split_rows
+from warehouse.dwd.prices import with_cost
+from warehouse.privacy import pseudonymize
+from warehouse.runner import Batch, Counts
+from warehouse.sources.canonical import Kind, fields_for
+from warehouse.sources.formats import Parser
+from warehouse.sources.timestamps import parse_ts
+from warehouse.storage.memory import detach
+from warehouse.tables import DWD_FEEDBACK, DWD_REQUEST, Table
+
+TARGETS: dict[Kind, Table] = {"requests": DWD_REQUEST, "feedback": DWD_FEEDBACK}
+_LINEAGE = ["ods_source", "source_file", "line_no", "batch_id"]
+#: ODS ``parse_error`` text → rule id of a line that did not parse.
+_MALFORMED_RULES = [
+    (r"^oversized", "line.oversized"), (r"^invalid UTF-8", "line.invalid_utf8"),
+    (r"^invalid JSON", "line.invalid_json"), (r"^not a JSON object", "line.not_object"),
+    (r"^CSV header", "line.csv_header"), (r"CSV fields", "line.csv_fields"),
+    (r"^not an OTLP", "line.not_otlp"), (r"^no GenAI spans", "line.no_genai_spans"),
+    (r"^invalid span", "line.invalid_span"),
+]
+#: Columns outside the target's contract that a quarantined row needs (its other lineage
+#: columns are the target's own).
+_CARRIED = ["raw_line", "ingested_at"]
+
+ParserFor = Callable[[str, Kind], Parser]
+"""(ODS ``source``, kind) → the parser of lines landed so (already passed ODS's line checks)."""
+
+
+def malformed_rule(parse_error: pl.Expr) -> pl.Expr:
+    """Rule id of a line that did not parse, from its ODS ``parse_error``."""
+    expr = pl.lit("line.unparseable")
+    for pattern, rule in reversed(_MALFORMED_RULES):
+        expr = pl.when(parse_error.str.contains(pattern)).then(pl.lit(rule)).otherwise(expr)
+    return expr
+
+
+def parse_rows(ods: pl.DataFrame, kind: Kind, parser_for: ParserFor) -> pl.DataFrame:
+    """Records of ODS rows: canonical fields (text) beside their lineage and raw line.
+
+    A line holds one record, except in formats that batch (an OTLP line holds many spans).
+    """
+    columns = ["raw_line", "ingested_at", *_LINEAGE, "ods_parse_error", "parse_error", "_repeat", "_ods_keyed",
+               *fields_for(kind)]
+    parts = []
+    for (source, malformed), group in ods.group_by(["source", "is_malformed"], maintain_order=True):
+        if malformed:  # ODS already said why the line does not parse
+            parsed = pl.DataFrame({f: pl.Series([None] * group.height, dtype=pl.String)
+                                   for f in ("parse_error", *fields_for(kind))})
+        else:
+            parse = parser_for(str(source), kind)
+            parsed = parse(group.get_column("raw_line").to_arrow(), group.get_column("line_no").to_arrow(),
+                           group.get_column("file_sha256").to_arrow())
+        lineage = group.select(["raw_line", "ingested_at", "source", *_LINEAGE[1:], "parse_error", "request_id",
+                                pl.col("_repeat") if "_repeat" in group.columns else pl.lit(False).alias("_repeat")]
+                               ).rename({"parse_error": "ods_parse_error", "source": "ods_source",
+                                         "request_id": "ods_request_id"})
+        if "_line" in parsed.columns:  # several records per line
+            joined = parsed.join(lineage.with_columns(_line=pl.int_range(pl.len(), dtype=pl.Int64)),
+                                 on="_line", how="left", maintain_order="left").drop("_line")
+        else:
+            joined = pl.concat([lineage, parsed], how="horizontal")
+        parts.append(joined.with_columns(request_id=pl.coalesce("request_id", "ods_request_id"),
+                                         _ods_keyed=pl.col("ods_request_id").is_not_null()).select(columns))
+    if not parts:
+        types = {"raw_line": pl.Binary, "_repeat": pl.Boolean, "_ods_keyed": pl.Boolean}
+        return pl.DataFrame(schema={c: types.get(c, pl.String) for c in columns})
+    return pl.concat(parts).select(columns)
+
+
+def quarantine_rows(rows: pl.DataFrame, rules: pl.Expr, target: Table, day: dt.date) -> pl.DataFrame:
+    """Rows of ``dwd.quarantine`` for records meant for ``target`` on ``day``."""
+    return rows.select(
+        event_date=pl.lit(day), target_table=pl.lit(target.name),
+        request_id=pl.col("request_id") if "request_id" in rows.columns else pl.lit(None, pl.String),
+        rules=rules, raw_line=pl.col("raw_line"), source_file=pl.col("source_file"),
+        line_no=pl.col("line_no"), batch_id=pl.col("batch_id"),
+        quarantined_at=pl.col("ingested_at"),
+    )
+
+
+def key_columns(kind: Kind) -> list[str]:
+    """The ODS columns :func:`repeats` reads: the key, the arrival order, the malformed flag."""
+    return ["request_id", "ingested_at", "file_sha256", "line_no", "is_malformed",
+            *(["raw_line"] if kind == "feedback" else [])]
+
+
+def repeats(keys: pl.DataFrame, kind: Kind) -> pl.DataFrame:
+    """``(file_sha256, line_no)`` of ODS rows that repeat an earlier arrival's key.
+
+    Arrival order is data, not file order: (ingested_at, file_sha256, line_no). The key is
+    the request id for requests and the exact line for feedback (at-least-once delivery
+    repeats lines).
+    """
+    if not keys.height:
+        return pl.DataFrame(schema={"file_sha256": pl.String, "line_no": pl.Int64})
+    keyed = keys.filter(~pl.col("is_malformed") & pl.col("request_id").is_not_null())
+    if kind == "feedback":
+        keyed = keyed.with_columns(request_id=pl.concat_str(
+            "request_id", pl.col("raw_line").hash(seed=0).cast(pl.String), separator="#"))
+    ordered = keyed.select("request_id", "ingested_at", "file_sha256", "line_no").sort(
+        ["ingested_at", "file_sha256", "line_no"])
+    return detach(ordered.filter(~pl.col("request_id").is_first_distinct()).select("file_sha256", "line_no"))
+
+
+@dataclass(frozen=True)
+class RequestInputs:
+    """What typing requests needs from the lake: the pseudonym key, prices and labels."""
+
+    key: bytes
+    prices: pl.DataFrame
+    labels: pl.DataFrame
+
+
+@dataclass
+class DwdTransform:
+    """ODS rows of one kind and event date → a :class:`~warehouse.runner.Batch` for DWD."""
+
+    kind: Kind
+    day: dt.date
+    parser_for: ParserFor
+    #: ``(file_sha256, line_no)`` of lines whose key an earlier arrival already holds.
+    repeats: pl.DataFrame
+    #: Check time of the row rules (``ts.future``): the latest arrival of the day's lines.
+    now: dt.datetime
+    requests: RequestInputs | None = None
+    _seen: pl.Series = field(default_factory=lambda: pl.Series("seen", [], pl.String))
+    _pseudonyms: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def target(self) -> Table:
+        return TARGETS[self.kind]
+
+    def __call__(self, ods: pl.DataFrame) -> Batch:
+        repeat = ods.select("file_sha256", "line_no").join(
+            self.repeats.with_columns(_repeat=pl.lit(True)), on=["file_sha256", "line_no"], how="left",
+            maintain_order="left").get_column("_repeat").fill_null(False)
+        records = parse_rows(ods.with_columns(repeat), self.kind, self.parser_for)
+        bad = pl.col("ods_parse_error").is_not_null() | pl.col("parse_error").is_not_null()
+        malformed = records.filter(bad)
+        unique, duplicates = self._deduplicated(records.filter(~bad))
+        typed = self._typed(unique)
+        # A timestamp present but not canonical breaks ts.type (the row checks would see it as missing).
+        ts_faults = typed.filter(pl.col("_ts_type_error"))
+        split = split_rows(typed.filter(~pl.col("_ts_type_error")).drop("_ts_type_error"), self.target.contract,
+                           now=self.now, keep=_CARRIED)
+        set_aside = pl.concat([
+            quarantine_rows(malformed, pl.concat_list(malformed_rule(pl.coalesce("ods_parse_error", "parse_error"))),
+                            self.target, self.day),
+            quarantine_rows(ts_faults, pl.concat_list(pl.lit("ts.type")), self.target, self.day),
+            quarantine_rows(split.rejected, pl.col("rules"), self.target, self.day),
+        ], how="vertical_relaxed")
+        rows = split.valid.drop(_CARRIED)
+        incomplete = rows.get_column("cost_usd").null_count() if self.kind == "requests" else 0
+        counts = Counts(records=records.height, duplicates=duplicates, malformed=malformed.height,
+                        quarantined=ts_faults.height + split.rejected.height, incomplete=incomplete)
+        return Batch(rows, set_aside, counts)
+
+    def _deduplicated(self, good: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+        """The first arrival of each key, and how many repeats were dropped.
+
+        Repeats of an earlier arrival were found in the first pass; a key the first pass
+        could not see (an OTLP line holds several spans) is deduplicated as it streams by.
+        """
+        ident = (pl.col("request_id") if self.kind == "requests"
+                 else pl.concat_str(["request_id", "kind", "ts", "value"], separator="\x1f", ignore_nulls=True))
+        good = good.with_columns(_key=ident).with_columns(_first=pl.when(pl.col("_repeat")).then(False).when(
+            pl.col("_key").is_null() | pl.col("_ods_keyed")).then(True).otherwise(
+            pl.col("_key").is_first_distinct() & ~pl.col("_key").is_in(self._seen.implode())))
+        streamed = good.filter(~pl.col("_ods_keyed") & pl.col("_first")).get_column("_key").drop_nulls()
+        if streamed.len():
+            self._seen = pl.concat([self._seen, detach(streamed.rename("seen"))]).rechunk()
+        unique = good.filter(pl.col("_first")).drop("_first", "_key", "_repeat", "_ods_keyed", "ods_parse_error",
+                                                    "parse_error")
+        return unique, good.height - unique.height
+
+    def _typed(self, unique: pl.DataFrame) -> pl.DataFrame:
+        if self.requests is None:
+            return _ts_columns(unique.drop("ods_source")).with_columns(event_date=pl.lit(self.day))
+        frame = unique.rename({"ods_source": "source"})
+        typed = _ts_columns(frame).with_columns(
+            user_pseudonym=pseudonymize(frame.get_column("user_id"), self.requests.key, self._pseudonyms),
+            event_date=pl.lit(self.day),
+            is_error=(pl.col("status_code").cast(pl.Int64, strict=False) >= 400).fill_null(False)
+            | pl.col("error_type").is_not_null(),
+            is_retry=pl.col("retry_of").is_not_null()
+            | (pl.col("attempt").cast(pl.Int64, strict=False) > 1).fill_null(False),
+            attempt=pl.col("attempt").fill_null("1"),
+        ).drop("user_id")
+        # Joined on the key alone, then put beside the (wide) frame: no copy of every column.
+        labelled = typed.select("request_id").join(self.requests.labels, on="request_id", how="left",
+                                                   maintain_order="left")
+        return with_cost(typed, self.requests.prices).with_columns(labelled.drop("request_id"))
+
+
+def _ts_columns(frame: pl.DataFrame) -> pl.DataFrame:
+    parsed = frame.select(parse_ts(pl.col("ts"))).to_series()  # parsed once: it is the costly part
+    return frame.with_columns(_ts_type_error=pl.col("ts").is_not_null() & parsed.is_null(), ts=parsed)

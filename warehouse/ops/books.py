@@ -1,0 +1,40 @@
+"""The books of a DWD build: where every ODS record of a partition went."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import polars as pl
+
+from warehouse.settings import Settings
+from warehouse.storage.publish import publish
+from warehouse.tables import OPS_BOOKS
+
+
+@dataclass(frozen=True)
+class Books:
+    """Where every ODS row of a partition went."""
+
+    table: str
+    event_date: dt.date
+    ods_rows: int
+    dwd_rows: int
+    duplicates: int
+    quarantined: int
+    malformed: int
+
+    @property
+    def balanced(self) -> bool:
+        return self.ods_rows == self.dwd_rows + self.duplicates + self.quarantined + self.malformed
+
+
+def record_books(settings: Settings, books: Books) -> None:
+    """Replace the (table, event date) row of ``ops.books`` with this build's books."""
+    frame = pl.DataFrame([{
+        "table_name": books.table, "event_date": books.event_date, "ods_rows": books.ods_rows,
+        "dwd_rows": books.dwd_rows, "duplicates": books.duplicates, "quarantined": books.quarantined,
+        "malformed": books.malformed, "balanced": books.balanced,
+    }])
+    publish(settings, OPS_BOOKS, frame, partitions=[{"event_date": books.event_date, "table_name": books.table}],
+            expectations=False)

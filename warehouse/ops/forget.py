@@ -1,0 +1,245 @@
+"""Erasure: remove one user from every table that can hold them, then vacuum.
+
+The tables are found by walking the registry, not listed here, so a table added with a
+classified column is covered with no change to this module:
+
+* a ``pseudonymous`` column matches the user's pseudonym, a ``pii`` text column the user id;
+* a ``pii`` column of raw lines matches lines that hold the user: in a table that records
+  how its lines were read (a ``source`` column, as ODS does) each line that could hold the
+  id is parsed and its user compared; elsewhere (the quarantine) the raw bytes are searched;
+* any table with a ``request_id`` column also loses the rows of the user's requests
+  (feedback events, quarantined lines of those requests).
+
+Each touched partition is rewritten without the user's rows, conformed to the table's
+contract (so its exact Arrow types survive), in one commit per table; then old files and
+log entries are vacuumed, because a Delta delete only hides rows. No predicate naming
+the user is ever written to a Delta log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from warehouse.ops.retention import vacuum_now
+from warehouse.privacy import pseudonym
+from warehouse.settings import Settings
+from warehouse.storage import lake
+from warehouse.tables import PII, PSEUDONYMOUS, Table, all_tables
+
+#: Rows read at a time when looking for a user's rows: bounds memory however large the lake.
+SCAN_ROWS = 128 * 1024
+
+
+@dataclass
+class ForgetReport:
+    """Rows removed per table for one user."""
+
+    rows: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.rows.values())
+
+
+def _may_hold(user_id: str) -> pl.Expr:
+    """Lines whose bytes could hold ``user_id``: it appears as is, or a JSON escape may spell it."""
+    found = pl.col("raw_line").bin.contains(user_id.encode()) | pl.col("raw_line").bin.contains(b"\\u")
+    if "/" in user_id:  # JSON may also write "/" as "\\/"
+        found = found | pl.col("raw_line").bin.contains(b"\\/")
+    return found
+
+
+@dataclass
+class _Matcher:
+    """Which rows of one table belong to the user."""
+
+    settings: Settings
+    table: Table
+    user_id: str
+    pseudonym: str
+    #: Source → whether its mapping sets every line's user id to this user (a constant).
+    _everyones: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def columns(self) -> list[str]:
+        """The columns the match reads."""
+        names = {c.name for c in self.table.classified(PII) + self.table.classified(PSEUDONYMOUS)}
+        if self._parses_lines:
+            names |= {"source", "is_malformed", "line_no", "file_sha256"}
+        return sorted(names)
+
+    @property
+    def _parses_lines(self) -> bool:
+        return "source" in self.table.contract and any(
+            pa.types.is_binary(c.arrow_type) for c in self.table.classified(PII))
+
+    def __call__(self, frame: pl.DataFrame) -> pl.Series:
+        mask = pl.repeat(False, frame.height, eager=True)
+        for column in self.table.classified(PSEUDONYMOUS):
+            mask |= (frame.get_column(column.name) == self.pseudonym).fill_null(False)
+        for column in self.table.classified(PII):
+            values = frame.get_column(column.name)
+            if not pa.types.is_binary(column.arrow_type):
+                mask |= (values == self.user_id).fill_null(False)
+            elif self._parses_lines:
+                mask |= self._parsed_lines(frame.rename({column.name: "raw_line"}, strict=False))
+            else:
+                mask |= values.bin.contains(self.user_id.encode()).fill_null(False)
+        return mask
+
+    def _parsed_lines(self, frame: pl.DataFrame) -> pl.Series:
+        """Well-formed lines whose parsed user is this user; lines that do not parse, by their bytes.
+
+        Only lines whose bytes could hold the id are parsed; a mapping that gives every line
+        this user as a constant marks all its lines.
+        """
+        from warehouse.sources.formats import parser_for, registered_mapping
+
+        for source in frame.get_column("source").unique().to_list():
+            if source not in self._everyones:
+                self._everyones[source] = source.startswith("mapping:") and registered_mapping(
+                    self.settings, source).constants.get("user_id") == self.user_id
+        everyone = pl.col("source").is_in([source for source, yes in self._everyones.items() if yes])
+        hit = frame.select(everyone | (pl.col("raw_line").bin.contains(self.user_id.encode())
+                                       & pl.col("is_malformed"))).to_series()
+        candidates = frame.with_row_index("_i").filter(_may_hold(self.user_id) & ~everyone & ~pl.col("is_malformed"))
+        for (source,), group in candidates.group_by(["source"]):
+            parsed = parser_for(self.settings, str(source), "requests")(
+                group.get_column("raw_line").to_arrow(), group.get_column("line_no").to_arrow(),
+                group.get_column("file_sha256").to_arrow())
+            if "_line" in parsed.columns:  # several records per line: the line is the user's if any is
+                lines = parsed.filter(pl.col("user_id") == self.user_id).get_column("_line").unique()
+                theirs = pl.Series(range(group.height)).is_in(lines.implode())
+            else:
+                theirs = (parsed.get_column("user_id") == self.user_id).fill_null(False)
+            hit = hit.scatter(group.get_column("_i").filter(theirs), True)
+        return hit
+
+
+def _batches(dataset: ds.Dataset, columns: list[str], filter_: pc.Expression | None = None,
+             ) -> Iterator[pl.DataFrame]:
+    for batch in dataset.to_batches(columns=columns, filter=filter_, batch_size=SCAN_ROWS):
+        frame = pl.from_arrow(batch)
+        assert isinstance(frame, pl.DataFrame)
+        yield frame
+
+
+def _where(partitions: list[dict[str, object]]) -> pc.Expression | None:
+    """A dataset filter selecting exactly these partitions (None: the whole table)."""
+    where = None
+    for part in partitions:
+        term = None
+        for column, value in part.items():
+            one = pc.field(column) == value
+            term = one if term is None else term & one
+        where = term if where is None else where | term
+    return where
+
+
+def _rewrite(settings: Settings, table: Table, theirs: Callable[[pl.DataFrame], pl.Series],
+             partitions: list[dict[str, object]]) -> int:
+    """Rewrite ``partitions`` of ``table`` (the whole table when it has none) without the rows
+    ``theirs`` marks, in one commit; returns the rows removed."""
+    from contracts import arrow_schema, conform
+
+    contract = table.contract
+    removed = 0
+    batches = _batches(lake.snapshot(settings, table), contract.column_names, _where(partitions))
+
+    def kept() -> Iterator[pa.RecordBatch]:
+        nonlocal removed
+        for frame in batches:
+            rest = frame.filter(~theirs(frame))
+            removed += frame.height - rest.height
+            yield from conform(rest, contract, check_values=False).to_batches()
+
+    reader = pa.RecordBatchReader.from_batches(arrow_schema(contract), kept())
+    if table.partition_columns:
+        lake.commit(settings, table, reader, mode="replace_partitions", partitions=partitions,
+                    partition_by=table.partition_columns)
+    else:
+        lake.commit(settings, table, reader, mode="overwrite")
+    return removed
+
+
+@dataclass
+class _Marked:
+    """The user's rows of one table found by its classified columns."""
+
+    match: _Matcher
+    #: Their primary keys (empty when the table has none: the match is then run again).
+    keys: pl.DataFrame
+    partitions: list[dict[str, object]]
+
+    def __call__(self, frame: pl.DataFrame) -> pl.Series:
+        if not self.keys.width:
+            return self.match(frame)
+        names = self.keys.columns
+        return frame.select(pl.struct(names).is_in(self.keys.select(pl.struct(names)).to_series().implode())
+                            ).to_series()
+
+
+def _find(settings: Settings, table: Table, match: _Matcher) -> tuple[_Marked | None, set[str]]:
+    """The user's rows of ``table`` by its classified columns, and the request ids they hold."""
+    contract = table.contract
+    linked = ["request_id"] if "request_id" in contract else []
+    columns = sorted({*match.columns, *contract.primary_key, *table.partition_columns, *linked})
+    hits = [frame.filter(match(frame)) for frame in _batches(lake.snapshot(settings, table), columns)]
+    found = pl.concat(hits, how="vertical_relaxed") if hits else pl.DataFrame()
+    if not found.height:
+        return None, set()
+    partitions = found.select(table.partition_columns).unique().to_dicts() if table.partition_columns else []
+    ids = set(found.get_column("request_id").drop_nulls().to_list()) if linked else set()
+    return _Marked(match, found.select(contract.primary_key), partitions), ids
+
+
+def forget_user(settings: Settings, user_id: str) -> ForgetReport:
+    """Remove one user from every table that can hold them, then vacuum what was touched."""
+    if not user_id.strip():
+        raise ValueError("a user id to forget is required")
+    pseud = pseudonym(settings.require_pseudonym_key(), user_id)
+    existing = [t for t in all_tables() if lake.open_table(settings, t) is not None]
+
+    # First pass: the user's rows by their classified columns, and the request ids they hold.
+    request_ids: set[str] = set()
+    marked: dict[Table, _Marked] = {}
+    for table in existing:
+        if table.classified(PII) or table.classified(PSEUDONYMOUS):
+            found, ids = _find(settings, table, _Matcher(settings, table, user_id, pseud))
+            request_ids |= ids
+            if found is not None:
+                marked[table] = found
+
+    # Second pass: rewrite every partition holding a marked row or a row of the user's requests.
+    report = ForgetReport()
+    ids = pl.Series("request_id", sorted(request_ids), pl.String).implode()
+    for table in existing:
+        linked = bool(request_ids) and "request_id" in table.contract
+        if table not in marked and not linked:
+            continue
+        mark = marked.get(table)
+        partitions = list(mark.partitions) if mark else []
+        if linked:
+            for frame in _batches(lake.snapshot(settings, table), ["request_id", *table.partition_columns],
+                                  pc.field("request_id").isin(sorted(request_ids))):
+                if frame.height:
+                    partitions += frame.select(table.partition_columns).unique().to_dicts() or [{}]
+        partitions = [dict(p) for p in {tuple(sorted(p.items())) for p in partitions}]
+        if not partitions and mark is None:
+            continue
+
+        def theirs(frame: pl.DataFrame, mark: _Marked | None = mark, linked: bool = linked) -> pl.Series:
+            mask = mark(frame) if mark else pl.repeat(False, frame.height, eager=True)
+            return mask | frame.get_column("request_id").is_in(ids) if linked else mask
+
+        removed = _rewrite(settings, table, theirs, [p for p in partitions if p])
+        if removed:
+            report.rows[table.name] = removed
+            vacuum_now(settings, table, purge_log=True)
+    return report

@@ -1,0 +1,90 @@
+"""One settings object, read from ``STRATA_*`` environment variables.
+
+Everything Strata writes lives under ``STRATA_HOME`` (the lake, the landing zone,
+Feast state, the model registry, Airflow's home) unless a variable moves one part
+elsewhere. This module is the bottom of the house: every other module may import it,
+and it imports nothing of Strata's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Literal, Mapping
+
+OnlineStore = Literal["sqlite", "redis"]
+_SECRET_FIELDS = frozenset({"pseudonym_key"})
+
+
+class ConfigError(ValueError):
+    """A setting is missing or malformed; the message says which and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Effective configuration. Build it with :func:`load_settings`."""
+
+    home: Path
+    lake_uri: str
+    landing_dir: Path
+    feast_dir: Path
+    registry_dir: Path
+    airflow_home: Path
+    pseudonym_key: str | None
+    online_store: OnlineStore
+    redis_url: str
+    ods_retention_days: int
+
+    def require_pseudonym_key(self) -> bytes:
+        """The HMAC key for user pseudonyms; refuses to run without one."""
+        if not self.pseudonym_key:
+            raise ConfigError(
+                "STRATA_PSEUDONYM_KEY is not set: set it to a secret of at least 16 characters "
+                "(user ids are pseudonymized with it and it must stay the same between runs)"
+            )
+        return self.pseudonym_key.encode()
+
+    def masked(self) -> dict[str, str]:
+        """Every setting as text, secrets masked, for display."""
+        out: dict[str, str] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in _SECRET_FIELDS:
+                out[f.name] = "****" if value else "(not set)"
+            elif f.name == "redis_url":
+                out[f.name] = re.sub(r"//[^@/]*@", "//****@", str(value))
+            else:
+                out[f.name] = str(value)
+        return out
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """Read settings from ``env`` (default: the process environment)."""
+    env = os.environ if env is None else env
+    home = Path(env.get("STRATA_HOME", ".strata")).expanduser().resolve()
+    lake = env.get("STRATA_LAKE_URI") or str(home / "lake")
+    if "://" not in lake:
+        lake = str(Path(lake).expanduser().resolve())
+    store = env.get("STRATA_ONLINE_STORE", "sqlite").lower()
+    if store not in ("sqlite", "redis"):
+        raise ConfigError(f"STRATA_ONLINE_STORE must be 'sqlite' or 'redis', not {store!r}")
+    key = env.get("STRATA_PSEUDONYM_KEY") or None
+    if key is not None and len(key) < 16:
+        raise ConfigError("STRATA_PSEUDONYM_KEY must be at least 16 characters long")
+    retention = env.get("STRATA_ODS_RETENTION_DAYS", "90")
+    if not retention.isdigit() or int(retention) < 1:
+        raise ConfigError(f"STRATA_ODS_RETENTION_DAYS must be a whole number >= 1, not {retention!r}")
+    return Settings(
+        home=home,
+        lake_uri=lake,
+        landing_dir=Path(env.get("STRATA_LANDING_DIR", home / "landing")).expanduser().resolve(),
+        feast_dir=home / "feast",
+        registry_dir=home / "models",
+        airflow_home=Path(env.get("AIRFLOW_HOME", home / "airflow")).expanduser().resolve(),
+        pseudonym_key=key,
+        online_store=store,  # type: ignore[arg-type]
+        redis_url=env.get("STRATA_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        ods_retention_days=int(retention),
+    )

@@ -1,0 +1,368 @@
+"""Valid requests as numpy columns: first attempts, retries and retry storms.
+
+Everything is drawn vectorized. :func:`plan_day` fixes a day's hourly volumes (summing
+to ``requests_per_day``), its load curve and its retry storm; :func:`generate_shard` then
+draws the requests of a few whole hours. First attempts follow the plan, failures grow
+retry chains, and whole chains (in random order, the last one possibly cut short — a
+client giving up) are kept until the shard holds exactly its planned count, so a day
+holds exactly ``requests_per_day`` distinct valid requests, retries included.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import numpy as np
+
+from warehouse.sources.generator import ids
+from warehouse.sources.generator.catalog import (
+    ERR_INVALID, ERR_NONE, ERR_OOM, ERR_RATE, ERR_TIMEOUT, ERR_UPSTREAM, FAMILIES, MODELS, PIPELINES,
+    SERVER_OFFSET, TEMPLATES, VERSION_OFFSET, version_weights,
+)
+from warehouse.sources.generator.population import ABUSE_TRAFFIC_SHARE, SERVICE_SHARE, Population
+from warehouse.sources.generator.sampling import AliasTable
+from warehouse.sources.generator.traffic import HOUR_US, Storm, abuse_weights, diurnal_weights, storm_for_day
+
+FINISH_STOP, FINISH_LENGTH, FINISH_FILTER = 0, 1, 2
+#: HTTP status per error code (upstream errors are 502 or 503).
+STATUS_OF_ERR = np.array([200, 400, 429, 500, 504, 502], dtype=np.int16)
+
+
+def _param(name: str) -> np.ndarray:
+    return np.array([float(getattr(m, name)) for m in MODELS])
+
+
+_IN_MED, _IN_SIG = _param("in_median"), _param("in_sigma")
+_OUT_MED, _OUT_SIG = _param("out_median"), _param("out_sigma")
+_CTX, _MAX_OUT = _param("context"), _param("max_output")
+_PREFILL, _DECODE, _BASE = _param("prefill_us_per_token"), _param("decode_us_per_token"), _param("base_inference_ms")
+_PRE, _POST, _QUEUE = _param("pre_ms"), _param("post_ms"), _param("queue_ms")
+_TIMEOUT, _UPSTREAM, _CACHE = _param("timeout_ms"), _param("upstream_error_rate"), _param("cache_rate")
+_GEN = np.array([m.generative for m in MODELS])
+_OOM = np.array([m.oom_prone for m in MODELS])
+_CHAT = np.array([m.operation == "chat" for m in MODELS])
+_EMB = np.array([m.operation == "embeddings" for m in MODELS])
+_FAMILY_OF_MODEL = AliasTable.build(np.array(
+    [[dict(m.families).get(f.name, 0.0) for f in FAMILIES] for m in MODELS]))
+
+
+def _new_version_share(day_index: int, days: int) -> np.ndarray:
+    """Per model, the share of the day's traffic on its newer version (0 when it has one)."""
+    return np.array([version_weights(m, day_index, days)[-1] if len(m.versions) == 2 else 0.0 for m in MODELS])
+
+
+_MODEL_TEMPLATE = np.array([TEMPLATES.index(m.templates[0]) if m.templates else -1 for m in MODELS], dtype=np.int8)
+_MODEL_TWO_TEMPLATES = np.array([len(m.templates) == 2 for m in MODELS])
+_FAM_SERVERS = np.array([f.servers for f in FAMILIES])
+_FAM_STAGES = np.array([f.logs_stages for f in FAMILIES])
+_FAM_BATCH = np.array([f.batching for f in FAMILIES])
+_FAM_QUANTUM = np.array([f.ts_quantum_us for f in FAMILIES], dtype=np.int64)
+_FAM_PIPE = np.array([[PIPELINES.index(f.pipeline_versions[0]), PIPELINES.index(f.pipeline_versions[-1])]
+                      if f.pipeline_versions else [-1, -1] for f in FAMILIES], dtype=np.int8)
+
+
+def epoch_us(day: dt.date) -> int:
+    """Microseconds since the epoch of ``day``'s UTC midnight."""
+    return (day - dt.date(1970, 1, 1)).days * 86_400_000_000
+
+
+@dataclass(frozen=True)
+class DayPlan:
+    """Day-level decisions shared by the day's shards: hourly volumes, load, the retry storm.
+
+    A day is generated in shards of whole hours (so the work pipelines); a shard holds
+    exactly the planned number of valid requests of its hours.
+    """
+
+    seed: int
+    day_index: int
+    days: int
+    date: dt.date
+    requests: int
+    day_start_us: int
+    normal_hour_counts: np.ndarray  # (24,) first-attempt candidates of normal users
+    abuse_hour_counts: np.ndarray  # (24,) ... of abusive users
+    load: np.ndarray  # (24,) hourly volume / mean hourly volume
+    storm: Storm | None
+    pipeline_upgrade_us: int
+    shard_hours: tuple[tuple[int, int], ...]  # [start, end) hours of each shard
+
+    def shard_requests(self, shard: int) -> int:
+        h0, h1 = self.shard_hours[shard]
+        return int(self.normal_hour_counts[h0:h1].sum() + self.abuse_hour_counts[h0:h1].sum())
+
+    def shard_offset(self, shard: int) -> int:
+        """Day-level row number of the shard's first row (rows are numbered in time order)."""
+        return sum(self.shard_requests(s) for s in range(shard))
+
+
+def plan_day(pop: Population, *, seed: int, day_index: int, days: int, date: dt.date, requests: int,
+             pipeline_upgrade_us: int, hours_per_shard: int = 3) -> DayPlan:
+    """Draw the day's hourly volumes (summing to ``requests``) and its retry storm."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 1, day_index]))
+    day_start = epoch_us(date)
+    n_ab = int(rng.binomial(requests, ABUSE_TRAFFIC_SHARE))
+    normal = rng.multinomial(requests - n_ab, diurnal_weights(rng))
+    abuse = rng.multinomial(n_ab, abuse_weights())
+    load = (normal + abuse) / max(requests / 24, 1e-9)
+    storm = storm_for_day(rng, pop, day_index, day_start)
+    shards = tuple((h, min(h + hours_per_shard, 24)) for h in range(0, 24, hours_per_shard))
+    return DayPlan(seed, day_index, days, date, requests, day_start, normal, abuse, load, storm,
+                   pipeline_upgrade_us, shards)
+
+
+@dataclass
+class DayRequests:
+    """The valid requests of one shard (whole hours) of a UTC day, sorted by ``ts_us``.
+
+    Columns are numpy arrays. Codes index :mod:`warehouse.sources.generator.catalog` tables; -1
+    means "absent" (the key is omitted from the JSON line). Latencies are integer µs.
+    ``retry_of`` is a row number within this shard (retries never cross a shard).
+    """
+
+    date: dt.date
+    hours: tuple[int, int]
+    row_offset: int  # day-level row number of row 0
+    ts_us: np.ndarray
+    hour: np.ndarray
+    rid: np.ndarray  # uint64
+    trace_hi: np.ndarray
+    trace_lo: np.ndarray
+    retry_of: np.ndarray
+    attempt: np.ndarray
+    tenant: np.ndarray
+    user: np.ndarray
+    key: np.ndarray
+    model: np.ndarray
+    version: np.ndarray
+    family: np.ndarray
+    server: np.ndarray
+    template: np.ndarray
+    pipeline: np.ndarray
+    client: np.ndarray
+    in_tok: np.ndarray
+    out_tok: np.ndarray
+    cached_tok: np.ndarray
+    cache_hit: np.ndarray
+    batch: np.ndarray
+    status: np.ndarray
+    err: np.ndarray
+    finish: np.ndarray
+    duration_us: np.ndarray
+    ttft_us: np.ndarray
+    queue_us: np.ndarray
+    pre_us: np.ndarray
+    inf_us: np.ndarray
+    post_us: np.ndarray
+    abusive: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ts_us)
+
+
+def generate_shard(pop: Population, plan: DayPlan, shard: int) -> DayRequests:
+    """Draw the valid requests of one shard of ``plan`` (deterministic in seed, day, shard)."""
+    seed, day_index, days = plan.seed, plan.day_index, plan.days
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 2, day_index, shard]))
+    h0, h1 = plan.shard_hours[shard]
+    day_start = plan.day_start_us
+    shard_end = day_start + h1 * HOUR_US
+    m = plan.shard_requests(shard)
+    row_offset = plan.shard_offset(shard)
+    storm = plan.storm
+
+    # ---- first-attempt candidates: when, who, what -----------------------------------
+    hours = np.arange(h0, h1, dtype=np.int64)
+    n_norm = int(plan.normal_hour_counts[h0:h1].sum())
+    n_ab = m - n_norm
+    hour = np.concatenate([np.repeat(hours, plan.normal_hour_counts[h0:h1]),
+                           np.repeat(hours, plan.abuse_hour_counts[h0:h1])])
+    abusive = np.zeros(m, dtype=bool)
+    abusive[n_norm:] = True
+    # sorted within each block (values only: no other column depends on the order yet)
+    ts0 = day_start + hour * HOUR_US + rng.integers(0, HOUR_US, m)
+    ts0[:n_norm].sort()
+    ts0[n_norm:].sort()
+    tenant = np.empty(m, dtype=np.int32)
+    user = np.empty(m, dtype=np.int32)
+    tn = pop.sample_tenants(rng, n_norm)
+    un = pop.sample_normal_users(rng, tn)
+    un[rng.random(n_norm) < SERVICE_SHARE] = -1
+    ua = pop.sample_abusers(rng, n_ab)
+    tenant[:n_norm], user[:n_norm] = tn, un
+    tenant[n_norm:], user[n_norm:] = pop.user_tenant[ua], ua
+    key = np.where(user >= 0, pop.user_key[np.maximum(user, 0)], pop.tenant_service_key[tenant]).astype(np.int32)
+    client = np.where(user >= 0, pop.user_client[np.maximum(user, 0)], 0).astype(np.int8)
+    model = pop.sample_models(rng, tenant, abusive)
+    in_storm = np.zeros(m, dtype=bool)
+    if storm is not None:
+        in_storm = (tenant == storm.tenant) & (ts0 >= storm.start_us) & (ts0 < storm.end_us)
+
+    version = (VERSION_OFFSET[model] + (rng.random(m) < _new_version_share(day_index, days)[model])).astype(np.int16)
+    family = _FAMILY_OF_MODEL.sample(rng, model, m).astype(np.int8)
+    newer = _MODEL_TWO_TEMPLATES[model] & (rng.random(m) < pop.tenant_new_template_p[tenant])
+    template = np.where(_MODEL_TEMPLATE[model] >= 0, _MODEL_TEMPLATE[model] + newer, -1).astype(np.int8)
+
+    # ---- token shapes (shared by a request's retries) --------------------------------
+    ctx = _CTX[model]
+    lin = np.log(_IN_MED[model]) + _IN_SIG[model] * rng.standard_normal(m)
+    lin[n_norm:] += np.log(8.0) + 0.5 * rng.standard_normal(n_ab)  # abusers: huge prompts
+    in_tok = np.maximum(1, np.minimum(np.exp(lin), np.where(abusive, 1.3 * ctx, ctx))).astype(np.int64)
+    has_out = _OUT_MED[model] > 0
+    out = np.exp(np.log(np.maximum(_OUT_MED[model], 1)) + _OUT_SIG[model] * rng.standard_normal(m))
+    out = np.where(abusive, rng.integers(1, 21, m), out)  # ... and tiny answers
+    finish = np.where(out > _MAX_OUT[model], FINISH_LENGTH, FINISH_STOP).astype(np.int8)
+    out = np.where(has_out, np.clip(out, 1, _MAX_OUT[model]), 0).astype(np.int64)
+    filtered = rng.random(m) < np.where(abusive, 0.05, 0.002)
+    finish[filtered & _GEN[model]] = FINISH_FILTER
+    out = np.where(filtered & _GEN[model], np.minimum(out, rng.integers(1, 30, m)), out)
+    cache_p = _CACHE[model] * pop.tenant_cache_rate[tenant] * np.where(abusive, 0.1, 1.0)
+    cache_hit = rng.random(m) < cache_p
+    part = np.maximum(1, (in_tok * rng.uniform(0.3, 0.95, m)).astype(np.int64))
+    cached = np.where(cache_hit, np.where(_EMB[model], in_tok, part), 0)
+
+    # ---- first-attempt outcome: load-driven timeouts, tenant rate limits, ... ----------
+    load = plan.load[hour]
+    nt = pop.n_tenants
+    tenant_hour = np.bincount(tenant * 24 + hour, minlength=nt * 24)
+    mean_hourly = pop.tenant_weights * plan.normal_hour_counts.sum() / 24  # the tenant's expected volume
+    limit = pop.tenant_limit_factor[tenant] * mean_hourly[tenant]
+    p_rate = np.clip(1 - limit / tenant_hour[tenant * 24 + hour], 0, 0.6) + 0.12 * abusive
+    p_invalid = np.where(in_tok > ctx, 1.0, np.where(abusive, 0.06, 0.004))
+    p_oom = _OOM[model] * 0.5 * np.clip((in_tok / ctx - 0.6) / 0.4, 0, 1) ** 2
+    p_timeout = np.where(_GEN[model], 0.0025, 0.0008) * load ** 4
+    p_upstream = np.where(in_storm, 0.7, _UPSTREAM[model])
+    err = np.zeros(m, dtype=np.int8)
+    for code, p in ((ERR_INVALID, p_invalid), (ERR_RATE, p_rate), (ERR_OOM, p_oom), (ERR_TIMEOUT, p_timeout),
+                    (ERR_UPSTREAM, p_upstream)):
+        err[(err == ERR_NONE) & (rng.random(m) < p)] = code
+
+    # ---- retry chains -----------------------------------------------------------------
+    p_retry = np.array([0.0, 0.0, 0.7, 0.3, 0.5, 0.8])[err]
+    p_retry = np.where(in_storm & (err != ERR_INVALID) & (err != ERR_NONE), 0.97, p_retry)
+    fail_again = np.where(in_storm, 0.75, np.where(err == ERR_RATE, 0.4, 0.25))
+    p_continue = np.where(in_storm, 0.95, 0.6)
+    max_attempt = np.where(in_storm, 7, 4)
+    retries: list[tuple[np.ndarray, int, np.ndarray]] = []  # (chains, attempt, error) per level
+    n_retries = np.zeros(m, dtype=np.int64)
+    idx = np.flatnonzero(rng.random(m) < p_retry)
+    a = 2
+    while idx.size:
+        fails = rng.random(idx.size) < fail_again[idx]
+        retries.append((idx, a, np.where(fails, err[idx], ERR_NONE).astype(np.int8)))
+        n_retries[idx] += 1
+        idx = idx[fails & (rng.random(idx.size) < p_continue[idx])]
+        idx = idx[a < max_attempt[idx]]
+        a += 1
+    # rows grouped by chain (= candidate), attempts in order
+    length = 1 + n_retries
+    first_row = np.cumsum(length) - length
+    r = int(length.sum())
+    chain = np.repeat(np.arange(m), length)
+    attempt = (np.arange(r) - first_row[chain] + 1).astype(np.int16)
+    first_err = err
+    err = np.empty(r, dtype=np.int8)
+    err[first_row] = first_err
+    for idx, a, e in retries:
+        err[first_row[idx] + a - 1] = e
+
+    # row-level columns: the request content repeats, the outcome is per attempt
+    model_r, family_r, load_r, storm_r = model[chain], family[chain], load[chain], in_storm[chain]
+    in_r, abusive_r = in_tok[chain], abusive[chain]
+    ok = err == ERR_NONE
+    out_r = np.where(ok, out[chain], 0)
+    cached_r = np.where(ok, cached[chain], 0)
+    cache_r = ok & cache_hit[chain]
+    finish_r = np.where(ok & _GEN[model_r], finish[chain], -1).astype(np.int8)
+    server = (SERVER_OFFSET[family_r] + (rng.random(r) * _FAM_SERVERS[family_r]).astype(np.int16)).astype(np.int16)
+    status = STATUS_OF_ERR[err]
+    status = np.where((err == ERR_UPSTREAM) & (storm_r | (rng.random(r) < 0.5)), 503, status).astype(np.int16)
+
+    # ---- latency (µs): queue + preprocess + inference + postprocess + overhead ----------
+    gen = _GEN[model_r]
+    queue = rng.exponential(1.0, r) * _QUEUE[model_r] * load_r ** 2
+    pre = _PRE[model_r] * rng.lognormal(0, 0.4, r)
+    lam = np.where(gen, 6.0, 12.0) * load_r  # dynamic batch size ~ Poisson(lam), normal approximation
+    batch = np.rint(lam + np.sqrt(lam) * rng.standard_normal(r)).astype(np.int64)
+    batch = np.where(_FAM_BATCH[family_r], np.clip(batch, 0, 63) + 1, -1)
+    prefill = np.where(gen, (in_r - cached_r) * _PREFILL[model_r] / 1000 * rng.lognormal(0, 0.2, r) + 5, 0)
+    decode = out_r * _DECODE[model_r] / 1000 * rng.lognormal(0, 0.25, r) * (1 + 0.02 * np.maximum(batch, 1))
+    nongen = _BASE[model_r] * (in_r / _IN_MED[model_r]) ** 0.6 * rng.lognormal(0, 0.35, r)
+    nongen = np.where(_EMB[model_r] & cache_r, nongen * 0.02, nongen)
+    post = _POST[model_r] * rng.lognormal(0, 0.5, r)
+    over = 0.05 + 2.0 * rng.lognormal(0, 0.5, r)
+    first_token = _DECODE[model_r] / 1000 * rng.lognormal(0, 0.3, r)
+
+    rejected = (err == ERR_RATE) | (err == ERR_INVALID)
+    queue[rejected] = 0
+    pre = np.where(err == ERR_RATE, pre * 0.1, pre)
+    post = np.where(rejected, post * 0.2, np.where(ok, post, 0))
+    batch[rejected] = -1
+    timeout = err == ERR_TIMEOUT
+    target = _TIMEOUT[model_r] + rng.uniform(0, 20, r)
+    queue = np.where(timeout, np.minimum(queue, 0.5 * target), queue)
+    inf_ms = np.where(gen, prefill + decode, nongen)
+    inf_ms = np.where(rejected, 0, inf_ms)
+    inf_ms = np.where(err == ERR_OOM, np.where(gen, prefill, nongen) * rng.uniform(0.1, 1, r), inf_ms)
+    inf_ms = np.where(timeout, np.maximum(target - queue - pre - over, 0), inf_ms)
+    inf_ms = np.where(err == ERR_UPSTREAM, np.minimum(300 * rng.lognormal(0, 1, r), 0.5 * _TIMEOUT[model_r]), inf_ms)
+
+    us = lambda x: np.rint(x * 1000).astype(np.int64)  # noqa: E731
+    q_us, pre_us, post_us, over_us = us(queue), us(pre), us(post), us(over)
+    prefill_us, decode_us = us(prefill), us(decode)
+    inf_us = np.where(gen & ok, prefill_us + decode_us, us(inf_ms))
+    duration_us = q_us + pre_us + inf_us + post_us + over_us
+    chat_ok = _CHAT[model_r] & ok
+    ttft_us = np.where(chat_ok, q_us + pre_us + prefill_us + np.minimum(us(first_token), decode_us), -1)
+    logged = _FAM_STAGES[family_r]
+    q_us, pre_us, inf_us, post_us = (np.where(logged, x, -1) for x in (q_us, pre_us, inf_us, post_us))
+
+    # ---- timestamps of retries: previous attempt + its duration + client backoff --------
+    backoff_ms = np.where(storm_r, rng.uniform(20, 400, r),
+                          np.where(err == ERR_RATE, rng.uniform(1000, 5000, r),
+                                   500.0 * 2.0 ** (attempt - 1) * rng.uniform(0.5, 1.5, r)))
+    inc = duration_us + us(backoff_ms)
+    excl = np.cumsum(inc) - inc
+    ts = ts0[chain] + excl - excl[first_row][chain]
+    ts -= ts % _FAM_QUANTUM[family_r]
+
+    # ---- keep whole chains (random order) until exactly `requests` rows ----------------
+    keep = ts < shard_end
+    kept_length = np.bincount(chain[keep], minlength=m)
+    perm = rng.permutation(m)
+    cum = np.cumsum(kept_length[perm])
+    n_full = int(np.searchsorted(cum, m, side="right"))
+    rem = m - (int(cum[n_full - 1]) if n_full else 0)
+    rank = np.empty(m, dtype=np.int64)
+    rank[perm] = np.arange(m)
+    rank_r = rank[chain]
+    keep &= (rank_r < n_full) | ((rank_r == n_full) & (attempt - 1 < rem))
+    sel = np.flatnonzero(keep)
+    # rows are in (chain, attempt) order and chains in ts order per block: a stable sort is cheap
+    sel = sel[np.argsort(ts[sel], kind="stable")]
+    assert len(sel) == m, (len(sel), m)
+
+    chain_s, attempt_s = chain[sel], attempt[sel]
+    first_pos = np.full(m, -1, dtype=np.int64)
+    firsts = np.flatnonzero(attempt_s == 1)
+    first_pos[chain_s[firsts]] = firsts
+    retry_of = np.where(attempt_s > 1, first_pos[chain_s], -1)
+    ts_s = ts[sel]
+    fam_s = family_r[sel]
+    pipe = np.where(ts_s >= plan.pipeline_upgrade_us, _FAM_PIPE[fam_s, 1], _FAM_PIPE[fam_s, 0]).astype(np.int8)
+    user_r = user[chain_s]
+    return DayRequests(
+        date=plan.date, hours=(h0, h1), row_offset=row_offset, ts_us=ts_s,
+        hour=((ts_s - day_start) // HOUR_US).astype(np.int8),
+        rid=ids.structured_ids(seed, ids.NS_REQUEST, day_index, row_offset + np.arange(m)),
+        trace_hi=ids.structured_ids(seed, ids.NS_TRACE, day_index, row_offset + chain_s),
+        trace_lo=ids.structured_ids(seed, ids.NS_TRACE + 8, day_index, row_offset + chain_s),
+        retry_of=retry_of, attempt=attempt_s, tenant=tenant[chain_s], user=user_r, key=key[chain_s],
+        model=model_r[sel], version=version[chain_s], family=fam_s, server=server[sel],
+        template=template[chain_s], pipeline=pipe, client=client[chain_s],
+        in_tok=in_r[sel], out_tok=out_r[sel], cached_tok=cached_r[sel], cache_hit=cache_r[sel],
+        batch=batch[sel].astype(np.int16), status=status[sel], err=err[sel], finish=finish_r[sel],
+        duration_us=duration_us[sel], ttft_us=ttft_us[sel], queue_us=q_us[sel], pre_us=pre_us[sel],
+        inf_us=inf_us[sel], post_us=post_us[sel], abusive=abusive_r[sel],
+    )

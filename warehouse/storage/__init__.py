@@ -1,0 +1,1 @@
+"""Storage: Delta Lake IO, write–audit–publish, DuckDB connections."""

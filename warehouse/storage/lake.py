@@ -1,0 +1,174 @@
+"""Delta Lake IO for layer tables: locate, read, and commit atomically.
+
+Every layer table is a Delta table at ``<lake root>/<layer>/<name>``. Writes go
+through :func:`commit`, which is one Delta transaction: data files are written first
+and become visible only when the log entry lands, so a crash leaves nothing visible.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Iterable, Literal, Sequence
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+from deltalake import ColumnProperties, DeltaTable, WriterProperties, write_deltalake
+
+from warehouse.settings import Settings
+from warehouse.tables import Table
+
+
+#: Bounded writer memory: delta-rs holds a file's row group, then the file, in memory until flushed.
+TARGET_FILE_BYTES = 128 * 1024 * 1024
+#: Raw bytes (ODS lines) are all distinct and never filtered on: a dictionary or min/max
+#: statistics for them cost a third of the write and buy nothing.
+_RAW_BYTES = ColumnProperties(dictionary_enabled=False, statistics_enabled="NONE")
+
+
+def writer_properties(schema: pa.Schema) -> WriterProperties:
+    """Parquet settings for a table: 128k-row groups, no dictionary or stats on binary columns.
+
+    Tables that keep raw bytes (ODS, the quarantine) are compressed with Zstandard level 1:
+    on JSON log lines it writes a sixth faster than Snappy, reads back five times faster and
+    takes half the space. Other tables use Snappy, which is as fast there.
+    """
+    raw = {f.name: _RAW_BYTES for f in schema if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)}
+    if raw:
+        return WriterProperties(max_row_group_size=128 * 1024, compression="ZSTD", compression_level=1,
+                                column_properties=raw)
+    return WriterProperties(max_row_group_size=128 * 1024, compression="SNAPPY")
+
+
+def open_table(settings: Settings, table: Table) -> DeltaTable | None:
+    """The Delta table, or None when it was never written."""
+    location = table.uri(settings)
+    return DeltaTable(location) if DeltaTable.is_deltatable(location) else None
+
+
+def version(settings: Settings, table: Table) -> int | None:
+    """Current committed version, or None when the table does not exist."""
+    dt_ = open_table(settings, table)
+    return None if dt_ is None else dt_.version()
+
+
+def read(
+    settings: Settings,
+    table: Table,
+    *,
+    filters: Sequence[tuple[str, str, object]] | None = None,
+    columns: Sequence[str] | None = None,
+) -> pa.Table:
+    """Read the table's current version."""
+    dt_ = open_table(settings, table)
+    if dt_ is None:
+        raise FileNotFoundError(f"table {table} does not exist yet at {table.uri(settings)}")
+    dataset = dt_.to_pyarrow_dataset()
+    expr = None
+    for column, op, value in filters or ():
+        term = _comparison(column, op, value)
+        expr = term if expr is None else expr & term
+    return dataset.to_table(columns=list(columns) if columns else None, filter=expr)
+
+
+def snapshot(settings: Settings, table: Table) -> ds.Dataset:
+    """The files of the table's current version as a pyarrow dataset, partition values included.
+
+    Read with pyarrow alone (deltalake reads only the log, here and now), so it may feed a
+    Delta write that is running: deltalake cannot read inside its own write.
+    """
+    import pyarrow.fs as pafs
+
+    from contracts import arrow_schema
+
+    delta = open_table(settings, table)
+    if delta is None:
+        raise FileNotFoundError(f"table {table} does not exist yet at {table.uri(settings)}")
+    actions = pa.table(delta.get_add_actions(flatten=True))
+    fs, root = pafs.FileSystem.from_uri(delta.table_uri)
+    paths = [f"{root.rstrip('/')}/{path}" for path in actions.column("path").to_pylist()]
+    values = [actions.column(f"partition.{c}").to_pylist() for c in table.partition_columns]
+    partitions = []
+    for row in zip(*values) if values else ([] for _ in paths):
+        expr = pc.scalar(True)
+        for column, value in zip(table.partition_columns, row):
+            expr = expr & (pc.field(column) == value)
+        partitions.append(expr)
+    return ds.FileSystemDataset.from_paths(paths, schema=arrow_schema(table.contract), format=ds.ParquetFileFormat(),
+                                           filesystem=fs, partitions=partitions)
+
+
+def read_frame(
+    settings: Settings,
+    table: Table,
+    *,
+    filters: Sequence[tuple[str, str, object]] | None = None,
+    columns: Sequence[str] | None = None,
+) -> pl.DataFrame:
+    """:func:`read` as a polars frame."""
+    frame = pl.from_arrow(read(settings, table, filters=filters, columns=columns))
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def _comparison(column: str, op: str, value: object) -> pc.Expression:
+    field = pc.field(column)
+    if op == "in":
+        return field.isin(value)  # type: ignore[arg-type]
+    operators = {"=": field.__eq__, "!=": field.__ne__, "<": field.__lt__, "<=": field.__le__,
+                 ">": field.__gt__, ">=": field.__ge__}
+    if op not in operators:
+        raise ValueError(f"unsupported filter operator {op!r}")
+    return operators[op](value)
+
+
+def sql_literal(value: object) -> str:
+    """A value as a Delta (DataFusion) SQL literal for a replace predicate."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (dt.date, dt.datetime)):
+        return f"'{value.isoformat()}'"
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def partition_predicate(partition: dict[str, object]) -> str:
+    """``col = 'value' AND …`` selecting exactly one partition."""
+    return " AND ".join(f"{col} = {sql_literal(val)}" for col, val in sorted(partition.items()))
+
+
+def commit(
+    settings: Settings,
+    table: Table,
+    data: pa.Table | pa.RecordBatchReader,
+    *,
+    mode: Literal["append", "replace_partitions", "overwrite"],
+    partition_by: Sequence[str] = (),
+    partitions: Iterable[dict[str, object]] = (),
+    description: str | None = None,
+) -> int:
+    """Commit ``data`` as one Delta version and return that version.
+
+    ``replace_partitions`` swaps exactly the rows matching the listed column values for
+    ``data`` (a re-run of a logical date replaces that date and nothing else; a re-landed
+    ODS file replaces that file's lines); ``append`` adds rows;
+    ``overwrite`` replaces the whole table.
+    """
+    location = table.uri(settings)
+    exists = DeltaTable.is_deltatable(location)
+    kwargs: dict[str, object] = {"partition_by": list(partition_by) or None,
+                                 "writer_properties": writer_properties(data.schema),
+                                 "target_file_size": TARGET_FILE_BYTES}
+    if not exists:
+        kwargs["description"] = description
+    if mode == "replace_partitions":
+        parts = list(partitions)
+        if not parts:
+            raise ValueError(f"replace_partitions on {table} needs at least one partition")
+        # The writer refuses rows outside the predicate, so a partition never leaks into another.
+        kwargs["predicate"] = " OR ".join(f"({partition_predicate(p)})" for p in parts)
+    write_deltalake(location, data, mode="append" if mode == "append" else "overwrite",  # type: ignore[call-overload]
+                    **kwargs)
+    return DeltaTable(location).version()

@@ -1,0 +1,350 @@
+"""Write–audit–publish: the one way every layer table is written.
+
+compute (caller) → conform to the contract's Arrow schema → row checks (bad rows go
+back to the caller, who quarantines them) → audit (the contract's expectation suite
+plus the caller's invariants, such as the books balancing) → commit one Delta version
+that replaces exactly the logical date's partition(s).
+
+Data may come as one frame or as a stream of frames, so a large partition never sits
+in memory at once: batches are checked and written as they come, and the commit — the
+only step that makes anything visible — happens after the audit passed at the end of
+the stream. A failed audit or a crash commits nothing: the published table keeps its
+version and contents. The error names the table, the rule and example offending values.
+Every attempt appends a row to ``ops.audit_log``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Literal, Sequence, TypeVar
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from warehouse.settings import Settings
+from warehouse.storage import lake
+from warehouse.storage.memory import detach
+from warehouse.tables import OPS_AUDIT_LOG, Table
+
+T = TypeVar("T")
+#: The expectation suite runs on an even sample of at most this many published rows;
+#: every row has already passed the vectorized row checks.
+AUDIT_SAMPLE_ROWS = 20_000
+
+
+@dataclass(frozen=True)
+class InvariantFailure:
+    """A caller-side rule that the data broke, with examples a person can look at."""
+
+    rule: str
+    message: str
+    examples: Sequence[object] = ()
+
+
+@dataclass
+class Tally:
+    """Counts of one publish so far, handed to invariants at the end of the stream."""
+
+    rows_in: int = 0
+    rows_published: int = 0
+    rejected: list[pl.DataFrame] = field(default_factory=list)
+
+    @property
+    def rows_rejected(self) -> int:
+        return sum(r.height for r in self.rejected)
+
+
+Invariant = Callable[[Tally], "InvariantFailure | None"]
+
+
+def keeps_every_row(rule: str) -> Invariant:
+    """An invariant for tables that must keep every row they are given (ODS, the quarantine).
+
+    A row check refusing one of their rows is a bug, and nothing may be published then.
+    """
+    def check(tally: Tally) -> InvariantFailure | None:
+        if not tally.rows_rejected:
+            return None
+        rejected = pl.concat(tally.rejected, how="diagonal_relaxed")
+        rules = sorted(set(rejected.get_column("rules").explode().drop_nulls().to_list()))
+        examples = rejected.get_column("source_file").head(3).to_list() if "source_file" in rejected.columns else []
+        return InvariantFailure(rule, f"{tally.rows_rejected} row(s) broke {rules}", examples)
+
+    return check
+
+
+class AuditFailed(RuntimeError):
+    """The audit gate refused to publish; nothing was committed."""
+
+    def __init__(self, table: str, partition: str, failures: Sequence[tuple[str, str, Sequence[object]]]):
+        self.table, self.partition, self.failures = table, partition, list(failures)
+        detail = "; ".join(
+            f"{rule}: {message}" + (f" (e.g. {', '.join(map(repr, list(examples)[:3]))})" if examples else "")
+            for rule, message, examples in self.failures
+        )
+        super().__init__(f"audit of {table} [{partition}] failed, nothing published — {detail}")
+
+    @property
+    def rules(self) -> list[str]:
+        return sorted({rule for rule, _, _ in self.failures})
+
+
+@dataclass
+class PublishResult:
+    """What a publish did: the committed version and the rows that were set aside."""
+
+    table: str
+    partition: str
+    version: int | None
+    rows_in: int
+    rows_published: int
+    rejected: pl.DataFrame
+    duration_ms: float
+    audit_result: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def rows_rejected(self) -> int:
+        return self.rejected.height
+
+
+def prefetch(frames: Iterable[T], depth: int = 1) -> Iterator[T]:
+    """Compute the next frame(s) in a background thread while the writer encodes this one.
+
+    The work on both sides (polars, DuckDB, the Delta writer) releases the GIL, so the
+    two cores overlap. An error in the producer is raised here, in order.
+    """
+    import queue
+    import threading
+
+    box: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for frame in frames:
+                while not stop.is_set():
+                    try:
+                        box.put(frame, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            box.put(done)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            box.put(exc)
+
+    worker = threading.Thread(target=produce, name="strata-prefetch", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = box.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+
+
+class _Sample:
+    """An even, deterministic sample of a stream: every k-th row, k doubling as needed."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.stride, self.rows, self._offset = limit, 1, 0, 0
+        self.parts: list[pa.Table] = []
+
+    def add(self, table: pa.Table) -> None:
+        start = (-self._offset) % self.stride
+        self._offset += table.num_rows
+        if start < table.num_rows:
+            picked = table.slice(start).take(np.arange(0, table.num_rows - start, self.stride))
+            self.parts.append(picked)
+            self.rows += picked.num_rows
+        while self.rows > self.limit:
+            merged = pa.concat_tables(self.parts)
+            self.parts = [merged.take(np.arange(0, merged.num_rows, 2))]
+            self.rows = self.parts[0].num_rows
+            self.stride *= 2
+
+    def table(self, schema: pa.Schema) -> pa.Table:
+        return pa.concat_tables(self.parts) if self.parts else schema.empty_table()
+
+
+Piece = pl.DataFrame | pa.Table | pa.RecordBatch
+#: What :func:`publish` takes: one piece, or a stream of pieces (polars frames, or Arrow
+#: tables and record batches as DuckDB, dbt and ONNX Runtime produce them).
+Data = Piece | Iterable[Piece]
+
+
+def _pieces(data: Data) -> Iterable[Piece]:
+    if isinstance(data, (pl.DataFrame, pa.Table, pa.RecordBatch)):
+        return [data]
+    return prefetch(data)
+
+
+def _frame(piece: Piece) -> pl.DataFrame:
+    if isinstance(piece, pl.DataFrame):
+        return piece
+    frame = pl.from_arrow(piece)
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def _arrow(piece: Piece) -> pa.Table:
+    if isinstance(piece, pl.DataFrame):
+        return piece.to_arrow()
+    return pa.Table.from_batches([piece]) if isinstance(piece, pa.RecordBatch) else piece
+
+
+def publish(
+    settings: Settings,
+    table: Table,
+    data: Data,
+    *,
+    partitions: Sequence[dict[str, object]] = (),
+    mode: Literal["replace_partitions", "append", "overwrite"] = "replace_partitions",
+    invariants: Sequence[Invariant] = (),
+    now: dt.datetime | None = None,
+    expectations: bool = True,
+    checked: bool = False,
+) -> PublishResult:
+    """Check ``data`` against the table's contract, audit it and commit it atomically.
+
+    Rows that break a row rule are not published; they come back in ``result.rejected``
+    (their input columns and ``rules``) for the caller to quarantine. With ``checked`` the
+    caller has run the row checks already (a build transform does, to quarantine as it
+    goes): the rows are only conformed to the schema. Raises :class:`AuditFailed` when the
+    audit refuses.
+    """
+    from contracts import arrow_schema, conform, split_rows
+
+    started = time.perf_counter()
+    started_at = dt.datetime.now(dt.timezone.utc)
+    if expectations:
+        from contracts.audit_worker import warm_up
+
+        warm_up()  # GX imports in the worker while the data streams
+    contract = table.contract
+    schema = arrow_schema(contract)
+    label = ", ".join(lake.partition_predicate(p) for p in partitions) or "(all)"
+    tally = Tally()
+    sample = _Sample(AUDIT_SAMPLE_ROWS)
+    outcome: dict[str, object] = {}
+
+    def conformed(piece: Piece) -> pa.Table:
+        if checked:
+            return conform(_arrow(piece), contract, check_values=False)
+        split = split_rows(_frame(piece), contract, now=now)
+        if split.rejected.height:
+            tally.rejected.append(detach(split.rejected))
+        # The row checks just passed these rows: conform only casts and checks the schema.
+        return conform(split.valid, contract, check_values=False)
+
+    def stream() -> Iterator[pa.RecordBatch]:
+        try:
+            for piece in _pieces(data):
+                tally.rows_in += piece.height if isinstance(piece, pl.DataFrame) else piece.num_rows
+                rows = conformed(piece)
+                tally.rows_published += rows.num_rows
+                if expectations:
+                    sample.add(rows)
+                yield from rows.to_batches()
+            failures = _audit_failures(contract, sample.table(schema) if expectations else None, tally,
+                                       invariants, outcome, now)
+        except BaseException as exc:
+            # The Delta writer wraps whatever this generator raises in a DeltaError; keep the
+            # original so the caller sees its own error, not "C Data interface error".
+            outcome["error"] = exc
+            raise
+        if failures:
+            outcome["failed"] = AuditFailed(table.name, label, failures)
+            raise outcome["failed"]  # type: ignore[misc]  # aborts the Delta write: nothing commits
+
+    def finish(status: str, version: int | None, rules: list[str], message: str) -> float:
+        duration_ms = (time.perf_counter() - started) * 1000
+        record_audit(settings, table_name=table.name, partition=label, delta_version=version, status=status,
+                     rows_in=tally.rows_in, rows_published=tally.rows_published if status == "published" else 0,
+                     rows_rejected=tally.rows_rejected, rules_failed=rules, started_at=started_at,
+                     duration_ms=duration_ms, message=message)
+        return duration_ms
+
+    reader = pa.RecordBatchReader.from_batches(schema, stream())
+    try:
+        version = lake.commit(settings, table, reader, mode=mode, partitions=partitions,
+                              partition_by=contract.partition_columns, description=contract.description)
+    except Exception:
+        failed = outcome.get("failed")
+        if isinstance(failed, AuditFailed):
+            finish("failed", None, failed.rules, str(failed))
+            raise failed from None
+        error = outcome.get("error")
+        if isinstance(error, BaseException):
+            try:
+                finish("failed", None, [], f"{type(error).__name__}: {error}")
+            except Exception:  # the audit log must not mask the caller's error
+                pass
+            raise error from None
+        raise
+    rejected = pl.concat(tally.rejected, how="diagonal_relaxed") if tally.rejected else pl.DataFrame(
+        schema={"rules": pl.List(pl.String)})
+    rules = sorted(set(rejected.get_column("rules").explode().drop_nulls().to_list())) if rejected.height else []
+    duration_ms = finish("published", version, rules, "")
+    return PublishResult(table.name, label, version, tally.rows_in, tally.rows_published, rejected, duration_ms,
+                         outcome.get("result", {}))  # type: ignore[arg-type]
+
+
+def _audit_failures(contract, sample: pa.Table | None, tally: Tally, invariants: Sequence[Invariant],
+                    outcome: dict[str, object], now: dt.datetime | None = None,
+                    ) -> list[tuple[str, str, Sequence[object]]]:
+    from contracts.audit_worker import audit
+
+    failures: list[tuple[str, str, Sequence[object]]] = []
+    low, high = contract.row_count.minimum, contract.row_count.maximum
+    if (low is not None and tally.rows_published < low) or (high is not None and tally.rows_published > high):
+        failures.append(("table.row_count", f"{tally.rows_published} rows published, expected between "
+                         f"{low} and {high}", ()))
+    if sample is not None and sample.num_rows:
+        result = audit(sample, contract, now=now)
+        outcome["result"] = result.result
+        failures += [(f.rule, f"{f.expectation} failed on {f.unexpected_count} sampled row(s)", f.examples)
+                     for f in result.failures if f.rule != "table.row_count"]
+    for invariant in invariants:
+        broken = invariant(tally)
+        if broken is not None:
+            failures.append((broken.rule, broken.message, broken.examples))
+    return failures
+
+
+def record_audit(
+    settings: Settings,
+    *,
+    table_name: str,
+    partition: str,
+    delta_version: int | None,
+    status: str,
+    rows_in: int,
+    rows_published: int,
+    rows_rejected: int,
+    rules_failed: list[str],
+    started_at: dt.datetime,
+    duration_ms: float,
+    message: str,
+) -> None:
+    """Append one row to ``ops.audit_log`` (conformed to its contract, never audited itself)."""
+    from contracts import conform
+
+    contract = OPS_AUDIT_LOG.contract
+    row = pl.DataFrame([{
+        "table_name": table_name, "partition": partition, "delta_version": delta_version,
+        "status": status, "rows_in": rows_in, "rows_published": rows_published,
+        "rows_rejected": rows_rejected, "rules_failed": rules_failed, "started_at": started_at,
+        "duration_ms": duration_ms, "message": message[:4000],
+    }], schema_overrides={"rules_failed": pl.List(pl.String), "delta_version": pl.Int64})
+    lake.commit(settings, OPS_AUDIT_LOG, conform(row, contract), mode="append",
+                partition_by=contract.partition_columns, description=contract.description)
