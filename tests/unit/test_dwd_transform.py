@@ -46,8 +46,9 @@ def parser(source: str, kind: str):
     return lambda raw, _line_no, _sha, ndjson=None: parse_json_lines(raw, fields_for(kind), checked_ok=True)
 
 
-PRICES = pl.DataFrame({"model": ["m1"], "effective_from": [dt.date(2026, 1, 1)], "input_price_per_1k": [0.01],
-                       "output_price_per_1k": [0.02], "cached_input_price_per_1k": [0.005]})
+PRICES = pl.DataFrame({"model": ["m1", "m2"], "effective_from": [dt.date(2026, 1, 1)] * 2,
+                       "input_price_per_1k": [0.01, 0.01], "output_price_per_1k": [0.02, 0.02],
+                       "cached_input_price_per_1k": [0.005, None], "bills_refusals": [None, True]})
 NO_LABELS = pl.DataFrame(schema={"request_id": pl.String, "feedback_kind": pl.String, "feedback_value": pl.String,
                                  "feedback_ts": pl.Datetime("us", "UTC")})
 
@@ -114,9 +115,19 @@ def test_rows_are_pseudonymized_priced_flagged_and_labelled_with_the_latest_feed
     assert rows["r1"]["cost_usd"] == (100 * 0.01 + 20 * 0.02) / 1000
     assert rows["r3"]["cost_usd"] is None and out.counts.incomplete == 1
     assert (rows["r2"]["is_error"], rows["r2"]["is_retry"], rows["r1"]["is_retry"]) == (True, True, False)
+    assert rows["r2"]["cost_usd"] == 0.0  # refused before inference (429): not billed
     assert (rows["r1"]["feedback_kind"], rows["r1"]["feedback_value"]) == ("review", "abusive")
     assert rows["r2"]["feedback_kind"] is None
     assert out.rows.schema["ts"] == pl.Datetime("us", "UTC") and out.rows.schema["attempt"] == pl.Int32
+
+
+def test_refusals_are_billed_only_where_the_price_row_says_so() -> None:
+    batch = ods_batch(lines(request("a", status_code=400, error_type="invalid_request"),
+                            request("b", status_code=400, error_type="invalid_request", model="m2"),
+                            request("c", status_code=504, error_type="timeout")))
+    cost = {r["request_id"]: r["cost_usd"] for r in transform_for([batch])(batch).rows.iter_rows(named=True)}
+    billed = (100 * 0.01 + 20 * 0.02) / 1000
+    assert cost == {"a": 0.0, "b": billed, "c": billed}  # a timeout ran inference: billed
 
 
 def test_feedback_repeats_are_exact_lines_and_distinct_verdicts_are_kept() -> None:

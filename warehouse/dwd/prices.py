@@ -1,8 +1,13 @@
 """Model prices: versioned reference data, so cost is computed and re-computable.
 
-``prices.csv`` (model, effective_from, input/output/cached price per 1k tokens) is
-loaded into ``dwd.model_price`` (one Delta version per load). A request's cost uses
-the price row in effect at its timestamp.
+``prices.csv`` (model, effective_from, input/output/cached price per 1k tokens, and
+optionally ``bills_refusals``) is loaded into ``dwd.model_price`` (one Delta version per
+load). A request's cost uses the price row in effect at its timestamp.
+
+The billing rule: a request refused before inference — answered with a 4xx status, such
+as an invalid request (400) or a rate limit (429) — costs 0, as providers bill it, unless
+its price row sets ``bills_refusals``. Every other request is billed for its tokens,
+failures after inference started (5xx) included.
 """
 
 from __future__ import annotations
@@ -16,8 +21,11 @@ from warehouse.storage import lake
 from warehouse.tables import DWD_MODEL_PRICE
 _COLUMNS = {
     "model": pl.String, "effective_from": pl.Date, "input_price_per_1k": pl.Float64,
-    "output_price_per_1k": pl.Float64, "cached_input_price_per_1k": pl.Float64,
+    "output_price_per_1k": pl.Float64, "cached_input_price_per_1k": pl.Float64, "bills_refusals": pl.Boolean,
 }
+_OPTIONAL = {"cached_input_price_per_1k", "bills_refusals"}
+#: Statuses of a request refused before inference (not billed unless the price row says so).
+REFUSED = range(400, 500)
 
 
 def load_prices(settings: Settings, csv_path: Path) -> int:
@@ -28,9 +36,10 @@ def load_prices(settings: Settings, csv_path: Path) -> int:
         frame = pl.read_csv(csv_path, schema_overrides={"effective_from": pl.String})
     except Exception as exc:  # polars raises several types for unreadable CSV
         raise ValueError(f"{csv_path}: not a readable price CSV: {exc}") from None
-    missing = sorted(set(_COLUMNS) - set(frame.columns))
+    missing = sorted(set(_COLUMNS) - _OPTIONAL - set(frame.columns))
     if missing:
         raise ValueError(f"{csv_path}: missing price column(s) {missing}; expected {list(_COLUMNS)}")
+    frame = frame.with_columns(pl.lit(None, _COLUMNS[c]).alias(c) for c in _OPTIONAL if c not in frame.columns)
     frame = frame.select(list(_COLUMNS)).with_columns(
         pl.col("effective_from").str.to_date("%Y-%m-%d", strict=False))
     result = publish(settings, DWD_MODEL_PRICE, frame, mode="overwrite")
@@ -45,11 +54,15 @@ def read_prices(settings: Settings) -> pl.DataFrame:
     """The current price table (empty when none was loaded)."""
     if lake.open_table(settings, DWD_MODEL_PRICE) is None:
         return pl.DataFrame(schema=_COLUMNS)
-    return lake.read_frame(settings, DWD_MODEL_PRICE).select(list(_COLUMNS))
+    prices = lake.read_frame(settings, DWD_MODEL_PRICE)
+    # A price table loaded before a column was added reads that column as null.
+    return prices.with_columns(pl.lit(None, _COLUMNS[c]).alias(c) for c in _COLUMNS if c not in prices.columns
+                               ).select(list(_COLUMNS))
 
 
 def with_cost(requests: pl.DataFrame, prices: pl.DataFrame) -> pl.DataFrame:
-    """Add ``cost_usd`` from the price in effect at each request's ``ts`` (null when unpriced).
+    """Add ``cost_usd`` from the price in effect at each request's ``ts`` under the billing rule
+    (null when unpriced).
 
     The as-of join runs on the few columns it needs, not on the whole (wide) frame.
     """
@@ -59,7 +72,7 @@ def with_cost(requests: pl.DataFrame, prices: pl.DataFrame) -> pl.DataFrame:
         _from=pl.col("effective_from").cast(pl.Datetime("us")).dt.replace_time_zone("UTC")
     ).sort("_from").drop("effective_from")
     narrow = requests.select(
-        "model", "input_tokens", "cached_input_tokens", "output_tokens", _i=pl.int_range(pl.len()),
+        "model", "input_tokens", "cached_input_tokens", "output_tokens", "status_code", _i=pl.int_range(pl.len()),
         _at=pl.col("ts").fill_null(pl.datetime(1970, 1, 1, time_zone="UTC")),
     ).sort("_at")
     joined = narrow.join_asof(keyed, left_on="_at", right_on="_from", by="model", strategy="backward",
@@ -70,4 +83,7 @@ def with_cost(requests: pl.DataFrame, prices: pl.DataFrame) -> pl.DataFrame:
     cost = ((tokens_in - cached).clip(lower_bound=0) * pl.col("input_price_per_1k")
             + cached * pl.col("cached_input_price_per_1k").fill_null(pl.col("input_price_per_1k"))
             + tokens_out * pl.col("output_price_per_1k")) / 1000
+    status = pl.col("status_code").cast(pl.Int64, strict=False)
+    refused = status.is_between(REFUSED.start, REFUSED.stop - 1).fill_null(False)
+    cost = pl.when(refused & ~pl.col("bills_refusals").fill_null(False) & cost.is_not_null()).then(0.0).otherwise(cost)
     return requests.with_columns(cost_usd=joined.sort("_i").select(cost).to_series())

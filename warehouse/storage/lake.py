@@ -163,6 +163,8 @@ def commit(
                                  "target_file_size": TARGET_FILE_BYTES}
     if not exists:
         kwargs["description"] = description
+    else:  # a compatible contract change (a column added) reaches a table written before it
+        kwargs["schema_mode"] = "merge"
     if mode == "replace_partitions":
         parts = list(partitions)
         if not parts:
