@@ -11,6 +11,8 @@ Where each part of a contract lives in the YAML (standard slots first)::
 
     name: dwd.request            version: 1.2.0 (semver)     team.name: owner
     customProperties: [{property: layer, value: dwd}]        (ODCS has no layer slot)
+                      [{property: writer, value: dbt|python}]  what writes the table (default:
+                      dbt for ADS tables, python for the rest; the dbt check asks a model only of dbt's)
     slaProperties: latency (value + unit, element: <table>.<column>) and frequency → freshness
     schema: exactly one object, name = the table part; per property:
       physicalType    Arrow type name: string, int64, int32, float64, bool, date32, binary,

@@ -68,7 +68,7 @@ def check_dbt_models(
     else by name (``model_daily`` ↔ ``ads.model_daily``). Reported: a matched model without
     ``contract: enforced``, an enforced model without a contract, missing or extra columns,
     a differing ``data_type``, a ``not_null`` constraint that disagrees with ``required``,
-    and an ADS contract with no model.
+    and a contract written by dbt (``customProperties.writer``, the default for ADS) with no model.
     """
     import yaml  # type: ignore[import-untyped]
 
@@ -99,7 +99,7 @@ def check_dbt_models(
             problems.append(f"{where}: contract {contract.name} exists but the model lacks contract: enforced")
         problems += _column_drift(where, contract, model.get("columns") or [])
     for name, contract in sorted(by_name.items()):
-        if contract.layer == "ads" and name not in matched:
+        if contract.writer == "dbt" and name not in matched:
             problems.append(f"{models_yml}: contract {name} has no dbt model")
     return problems
 

@@ -36,7 +36,8 @@ _UNITS = {
 }
 _RANGE_OPTIONS = {"integer", "number", "timestamp", "date"}
 _COLUMN_CUSTOM = {"maxFutureSkew"}
-_CONTRACT_CUSTOM = {"layer"}
+_CONTRACT_CUSTOM = {"layer", "writer"}
+_WRITERS = ("dbt", "python")
 
 
 #: Extra folders of contracts (``os.pathsep``-separated), for tables a deployment adds to the
@@ -182,6 +183,9 @@ def _build(odcs: Any, source: str, path: Path | None) -> Contract:
     layer = custom.get("layer")
     if layer != name.split(".", 1)[0]:
         raise fail("customProperties.layer", f"{layer!r} does not match the layer of name {name!r}")
+    writer = custom.get("writer", "dbt" if layer == "ads" else "python")
+    if writer not in _WRITERS:
+        raise fail("customProperties.writer", f"{writer!r} is not one of {', '.join(_WRITERS)}")
     team = odcs.team
     owner = getattr(team, "name", None)
     if not owner:
@@ -220,6 +224,7 @@ def _build(odcs: Any, source: str, path: Path | None) -> Contract:
         row_count=_row_count(obj.quality, fail),
         freshness=_freshness(odcs.slaProperties, names, fail),
         status=odcs.status or "active",
+        writer=writer,
         path=path,
         odcs=odcs,
     )

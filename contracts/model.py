@@ -111,6 +111,10 @@ class Contract:
     row_count: RowCountBounds = RowCountBounds()
     freshness: Freshness | None = None
     status: str = "active"
+    #: What writes the table: ``dbt`` (a model of the ADS dbt project; the default for ADS
+    #: tables) or ``python`` (Strata's own code: every other layer, and ADS tables such as
+    #: feature consistency or scores).
+    writer: str = "python"
     path: Path | None = field(default=None, compare=False)
     odcs: Any = field(default=None, compare=False, hash=False, repr=False)
 
