@@ -18,6 +18,7 @@ from warehouse.settings import Settings
 from warehouse.sources.canonical import Kind, fields_for
 from warehouse.sources.jsonl import parse_json_lines
 from warehouse.sources.mapping import Mapping, parse_mapping
+from warehouse.storage.objectstore import filesystem
 
 
 class Parser(Protocol):
@@ -35,7 +36,7 @@ JSONL = "jsonl"
 
 
 def _mapping_dir(settings: Settings) -> tuple[pafs.FileSystem, str]:
-    fs, root = pafs.FileSystem.from_uri(settings.lake_uri)
+    fs, root = filesystem(settings, settings.lake_uri)
     return fs, f"{root.rstrip('/')}/ods/_mappings"
 
 

@@ -17,6 +17,7 @@ import pyarrow.dataset as ds
 from deltalake import ColumnProperties, DeltaTable, WriterProperties, write_deltalake
 
 from warehouse.settings import Settings
+from warehouse.storage.objectstore import filesystem, storage_options
 from warehouse.tables import Table
 
 
@@ -43,8 +44,8 @@ def writer_properties(schema: pa.Schema) -> WriterProperties:
 
 def open_table(settings: Settings, table: Table) -> DeltaTable | None:
     """The Delta table, or None when it was never written."""
-    location = table.uri(settings)
-    return DeltaTable(location) if DeltaTable.is_deltatable(location) else None
+    location, options = table.uri(settings), storage_options(settings)
+    return DeltaTable(location, storage_options=options) if DeltaTable.is_deltatable(location, options) else None
 
 
 def version(settings: Settings, table: Table) -> int | None:
@@ -78,15 +79,13 @@ def snapshot(settings: Settings, table: Table) -> ds.Dataset:
     Read with pyarrow alone (deltalake reads only the log, here and now), so it may feed a
     Delta write that is running: deltalake cannot read inside its own write.
     """
-    import pyarrow.fs as pafs
-
     from contracts import arrow_schema
 
     delta = open_table(settings, table)
     if delta is None:
         raise FileNotFoundError(f"table {table} does not exist yet at {table.uri(settings)}")
     actions = pa.table(delta.get_add_actions(flatten=True))
-    fs, root = pafs.FileSystem.from_uri(delta.table_uri)
+    fs, root = filesystem(settings, delta.table_uri)
     paths = [f"{root.rstrip('/')}/{path}" for path in actions.column("path").to_pylist()]
     values = [actions.column(f"partition.{c}").to_pylist() for c in table.partition_columns]
     partitions = []
@@ -156,9 +155,9 @@ def commit(
     ODS file replaces that file's lines); ``append`` adds rows;
     ``overwrite`` replaces the whole table.
     """
-    location = table.uri(settings)
-    exists = DeltaTable.is_deltatable(location)
-    kwargs: dict[str, object] = {"partition_by": list(partition_by) or None,
+    location, options = table.uri(settings), storage_options(settings)
+    exists = DeltaTable.is_deltatable(location, options)
+    kwargs: dict[str, object] = {"storage_options": options, "partition_by": list(partition_by) or None,
                                  "writer_properties": writer_properties(data.schema),
                                  "target_file_size": TARGET_FILE_BYTES}
     if not exists:
@@ -173,4 +172,4 @@ def commit(
         kwargs["predicate"] = " OR ".join(f"({partition_predicate(p)})" for p in parts)
     write_deltalake(location, data, mode="append" if mode == "append" else "overwrite",  # type: ignore[call-overload]
                     **kwargs)
-    return DeltaTable(location).version()
+    return DeltaTable(location, storage_options=options).version()
