@@ -4,8 +4,8 @@
 under ``STRATA_HOME/airflow``), without a scheduler: the demo and the tests use it to run the
 DAG files exactly as a scheduler would, interval by interval. Importing Airflow reconfigures
 a process's logging (DESIGN §8), so the parent — the CLI, a test — never does: it starts
-``python -m strata.orchestration.dag_runs`` with the plan on stdin, Airflow's own output
-goes to a log file, and one JSON line per finished run comes back through a pipe.
+``python -m strata.orchestration.dag_runs``, hands it one run at a time on stdin, and reads
+one JSON report per finished run back through a pipe; Airflow's own output goes to a log file.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import dataclasses
 import datetime as dt
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -60,37 +61,48 @@ class RunReport:
 
 
 def run_dags(settings: Settings, runs: list[Run], *, log: Path, retries: bool = False,
+             before: Callable[[Run], None] | None = None,
              on_run: Callable[[RunReport], None] | None = None) -> list[RunReport]:
-    """Run ``runs`` in order in a child process; returns one report per run.
+    """Run ``runs`` in order in one child process; returns one report per run that finished.
 
-    Stops at the first run that does not succeed. Without ``retries`` a failing task fails
-    at once (the DAGs' retry delays are for a scheduler, not for someone watching).
-    Airflow's output goes to ``log``.
+    ``before(run)`` is called before each run starts (to drop the files that arrive then),
+    ``on_run(report)`` as each finishes. Stops at the first run that does not succeed.
+    Without ``retries`` a failing task fails at once (the DAGs' retry delays are for a
+    scheduler, not for someone watching). Airflow's own output goes to ``log``.
     """
     from strata.orchestration.env import airflow_env
 
     env = {**os.environ, **airflow_env(settings)}
-    plan = {"runs": [{"dag_id": r.dag_id, "at": r.at.isoformat(), "tasks": r.tasks} for r in runs],
-            "retries": retries}
     log.parent.mkdir(parents=True, exist_ok=True)
     read_fd, write_fd = os.pipe()
     reports: list[RunReport] = []
     with open(log, "ab") as log_file:
         child = subprocess.Popen([sys.executable, "-m", "strata.orchestration.dag_runs", str(write_fd)],
                                  stdin=subprocess.PIPE, stdout=log_file, stderr=log_file, env=env,
-                                 pass_fds=(write_fd,))
+                                 pass_fds=(write_fd,), text=True)
         os.close(write_fd)
         assert child.stdin is not None
-        child.stdin.write(json.dumps(plan).encode())
-        child.stdin.close()
-        with os.fdopen(read_fd) as lines:
-            for line in lines:
-                report = RunReport(**{**json.loads(line), "interval": tuple(json.loads(line)["interval"])})
+        with os.fdopen(read_fd) as answers:
+            child.stdin.write(json.dumps({"retries": retries}) + "\n")
+            for run in runs:
+                if before is not None:
+                    before(run)
+                child.stdin.write(json.dumps({"dag_id": run.dag_id, "at": run.at.isoformat(),
+                                              "tasks": run.tasks}) + "\n")
+                child.stdin.flush()
+                line = answers.readline()
+                if not line:
+                    break
+                fields = json.loads(line)
+                report = RunReport(**{**fields, "interval": tuple(fields["interval"])})
                 reports.append(report)
                 if on_run is not None:
                     on_run(report)
+                if not report.ok:
+                    break
+            child.stdin.close()
         code = child.wait()
-    if code != 0 and len(reports) < len(runs) and (not reports or reports[-1].ok):
+    if code != 0 and (not reports or reports[-1].ok):
         raise RuntimeError(f"the Airflow child process exited with code {code} before finishing its runs: "
                            f"see {log}")
     return reports
@@ -142,7 +154,7 @@ _ERRORS = _Errors()
 
 
 def _child(results_fd: int) -> int:
-    plan = json.loads(sys.stdin.read())
+    options = json.loads(sys.stdin.readline())
     from airflow.dag_processing.dagbag import BundleDagBag
     from airflow.utils import db
 
@@ -154,13 +166,15 @@ def _child(results_fd: int) -> int:
     if bag.import_errors:
         raise RuntimeError(f"DAG files failed to import: {bag.import_errors}")
     with os.fdopen(results_fd, "w") as out:
-        for run in plan["runs"]:
+        for line in sys.stdin:  # one run at a time: the parent may prepare each one (files arriving)
+            run = json.loads(line)
             dag = bag.get_dag(run["dag_id"])
             if dag is None:
                 raise RuntimeError(f"no DAG {run['dag_id']!r} in {dags_folder()}")
             if run["tasks"]:
-                dag = dag.partial_subset(run["tasks"], include_upstream=False)
-            if not plan["retries"]:
+                dag = dag.partial_subset([t.task_id for t in dag.tasks if re.search(run["tasks"], t.task_id)],
+                                         include_upstream=False)
+            if not options["retries"]:
                 for task in dag.tasks:
                     task.retries = 0
             for task in dag.tasks:
