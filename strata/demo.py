@@ -165,8 +165,9 @@ def _echo_run(report: RunReport, manifest: dict, echo: Echo) -> bool:
     day = report.interval[0][:10]
     states = list(report.tasks.values())
     mark = "[green]✓[/]" if report.ok else "[red]✗[/]"
+    events = sum(map(len, report.events.values()))
     line = (f"  {mark} {report.dag_id} {day}: {states.count('success')} task(s) ran, "
-            f"{states.count('skipped')} skipped, {len(report.events)} asset event(s), {report.seconds:.1f} s")
+            f"{states.count('skipped')} skipped, {events} asset event(s), {report.seconds:.1f} s")
     ok = True
     dwd = report.results.get("dwd.build_dwd")
     if dwd and day in manifest["days"]:

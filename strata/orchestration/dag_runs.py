@@ -48,8 +48,8 @@ class RunReport:
     seconds: float
     #: task id (``[i]`` appended for a mapped task) → final state
     tasks: dict[str, str]
-    #: asset names with an event from this run, one per writing task
-    events: list[str]
+    #: task id → the assets it recorded an event for (every outlet of a task that succeeded)
+    events: dict[str, list[str]]
     #: task id → the step's summary it returned (XCom)
     results: dict[str, Any]
     #: task id → the one-line error of a failed task
@@ -121,15 +121,17 @@ def _report(dag_id: str, at: str, dag_run: Any, seconds: float) -> dict[str, Any
     with create_session() as session:
         tis = session.query(TaskInstance).filter_by(dag_id=dag_id, run_id=dag_run.run_id).all()
         tasks = {(ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]"): str(ti.state) for ti in tis}
-        events = sorted(e.asset.name for e in session.query(AssetEvent).filter_by(source_dag_id=dag_id,
-                                                                                  source_run_id=dag_run.run_id))
+        events: dict[str, list[str]] = {}
+        for event in session.query(AssetEvent).filter_by(source_dag_id=dag_id, source_run_id=dag_run.run_id):
+            events.setdefault(event.source_task_id, []).append(event.asset.name)
         results = {}
         for x in session.query(XComModel).filter_by(dag_id=dag_id, run_id=dag_run.run_id, key="return_value"):
             name = x.task_id if x.map_index < 0 else f"{x.task_id}[{x.map_index}]"
             results[name] = XComModel.deserialize_value(x)
     return {"dag_id": dag_id, "at": at, "state": str(dag_run.state), "seconds": round(seconds, 2),
             "interval": [dag_run.data_interval_start.isoformat(), dag_run.data_interval_end.isoformat()],
-            "tasks": tasks, "events": events, "results": results, "errors": _ERRORS.pop_all()}
+            "tasks": tasks, "events": {task: sorted(names) for task, names in events.items()},
+            "results": results, "errors": _ERRORS.pop_all()}
 
 
 class _Errors:
