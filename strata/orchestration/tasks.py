@@ -87,10 +87,7 @@ def _arguments(name: str, settings: Settings, interval: Interval,
     if name == "land":
         return (settings, [settings.landing_dir]), options
     if name == "load_prices":
-        prices = settings.landing_dir / "prices.csv"
-        if not prices.is_file():
-            raise Skip(f"no price list at {prices}: nothing to load (drop a prices.csv there to load one)")
-        return (settings, prices), options
+        return (settings, _new_price_list(settings)), options
     if name == "apply_retention":  # the cutoff counts back from the interval's end, the run's "today"
         return (settings,), {"today": _day(end), **options}
     if name == "train":  # a model is trained on the whole interval, up to its last day
@@ -98,6 +95,24 @@ def _arguments(name: str, settings: Settings, interval: Interval,
     if "shard" in options:  # a mapped task's shard comes through XCom as a list [i, n]
         options = {**options, "shard": tuple(options["shard"])}
     return (settings, _day(start)), options
+
+
+def _new_price_list(settings: Settings) -> Path:
+    """The landing zone's ``prices.csv`` when it changed since ``dwd.model_price`` was last written;
+    else :class:`Skip` (a daily run need not rewrite reference data that did not change)."""
+    from warehouse.storage import lake
+    from warehouse.tables import DWD_MODEL_PRICE
+
+    prices = settings.landing_dir / "prices.csv"
+    if not prices.is_file():
+        raise Skip(f"no price list at {prices}: nothing to load (drop a prices.csv there to load one)")
+    table = lake.open_table(settings, DWD_MODEL_PRICE)
+    if table is not None:
+        last = table.history(1)[0]
+        if prices.stat().st_mtime * 1000 < last["timestamp"]:
+            raise Skip(f"{prices} has not changed since {DWD_MODEL_PRICE} version {last['version']} was written: "
+                       "nothing to load")
+    return prices
 
 
 def find_step(name: str) -> Callable[..., Any]:

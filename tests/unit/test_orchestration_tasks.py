@@ -26,7 +26,7 @@ def calls(monkeypatch: pytest.MonkeyPatch, strata_env: Path) -> list[tuple[tuple
         seen.append((args[1:], kwargs))
         return StepResult("recorded", {"rows": 3}, {"dwd.request": 7})
 
-    for name in ("train", "score", "build_dws", "apply_retention", "land", "load_prices"):
+    for name in ("train", "score", "build_dws", "apply_retention", "land"):
         monkeypatch.setattr(pipeline, name, step, raising=False)
     return seen
 
@@ -72,14 +72,18 @@ def test_the_interval_becomes_each_steps_date(calls: list[tuple[tuple[Any, ...],
     ]
 
 
-def test_prices_load_only_when_a_price_list_is_there(calls: list[tuple[tuple[Any, ...], dict[str, Any]]],
-                                                     strata_env: Path) -> None:
+def test_prices_load_only_when_a_price_list_is_there_and_changed(strata_env: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    prices = strata_env / "landing" / "prices.csv"
     with pytest.raises(tasks.Skip, match="no price list"):
         tasks.run_step("load_prices", DAY)
-    (strata_env / "landing").mkdir(parents=True)
-    (strata_env / "landing" / "prices.csv").write_text("model\n")
-    tasks.run_step("load_prices", DAY)
-    assert calls == [((strata_env / "landing" / "prices.csv",), {})]
+    prices.parent.mkdir(parents=True)
+    prices.write_text("model,effective_from,input_price_per_1k,output_price_per_1k\nm1,2026-01-01,0.5,1.5\n")
+    assert tasks.run_step("load_prices", DAY)["versions"] == {"dwd.model_price": 0}
+    with pytest.raises(tasks.Skip, match="has not changed since dwd.model_price version 0"):
+        tasks.run_step("load_prices", DAY)
+    prices.write_text("model,effective_from,input_price_per_1k,output_price_per_1k\nm1,2026-01-01,0.6,1.5\n")
+    assert tasks.run_step("load_prices", DAY)["versions"] == {"dwd.model_price": 1}
 
 
 def test_shards_come_from_the_settings(calls: list[tuple[tuple[Any, ...], dict[str, Any]]], strata_env: Path,
