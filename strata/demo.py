@@ -69,18 +69,22 @@ def arrive(generated: Path, landing: Path, day: str) -> int:
     return count
 
 
-def daily_plan(days: list[str], *, trained: bool) -> list[Run]:
-    """The DAG runs of the demo: each day's last ingest run, then that day's layers; after the
-    week, training, then the last day's scores (scoring needs a trained model)."""
+def daily_plan(days: list[str], last_traffic: str, *, trained: bool) -> list[Run]:
+    """The DAG runs of the demo: each day's last ingest run, then that day's layers. Then, with
+    every late label in, the weekly training up to the day before the last day of traffic, and
+    that last day's scores (scoring needs a model, and a model scores the days after it)."""
     from strata.orchestration.dag_runs import Run
+
+    def midnight_after(day: str) -> dt.datetime:
+        return dt.datetime.combine(dt.date.fromisoformat(day) + dt.timedelta(days=1), dt.time(), dt.timezone.utc)
 
     runs: list[Run] = []
     for day in days:
-        midnight = dt.datetime.combine(dt.date.fromisoformat(day) + dt.timedelta(days=1), dt.time(),
-                                       dt.timezone.utc)
-        runs += [Run("strata_ingest", midnight), Run("strata_daily", midnight, tasks=BEFORE_SCORES)]
+        runs += [Run("strata_ingest", midnight_after(day)),
+                 Run("strata_daily", midnight_after(day), tasks=BEFORE_SCORES)]
     if trained:
-        runs += [Run("strata_train", runs[-1].at), Run("strata_daily", runs[-1].at, tasks=SCORES)]
+        last = midnight_after(last_traffic)
+        runs += [Run("strata_train", last - dt.timedelta(days=1)), Run("strata_daily", last, tasks=SCORES)]
     return runs
 
 
@@ -111,7 +115,7 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
 
     all_days = sorted(set(manifest["feedback"]["days"]) | set(manifest["days"]))
     trained = hasattr(pipeline, "train")
-    plan = daily_plan(all_days, trained=trained)
+    plan = daily_plan(all_days, max(manifest["days"]), trained=trained)
     echo(f"[bold]2/3 run the DAGs through Airflow[/] ({len(plan)} runs with dag.test(), day by day: "
          f"strata_ingest, then strata_daily{', then strata_train and the scores' if trained else ''}); "
          f"Airflow's log: {settings.airflow_home / 'demo.log'}")

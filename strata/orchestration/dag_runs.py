@@ -80,8 +80,9 @@ def run_dags(settings: Settings, runs: list[Run], *, log: Path, retries: bool = 
         child = subprocess.Popen([sys.executable, "-m", "strata.orchestration.dag_runs", str(write_fd)],
                                  stdin=subprocess.PIPE, stdout=log_file, stderr=log_file, env=env,
                                  pass_fds=(write_fd,), text=True)
-        os.close(write_fd)
-        assert child.stdin is not None
+    os.close(write_fd)
+    assert child.stdin is not None
+    try:
         with os.fdopen(read_fd) as answers:
             child.stdin.write(json.dumps({"retries": retries}) + "\n")
             for run in runs:
@@ -100,7 +101,8 @@ def run_dags(settings: Settings, runs: list[Run], *, log: Path, retries: bool = 
                     on_run(report)
                 if not report.ok:
                     break
-            child.stdin.close()
+    finally:  # the child ends when its input does, whatever happened here
+        child.stdin.close()
         code = child.wait()
     if code != 0 and (not reports or reports[-1].ok):
         raise RuntimeError(f"the Airflow child process exited with code {code} before finishing its runs: "
