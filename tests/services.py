@@ -31,15 +31,17 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def stop_tree(process: subprocess.Popen[bytes], timeout: float = 8) -> None:
-    """Stop a process and every process it started, politely, then for good."""
+def stop_tree(*processes: subprocess.Popen[bytes], timeout: float = 5) -> None:
+    """Stop processes and every process they started: politely, then, after ``timeout``, for good."""
     import psutil
 
-    try:
-        root = psutil.Process(process.pid)
-        tree = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return
+    tree: list[psutil.Process] = []
+    for process in processes:
+        try:
+            root = psutil.Process(process.pid)
+            tree += [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
     for proc in tree:
         try:
             proc.terminate()
@@ -52,7 +54,8 @@ def stop_tree(process: subprocess.Popen[bytes], timeout: float = 8) -> None:
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(alive, timeout=5)
-    process.poll()
+    for process in processes:
+        process.poll()
 
 
 @contextmanager
