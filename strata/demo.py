@@ -149,9 +149,10 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
     lake_report.quarantine_section(settings, echo)
     lake_report.books_section(settings, echo)
     lake_report.ads_section(settings, echo, last)
-    lake_report.features_section(settings, echo, manifest["abusive_user_ids"][0])
+    user = (manifest["abusive_user_ids"] or ["u_0"])[0]  # an abusive user, whose features stand out
+    lake_report.features_section(settings, echo, user)
     lake_report.model_section(settings, echo, last)
-    _next_commands(settings, echo, manifest["abusive_user_ids"][0])
+    _next_commands(settings, echo, user)
     return all_ok
 
 

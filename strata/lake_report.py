@@ -85,7 +85,9 @@ def books_section(settings: Settings, echo: Echo) -> None:
     books = lake.read_frame(settings, OPS_BOOKS).sort(["event_date", "table_name"])
     columns = ["table_name", "event_date", "ods_rows", "dwd_rows", "duplicates", "quarantined", "malformed",
                "balanced"]
-    echo(_table("the books per day", columns, [list(r) for r in books.select(columns).iter_rows()]))
+    echo(_table("the books per day: ODS rows = DWD rows + duplicates + quarantined + malformed",
+                ["table", "date", "ODS", "DWD", "dup.", "quar.", "malf.", "ok"],
+                [list(r) for r in books.select(columns).iter_rows()]))
 
 
 def ads_section(settings: Settings, echo: Echo, day: dt.date) -> None:

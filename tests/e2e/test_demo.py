@@ -28,7 +28,7 @@ def test_demo_runs_the_dags_end_to_end_and_prints_the_lake(tmp_path: Path) -> No
     out = first.stdout
     assert "✓ strata_ingest 2026-01-01" in out and "✓ strata_daily 2026-01-01" in out
     assert "= manifest" in out and "≠ manifest" not in out and "✗" not in out.split("3/3")[0]
-    for title in ("tables", "quarantined rows by rule", "the books per day"):
+    for title in ("tables", "quarantined rows by rule", "the books per day: ODS rows = DWD rows"):
         assert title in out
     assert "dwd.request" in out and "ops.books" in out
     # Every section or layer not built yet says so in one line, never a made-up table.
