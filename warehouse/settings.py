@@ -8,6 +8,7 @@ and it imports nothing of Strata's.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 from dataclasses import dataclass, fields
@@ -36,6 +37,12 @@ class Settings:
     online_store: OnlineStore
     redis_url: str
     ods_retention_days: int
+    #: Where writers' locks live: a Postgres URL (advisory locks, for a cluster), else files under home.
+    lock_url: str | None = None
+    #: Seconds a writer waits for a lock another process holds before it fails (0: fail at once).
+    lock_wait: float = 0.0
+    #: The earliest plausible request time; a record before it is quarantined (``ts.floor``).
+    ts_floor: dt.datetime = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
 
     def require_pseudonym_key(self) -> bytes:
         """The HMAC key for user pseudonyms; refuses to run without one."""
@@ -53,7 +60,7 @@ class Settings:
             value = getattr(self, f.name)
             if f.name in _SECRET_FIELDS:
                 out[f.name] = "****" if value else "(not set)"
-            elif f.name == "redis_url":
+            elif f.name in ("redis_url", "lock_url"):
                 out[f.name] = re.sub(r"//[^@/]*@", "//****@", str(value))
             else:
                 out[f.name] = str(value)
@@ -76,6 +83,21 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     retention = env.get("STRATA_ODS_RETENTION_DAYS", "90")
     if not retention.isdigit() or int(retention) < 1:
         raise ConfigError(f"STRATA_ODS_RETENTION_DAYS must be a whole number >= 1, not {retention!r}")
+    lock_url = env.get("STRATA_LOCK_URL") or None
+    if lock_url is not None and not lock_url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(f"STRATA_LOCK_URL must be a postgresql:// URL (advisory locks), not {lock_url.split(':')[0]!r}")
+    wait = env.get("STRATA_LOCK_WAIT", "0")
+    try:
+        lock_wait = float(wait)
+    except ValueError:
+        lock_wait = -1.0
+    if not lock_wait >= 0:
+        raise ConfigError(f"STRATA_LOCK_WAIT must be a number of seconds >= 0, not {wait!r}")
+    floor_text = env.get("STRATA_TS_FLOOR", "2000-01-01")
+    try:
+        floor = dt.datetime.combine(dt.date.fromisoformat(floor_text), dt.time(), dt.timezone.utc)
+    except ValueError:
+        raise ConfigError(f"STRATA_TS_FLOOR must be a date like 2000-01-01, not {floor_text!r}") from None
     return Settings(
         home=home,
         lake_uri=lake,
@@ -87,4 +109,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         online_store=store,  # type: ignore[arg-type]
         redis_url=env.get("STRATA_REDIS_URL", "redis://127.0.0.1:6379/0"),
         ods_retention_days=int(retention),
+        lock_url=lock_url,
+        lock_wait=lock_wait,
+        ts_floor=floor,
     )

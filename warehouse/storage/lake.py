@@ -8,6 +8,7 @@ and become visible only when the log entry lands, so a crash leaves nothing visi
 from __future__ import annotations
 
 import datetime as dt
+from urllib.parse import unquote
 from typing import Iterable, Literal, Sequence
 
 import polars as pl
@@ -17,6 +18,7 @@ import pyarrow.dataset as ds
 from deltalake import ColumnProperties, DeltaTable, WriterProperties, write_deltalake
 
 from warehouse.settings import Settings
+from warehouse.storage.boundaries import passed
 from warehouse.tables import Table
 
 
@@ -99,6 +101,42 @@ def snapshot(settings: Settings, table: Table) -> ds.Dataset:
                                            filesystem=fs, partitions=partitions)
 
 
+def check_file_types(settings: Settings, table: Table, version: int | None) -> None:
+    """Refuse a version whose new data files do not hold exactly the contract's Arrow types.
+
+    Readers compare and join on these types: a file written with others (``string_view``
+    for ``string``) breaks them later, far from the write that caused it.
+    """
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    from contracts import arrow_schema
+
+    delta = open_table(settings, table)
+    if delta is None or version is None:
+        return
+    expected = {f.name: f.type for f in arrow_schema(table.contract) if f.name not in table.partition_columns}
+    fs, root = pafs.FileSystem.from_uri(delta.table_uri)
+    added = [unquote(action["add"]["path"]) for action in _commit_actions(delta, version) if "add" in action]
+    for path in added:
+        with fs.open_input_file(f"{root.rstrip('/')}/{path}") as handle:
+            schema = pq.read_schema(handle)
+        found = {f.name: f.type for f in schema}
+        wrong = {name: str(found.get(name)) for name, want in expected.items() if found.get(name) != want}
+        if wrong:
+            raise TypeError(f"{table} version {version} wrote {path} with types {wrong}, not the contract's")
+
+
+def _commit_actions(delta: DeltaTable, version: int) -> list[dict]:
+    import json
+
+    import pyarrow.fs as pafs
+
+    fs, root = pafs.FileSystem.from_uri(delta.table_uri)
+    with fs.open_input_stream(f"{root.rstrip('/')}/_delta_log/{version:020d}.json") as stream:
+        return [json.loads(line) for line in stream.read().decode().splitlines() if line.strip()]
+
+
 def read_frame(
     settings: Settings,
     table: Table,
@@ -173,4 +211,6 @@ def commit(
         kwargs["predicate"] = " OR ".join(f"({partition_predicate(p)})" for p in parts)
     write_deltalake(location, data, mode="append" if mode == "append" else "overwrite",  # type: ignore[call-overload]
                     **kwargs)
-    return DeltaTable(location).version()
+    version = DeltaTable(location).version()
+    passed(f"commit {table.name}")
+    return version
