@@ -18,6 +18,7 @@ from warehouse.settings import Settings
 from warehouse.sources.canonical import Kind, fields_for
 from warehouse.sources.jsonl import parse_json_lines
 from warehouse.sources.mapping import Mapping, parse_mapping
+from warehouse.storage.scratch import scratch_dir
 
 
 class Parser(Protocol):
@@ -70,16 +71,17 @@ def parser_for(settings: Settings, source: str, kind: Kind, *, keys_only: bool =
     (ODS needs only those; DWD needs every field). ``checked_ok`` says the lines already
     passed the format's line checks when ODS landed them.
     """
+    folder = scratch_dir(settings)
     if source == JSONL:
         fields = ("request_id", "ts") if keys_only else fields_for(kind)
-        return lambda raw, _line_no, _sha, ndjson=None: parse_json_lines(raw, fields, checked_ok=checked_ok,
-                                                                        ndjson=ndjson)
+        return lambda raw, _line_no, _sha, ndjson=None: parse_json_lines(raw, fields, folder=folder,
+                                                                        checked_ok=checked_ok, ndjson=ndjson)
     if source.startswith("mapping:"):
         from warehouse.sources.mapping import parse_mapped_lines
 
         mapping = registered_mapping(settings, source)
         return lambda raw, line_no, sha, ndjson=None: parse_mapped_lines(raw, mapping, line_no=line_no,
-                                                                         file_sha256=sha)
+                                                                         file_sha256=sha, folder=folder)
     if source == "otlp-json":
         from warehouse.sources.otlp import parse_otlp_lines
 

@@ -193,12 +193,13 @@ def _timestamps_to_text(values: pl.Expr, mapping: Mapping) -> pl.Expr:
     return pl.when(parsed.is_not_null()).then(iso).otherwise(values)
 
 
-def parse_mapped_lines(raw: pa.Array, mapping: Mapping, *, line_no: pa.Array, file_sha256: pa.Array) -> pl.DataFrame:
+def parse_mapped_lines(raw: pa.Array, mapping: Mapping, *, line_no: pa.Array, file_sha256: pa.Array,
+                       folder: Path) -> pl.DataFrame:
     """Canonical fields (text) and ``parse_error`` for lines of a mapped source, in input order."""
     if mapping.format == "csv":
         source = _parse_csv_lines(raw, mapping)
     else:
-        source = parse_json_lines(raw, sorted(set(mapping.fields.values())))
+        source = parse_json_lines(raw, sorted(set(mapping.fields.values())), folder=folder)
     ok = pl.col("parse_error").is_null()
     exprs: list[pl.Expr] = [pl.col("parse_error")]
     for name in fields_for(mapping.kind):
