@@ -44,8 +44,18 @@ def land(settings: Settings, paths: list[Path], *, fmt: Literal["auto", "jsonl",
     report = ingest(settings, paths, fmt=fmt, mapping_file=mapping, progress=progress, reland=reland)
     versions = {f.table.name: f.version for f in report.landed}
     counts = {"files_landed": len(report.landed), "files_skipped": len(report.skipped),
-              "lines": sum(f.lines for f in report.landed), "malformed": sum(f.malformed for f in report.landed)}
+              "files_failed": len(report.failed), "lines": sum(f.lines for f in report.landed),
+              "malformed": sum(f.malformed for f in report.landed)}
     return StepResult("land", counts, versions, report)
+
+
+def unland(settings: Settings, files: list[Path], *, batch: str | None = None) -> StepResult:
+    """Remove the ODS lines of files landed by mistake (or of every file of ``batch``)."""
+    from warehouse.ods.unland import unland as remove
+
+    report = remove(settings, files, batch=batch)
+    return StepResult("unland", {"files": report.files, **{f"{t}_removed": n for t, n in report.rows.items()}},
+                      {}, report)
 
 
 def load_prices(settings: Settings, csv_path: Path) -> StepResult:

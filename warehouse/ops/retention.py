@@ -13,7 +13,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from warehouse.settings import Settings
-from warehouse.storage import lake, locks
+from warehouse.storage import audit, lake, locks
 from warehouse.storage.boundaries import passed
 from warehouse.tables import PII, Table, all_tables
 
@@ -76,6 +76,7 @@ def apply_retention(settings: Settings, *, days: int | None = None, today: dt.da
     deleted: dict[str, int] = {}
     tables = raw_tables()
     with locks.hold(settings, write=[(t, None) for t in tables]):
+        audit.recover(settings)
         for table in tables:
             delta = lake.open_table(settings, table)
             if delta is None:

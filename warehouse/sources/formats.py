@@ -7,6 +7,7 @@ kept beside ODS so DWD re-parses the raw lines exactly as they were landed.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Protocol
 
@@ -33,6 +34,7 @@ class Parser(Protocol):
 
 
 JSONL = "jsonl"
+_SOURCE = re.compile(r"^mapping:[A-Za-z0-9][A-Za-z0-9_-]{0,63}@[0-9a-f]{12}$")
 
 
 def _mapping_dir(settings: Settings) -> tuple[pafs.FileSystem, str]:
@@ -53,6 +55,8 @@ def register_mapping(settings: Settings, mapping: Mapping) -> str:
 
 def registered_mapping(settings: Settings, source: str) -> Mapping:
     """The mapping a ``mapping:<name>@<hash>`` source was landed with."""
+    if not _SOURCE.match(source):
+        raise ValueError(f"{source!r} is not a mapping source (mapping:<name>@<hash>)")
     fs, folder = _mapping_dir(settings)
     path = f"{folder}/{source.removeprefix('mapping:')}.yaml"
     try:

@@ -1,9 +1,10 @@
 """Commit boundaries: the points between two commits, where a crash must leave nothing broken.
 
-Every Delta commit and vacuum passes one. Tests use them to stop a process exactly there
-(``STRATA_PAUSE_AFTER=N`` stops it after the N-th boundary with SIGSTOP, for the test to
-kill it) and to list them (``STRATA_BOUNDARY_LOG=FILE`` appends each one's name); otherwise
-passing one costs a dictionary lookup.
+Every Delta commit and vacuum passes one. Tests use them to stop a process exactly there:
+``STRATA_PAUSE_AFTER=N`` stops it (SIGSTOP) after the N-th boundary, ``STRATA_PAUSE_AFTER=every``
+after each one, for the test to copy what a crash there would leave, or to kill it; and
+``STRATA_BOUNDARY_LOG=FILE`` appends each boundary's name. Otherwise passing one costs two
+dictionary lookups.
 """
 
 from __future__ import annotations
@@ -27,5 +28,5 @@ def passed(name: str) -> None:
         if log:
             with open(log, "a") as handle:
                 handle.write(name + "\n")
-        if pause and int(pause) == _passed:
+        if pause == "every" or (pause and pause.isdigit() and int(pause) == _passed):
             os.kill(os.getpid(), signal.SIGSTOP)

@@ -15,7 +15,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from deltalake import ColumnProperties, DeltaTable, WriterProperties, write_deltalake
+from deltalake import ColumnProperties, CommitProperties, DeltaTable, WriterProperties, write_deltalake
 
 from warehouse.settings import Settings
 from warehouse.storage.boundaries import passed
@@ -186,19 +186,23 @@ def commit(
     partition_by: Sequence[str] = (),
     partitions: Iterable[dict[str, object]] = (),
     description: str | None = None,
+    attempt: str | None = None,
 ) -> int:
     """Commit ``data`` as one Delta version and return that version.
 
     ``replace_partitions`` swaps exactly the rows matching the listed column values for
     ``data`` (a re-run of a logical date replaces that date and nothing else; a re-landed
     ODS file replaces that file's lines); ``append`` adds rows;
-    ``overwrite`` replaces the whole table.
+    ``overwrite`` replaces the whole table. ``attempt`` is stamped on the commit
+    (``strata.attempt``), so the audit log can find it after a crash.
     """
     location = table.uri(settings)
     exists = DeltaTable.is_deltatable(location)
     kwargs: dict[str, object] = {"partition_by": list(partition_by) or None,
                                  "writer_properties": writer_properties(data.schema),
                                  "target_file_size": TARGET_FILE_BYTES}
+    if attempt is not None:
+        kwargs["commit_properties"] = CommitProperties(custom_metadata={"strata.attempt": attempt})
     if not exists:
         kwargs["description"] = description
     else:  # a compatible contract change (a column added) reaches a table written before it

@@ -16,7 +16,6 @@ Every attempt appends a row to ``ops.audit_log``.
 from __future__ import annotations
 
 import datetime as dt
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Literal, Sequence, TypeVar
@@ -27,9 +26,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from warehouse.settings import Settings
-from warehouse.storage import lake, locks
+from warehouse.storage import audit, lake, locks
 from warehouse.storage.memory import detach
-from warehouse.tables import OPS_AUDIT_LOG, Table
+from warehouse.tables import Table
 
 T = TypeVar("T")
 #: The expectation suite runs on an even sample of at most this many published rows;
@@ -226,15 +225,15 @@ def publish(
     """
     from contracts import arrow_schema, conform, split_rows
 
-    started = time.perf_counter()
-    started_at = dt.datetime.now(dt.timezone.utc)
+    audit.recover(settings)  # attempts a crash cut short get their row first
     if expectations:
         from contracts.audit_worker import warm_up
 
         warm_up()  # GX imports in the worker while the data streams
     contract = table.contract
     schema = arrow_schema(contract)
-    label = ", ".join(lake.partition_predicate(p) for p in partitions) or "(all)"
+    label = ", ".join(sorted(lake.partition_predicate(p) for p in partitions)) or "(all)"
+    attempt = audit.Attempt(settings, table, label).begin()
     tally = Tally()
     sample = _Sample(AUDIT_SAMPLE_ROWS)
     outcome: dict[str, object] = {}
@@ -269,18 +268,16 @@ def publish(
             raise outcome["failed"]  # type: ignore[misc]  # aborts the Delta write: nothing commits
 
     def finish(status: str, version: int | None, rules: list[str], message: str) -> float:
-        duration_ms = (time.perf_counter() - started) * 1000
-        record_audit(settings, table_name=table.name, partition=label, delta_version=version, status=status,
-                     rows_in=tally.rows_in, rows_published=tally.rows_published if status == "published" else 0,
-                     rows_rejected=tally.rows_rejected, rules_failed=rules, started_at=started_at,
-                     duration_ms=duration_ms, message=message)
-        return duration_ms
+        return attempt.end(status, version, rows_in=tally.rows_in, rows_rejected=tally.rows_rejected,
+                           rows_published=tally.rows_published if status == "published" else 0, rules=rules,
+                           message=message)
 
     reader = pa.RecordBatchReader.from_batches(schema, stream())
     try:
         with _locked(settings, table, mode, partitions):
             version = lake.commit(settings, table, reader, mode=mode, partitions=partitions,
-                                  partition_by=contract.partition_columns, description=contract.description)
+                                  partition_by=contract.partition_columns, description=contract.description,
+                                  attempt=attempt.id)
     except Exception as exc:
         failed = outcome.get("failed")
         error = failed if isinstance(failed, AuditFailed) else outcome.get("error", exc)
@@ -377,32 +374,3 @@ def _audit_failures(contract, sample: pa.Table | None, tally: Tally, invariants:
         if broken is not None:
             failures.append((broken.rule, broken.message, broken.examples))
     return failures
-
-
-def record_audit(
-    settings: Settings,
-    *,
-    table_name: str,
-    partition: str,
-    delta_version: int | None,
-    status: str,
-    rows_in: int,
-    rows_published: int,
-    rows_rejected: int,
-    rules_failed: list[str],
-    started_at: dt.datetime,
-    duration_ms: float,
-    message: str,
-) -> None:
-    """Append one row to ``ops.audit_log`` (conformed to its contract, never audited itself)."""
-    from contracts import conform
-
-    contract = OPS_AUDIT_LOG.contract
-    row = pl.DataFrame([{
-        "table_name": table_name, "partition": partition, "delta_version": delta_version,
-        "status": status, "rows_in": rows_in, "rows_published": rows_published,
-        "rows_rejected": rows_rejected, "rules_failed": rules_failed, "started_at": started_at,
-        "duration_ms": duration_ms, "message": message[:4000],
-    }], schema_overrides={"rules_failed": pl.List(pl.String), "delta_version": pl.Int64})
-    lake.commit(settings, OPS_AUDIT_LOG, conform(row, contract), mode="append",
-                partition_by=contract.partition_columns, description=contract.description)
