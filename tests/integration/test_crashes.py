@@ -46,7 +46,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """A small day of logs, and the homes before each command: empty, ingested, built."""
     root = tmp_path_factory.mktemp("crashes")
     data = root / "data"
-    generate(data, days=1, requests_per_day=150, seed=3, start=DAY, fault_rate=0.03)
+    generate(data, days=1, requests_per_day=60, seed=3, start=DAY, fault_rate=0.05)
     landing = [data / "requests" / f"date={DAY}", data / "feedback" / f"date={DAY}"]
     first = next((data / "requests" / f"date={DAY}").rglob("*.jsonl.gz"))
     victim = next(json.loads(line)["user_id"] for line in gzip.decompress(first.read_bytes()).splitlines()

@@ -41,7 +41,7 @@ def _settings(home: Path) -> Settings:
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("races")
     data = root / "data"
-    generate(data, days=2, requests_per_day=150, seed=4, start=DAYS[0], fault_rate=0.03)
+    generate(data, days=2, requests_per_day=60, seed=4, start=DAYS[0], fault_rate=0.05)
     landing = [data / "requests", data / "feedback"]
     first = next((data / "requests").rglob("*.jsonl.gz"))
     victim = next(json.loads(line)["user_id"] for line in gzip.decompress(first.read_bytes()).splitlines()
