@@ -98,7 +98,7 @@ def score(settings: Settings, name: str, day: dt.date, *, version: str | None = 
 
 
 def _scored(reader: pa.RecordBatchReader, card: ModelCard, session: Session, day: dt.date, at: dt.datetime,
-            progress: Progress | None, total: int) -> Iterator[pa.RecordBatch]:
+            progress: Progress | None, total: int) -> Iterator[pl.DataFrame]:
     """Score rows, batch by batch; the next batch is read and converted while this one runs."""
     def inputs() -> Iterator[tuple[pa.Array, np.ndarray]]:
         for batch in reader:
@@ -111,15 +111,8 @@ def _scored(reader: pa.RecordBatchReader, card: ModelCard, session: Session, day
         done += n
         if progress:
             progress(ADS_USER_RISK_SCORES.name, done, total)
-        buckets = pl.Series(keys).str.slice(0, 1).str.to_integer(base=16).cast(pl.Int32).to_arrow()
-        yield pa.record_batch({
-            "event_date": pa.array([day] * n, pa.date32()),
-            "model_name": pa.array([card.name] * n),
-            "model_version": pa.array([card.version] * n),
-            "entity_bucket": buckets,
-            card.entity: keys,
-            "score": pa.array(scores.astype(np.float64)),
-            "model_sha256": pa.array([card.sha256] * n),
-            "scored_at": pa.array([at] * n, pa.timestamp("us", tz="UTC")),
-            "provider": pa.array([session.provider] * n),
-        })
+        yield pl.DataFrame({card.entity: pl.Series(keys), "score": scores.astype(np.float64)}).with_columns(
+            event_date=pl.lit(day), model_name=pl.lit(card.name), model_version=pl.lit(card.version),
+            entity_bucket=pl.col(card.entity).str.slice(0, 1).str.to_integer(base=16).cast(pl.Int32),
+            model_sha256=pl.lit(card.sha256), scored_at=pl.lit(at).dt.cast_time_unit("us"),
+            provider=pl.lit(session.provider))

@@ -95,6 +95,39 @@ def forget(settings: Settings, user_id: str) -> StepResult:
     return StepResult("forget", {f"{table}_removed": rows for table, rows in report.rows.items()}, {}, report)
 
 
+def train(settings: Settings, until: dt.date, *, name: str = "user_risk", days: int = 7) -> StepResult:
+    """Train a model on the ``days`` ending with ``until`` and register a new version."""
+    from batch_inference.training import train as fit
+
+    model = fit(settings, name, until, days=days)
+    return StepResult("train", {"features": len(model.card.features)}, {}, model)
+
+
+def score(settings: Settings, day: dt.date, *, name: str = "user_risk", version: str | None = None,
+          shard: tuple[int, int] = (0, 1), batch_rows: int = 65_536,
+          provider: Literal["auto", "cuda", "cpu"] = "auto", progress: Progress | None = None) -> StepResult:
+    """Score the entities active on ``day`` (one shard of them) with a registered model; an
+    unsharded run also writes the day's ``ads.score_daily`` row (sharded runs: :func:`summarize_scores`)."""
+    from batch_inference.scoring import score as run
+
+    report = run(settings, name, day, version=version, shard=shard, batch_rows=batch_rows, provider=provider,
+                 progress=progress)
+    if shard[1] == 1:
+        summarize_scores(settings, day, name=name, version=report.version)
+    return StepResult("score", {"entities": report.entities}, {"ads.user_risk_scores": report.version_written},
+                      report)
+
+
+def summarize_scores(settings: Settings, day: dt.date, *, name: str = "user_risk", version: str | None = None
+                     ) -> StepResult:
+    """Write the day's ``ads.score_daily`` row of a model version (the latest by default)."""
+    from batch_inference.registry import get
+    from batch_inference.summary import summarize
+
+    row = summarize(settings, day, name, version or get(settings, name).card.version)
+    return StepResult("summarize_scores", {"users_scored": int(row["users_scored"])}, {}, row)
+
+
 Step = Callable[..., StepResult]
 #: The layers of one day, in the order they are built: each step takes (settings, day, progress=…).
 DAILY: tuple[Step, ...] = (build_dwd,)
