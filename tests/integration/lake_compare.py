@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
+import pyarrow.parquet as pq
 
 from warehouse.settings import Settings
 from warehouse.storage import lake
@@ -38,3 +41,12 @@ def differences(mine: dict[str, object], theirs: dict[str, object]) -> list[str]
             size = (len(a) if a is not None else None, len(b) if b is not None else None)  # type: ignore[arg-type]
             found.append(f"{name}: {size[0]} vs {size[1]} rows")
     return found
+
+
+def assert_no_trace(root: Path, text: str) -> None:
+    """No file under ``root`` holds ``text``: Parquet files decoded (compressed pages would hide it)."""
+    for path in root.rglob("*"):
+        if path.suffix == ".parquet":
+            assert text not in repr(pq.read_table(path).to_pylist()), path
+        elif path.is_file():
+            assert text.encode() not in path.read_bytes(), path

@@ -22,10 +22,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
-from lake_compare import contents, differences
+from lake_compare import assert_no_trace, contents, differences
 from strata import pipeline
 from warehouse.settings import Settings, load_settings
 from warehouse.sources.generator import generate
@@ -149,12 +148,4 @@ def test_a_rerun_after_a_crash_at_any_commit_boundary_equals_a_clean_run(world: 
         assert not differences(contents(_settings(copy)), expected), (copy.name, differences(
             contents(_settings(copy)), expected))
         if name == "forget":
-            _assert_no_trace(copy / "lake", world["victim"])
-
-
-def _assert_no_trace(lake_root: Path, victim: str) -> None:
-    for path in lake_root.rglob("*"):
-        if path.suffix == ".parquet":
-            assert victim not in repr(pq.read_table(path).to_pylist()), path
-        elif path.is_file():
-            assert victim.encode() not in path.read_bytes(), path
+            assert_no_trace(copy / "lake", world["victim"])

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from lake_compare import contents, differences
+from lake_compare import assert_no_trace, contents, differences
 from strata import pipeline
 from warehouse.settings import Settings, load_settings
 from warehouse.sources.generator import generate
@@ -103,6 +103,4 @@ def test_two_commands_at_once_equal_one_after_the_other(world: dict, first: str,
         raced = contents(_settings(home))
         assert any(not differences(raced, s) for s in serial), [differences(raced, s) for s in serial]
         if "forget" in (first, second):
-            for path in (home / "lake").rglob("*"):
-                if path.is_file() and path.suffix != ".parquet":
-                    assert world["victim"].encode() not in path.read_bytes(), path
+            assert_no_trace(home / "lake", world["victim"])

@@ -233,6 +233,8 @@ class _Landing:
         swap = [{"file_sha256": item.sha256} for item, _ in plan] if relanding else []
         published = publish(self.settings, table, frames(), mode=mode, partitions=swap, expectations=False,
                             invariants=[keeps_every_row("ods.keeps_every_line")])
+        if relanding:  # a rewrite of rows already there: their exact types must survive it
+            lake.check_file_types(self.settings, table, published.version)
         ledger.record(self.settings, landings, replace=relanding)
         for result in landed_now:
             result.version = published.version
