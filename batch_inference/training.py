@@ -48,6 +48,54 @@ def labels(settings: Settings, until: dt.datetime) -> pl.DataFrame:
             .group_by("user_pseudonym").agg(labelled_at=pl.col("ts").min()))
 
 
+#: The feature service the user risk model is trained from (defined in the Feast repo).
+FEATURE_SERVICE = "user_risk_v1"
+#: Share of the window's days the model learns from; it is judged on the later rest.
+TRAIN_SHARE = 0.7
+
+
+def training_set(settings: Settings, until: dt.date, days: int, service: str = FEATURE_SERVICE) -> TrainingSet:
+    """Every user active on each day of the window, at the day's end, with the feature service's
+    features from Feast's offline store (point in time) and the label as of the window's end."""
+    import pandas as pd
+
+    from features.store import applied_store
+
+    store, _ = applied_store(settings)
+    feature_service = store.get_feature_service(service)
+    projection = feature_service.feature_view_projections[0]
+    view = store.get_feature_view(projection.name)
+    first = until - dt.timedelta(days=days - 1)
+    active = lake.read_frame(settings, DWD_REQUEST, columns=["user_pseudonym", "event_date"], filters=[
+        ("event_date", ">=", first), ("event_date", "<=", until)]).drop_nulls().unique()
+    entity_rows = active.select(
+        "user_pseudonym",
+        event_timestamp=(pl.col("event_date").cast(pl.Datetime("us")) + pl.duration(days=1)).dt.replace_time_zone(
+            "UTC")).sort("event_timestamp", "user_pseudonym")
+    if entity_rows.is_empty():
+        raise ModelError(f"no user was active between {first} and {until}: nothing to learn from")
+    examples = pl.from_arrow(store.get_historical_features(
+        entity_df=pd.DataFrame(entity_rows.to_pandas()), features=feature_service).to_arrow())
+    assert isinstance(examples, pl.DataFrame)
+    end = dt.datetime.combine(until + dt.timedelta(days=1), dt.time(), dt.timezone.utc)
+    marked = labels(settings, end)
+    names = [f.name for f in projection.features]
+    frame = examples.with_columns(pl.col("event_timestamp").dt.convert_time_zone("UTC")).join(
+        marked, on="user_pseudonym", how="left").with_columns(label=pl.col("labelled_at").is_not_null().cast(pl.Int8))
+    source = view.batch_source.path.rstrip("/").split("/")
+    return TrainingSet(frame.select("user_pseudonym", "event_timestamp", *names, "label"), "user_pseudonym", names,
+                       service, f"{source[-2]}.{source[-1]}", view.ttl)
+
+
+def train(settings: Settings, name: str, until: dt.date, *, days: int = 7) -> ModelVersion:
+    """Train ``name`` on the ``days`` ending with ``until``: the earlier days teach, the later judge."""
+    data = training_set(settings, until, days)
+    first = until - dt.timedelta(days=days - 1)
+    split_day = first + dt.timedelta(days=max(1, round(days * TRAIN_SHARE)))
+    return fit_and_register(settings, name, data, window=(first, until),
+                            split_at=dt.datetime.combine(split_day, dt.time(), dt.timezone.utc))
+
+
 def fit_and_register(settings: Settings, name: str, data: TrainingSet, *, split_at: dt.datetime,
                      window: tuple[dt.date, dt.date]) -> ModelVersion:
     """Fit on the examples before ``split_at``, judge on the rest, check parity, register."""
