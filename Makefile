@@ -13,7 +13,7 @@ export UV_PYTHON_DOWNLOADS := never
 export UV_COMPILE_BYTECODE := 1
 export UV_LINK_MODE := copy
 
-.PHONY: setup demo test test-all bench clean
+.PHONY: setup demo test test-all bench bench-gpu clean
 
 setup: $(STAMP)
 
@@ -40,6 +40,9 @@ test-all: setup
 
 bench: setup
 	$(BIN)/python -m benchmarks.harness $(BENCH)
+
+bench-gpu: setup
+	STRATA_BENCH_PROVIDER=cuda $(BIN)/python -m benchmarks.harness scoring
 
 clean:
 	rm -rf $(VENV) .strata .pytest_cache

@@ -206,7 +206,7 @@ def cast_expr(name: str, src: pl.DataType, target: pl.DataType) -> tuple[pl.Expr
     if src == pl.Null:
         return col.cast(target), None
     if src == target:
-        return col, (col.is_nan().fill_null(False) if target.is_float() else None)
+        return col, ((~col.is_finite()).fill_null(False) if target.is_float() else None)
     if target == pl.String:
         if src in (pl.String, pl.Categorical) or isinstance(src, pl.Enum) or src.is_numeric() or src == pl.Boolean:
             return col.cast(pl.String), None
@@ -229,7 +229,7 @@ def cast_expr(name: str, src: pl.DataType, target: pl.DataType) -> tuple[pl.Expr
             typed = col.str.strip_chars().cast(target, strict=False)
         else:
             return impossible
-        return typed, present & (col.is_null() | col.is_nan())
+        return typed, present & (col.is_null() | ~col.is_finite())  # NaN and ±infinity are no measurement
     if target == pl.Boolean:
         if src == pl.String:
             text = col.str.strip_chars().str.to_lowercase()
@@ -269,7 +269,7 @@ def find_violations(typed: pl.DataFrame, contract: Contract, now: datetime | Non
     Used by :func:`contracts.arrow.conform` as the last gate before a write; rows are not split.
     """
     exprs = value_rule_exprs(contract, now)
-    exprs += [(f"{c.name}.type", pl.col(c.name).is_nan().fill_null(False))
+    exprs += [(f"{c.name}.type", (~pl.col(c.name).is_finite()).fill_null(False))
               for c in contract.columns if polars_dtype(c.arrow_type).is_float()]
     if contract.primary_key:
         key_ok = pl.all_horizontal(pl.col(k).is_not_null() for k in contract.primary_key)
@@ -303,7 +303,7 @@ def _message(contract: Contract, rule: str) -> str:
         "min_items": f"lists with fewer than {c.min_items} items",
         "future": f"timestamps later than the check time + {c.max_future}",
         "unique": "repeated values in a unique column",
-        "type": "NaN in a numeric column",
+        "type": "NaN or infinity in a numeric column",
     }[kind]
 
 

@@ -13,7 +13,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from strata.commands import airflow, build, contracts, demo, ingest, ops, reference
+from strata.commands import airflow, build, contracts, demo, ingest, models, ops, reference
 from strata.console import console, out
 
 app = typer.Typer(
@@ -52,6 +52,7 @@ app.add_typer(ingest.app)
 app.add_typer(build.app, name="build")
 app.add_typer(reference.app)
 app.add_typer(ops.app)
+app.add_typer(models.app, name="model")
 app.add_typer(contracts.app, name="contracts")
 app.add_typer(airflow.app, name="airflow")
 

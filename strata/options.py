@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+from typing import TYPE_CHECKING
 
 import typer
+from rich.markup import escape
+
+from strata.console import console
+
+if TYPE_CHECKING:
+    from warehouse.settings import Settings
 
 
 def parse_date(text: str, option: str = "--date") -> dt.date:
@@ -21,3 +29,19 @@ def dates(texts: list[str], option: str = "--date") -> list[dt.date]:
 
 
 DATES = typer.Option(..., "--date", help="Event date, YYYY-MM-DD; repeat for several.")
+
+
+WAIT = typer.Option(None, "--wait", min=0, metavar="SECONDS",
+                    help="Wait up to SECONDS for a table another command is writing (default: STRATA_LOCK_WAIT, 0).")
+
+
+def for_writing(wait: float | None = None) -> Settings:
+    """The settings of a command that writes, after saying on stderr which lake it writes to
+    (a command run from another folder with the default STRATA_HOME would make a second lake)."""
+    from warehouse.settings import load_settings
+
+    settings = load_settings()
+    if wait is not None:
+        settings = dataclasses.replace(settings, lock_wait=float(wait))
+    console.print(f"[dim]lake: {escape(settings.lake_uri)}[/]")
+    return settings

@@ -44,8 +44,18 @@ def land(settings: Settings, paths: list[Path], *, fmt: Literal["auto", "jsonl",
     report = ingest(settings, paths, fmt=fmt, mapping_file=mapping, progress=progress, reland=reland)
     versions = {f.table.name: f.version for f in report.landed}
     counts = {"files_landed": len(report.landed), "files_skipped": len(report.skipped),
-              "lines": sum(f.lines for f in report.landed), "malformed": sum(f.malformed for f in report.landed)}
+              "files_failed": len(report.failed), "lines": sum(f.lines for f in report.landed),
+              "malformed": sum(f.malformed for f in report.landed)}
     return StepResult("land", counts, versions, report)
+
+
+def unland(settings: Settings, files: list[Path], *, batch: str | None = None) -> StepResult:
+    """Remove the ODS lines of files landed by mistake (or of every file of ``batch``)."""
+    from warehouse.ods.unland import unland as remove
+
+    report = remove(settings, files, batch=batch)
+    return StepResult("unland", {"files": report.files, **{f"{t}_removed": n for t, n in report.rows.items()}},
+                      {}, report)
 
 
 def load_prices(settings: Settings, csv_path: Path) -> StepResult:
@@ -83,6 +93,39 @@ def forget(settings: Settings, user_id: str) -> StepResult:
 
     report = forget_user(settings, user_id)
     return StepResult("forget", {f"{table}_removed": rows for table, rows in report.rows.items()}, {}, report)
+
+
+def train(settings: Settings, until: dt.date, *, name: str = "user_risk", days: int = 7) -> StepResult:
+    """Train a model on the ``days`` ending with ``until`` and register a new version."""
+    from batch_inference.training import train as fit
+
+    model = fit(settings, name, until, days=days)
+    return StepResult("train", {"features": len(model.card.features)}, {}, model)
+
+
+def score(settings: Settings, day: dt.date, *, name: str = "user_risk", version: str | None = None,
+          shard: tuple[int, int] = (0, 1), batch_rows: int = 65_536,
+          provider: Literal["auto", "cuda", "cpu"] = "auto", progress: Progress | None = None) -> StepResult:
+    """Score the entities active on ``day`` (one shard of them) with a registered model; an
+    unsharded run also writes the day's ``ads.score_daily`` row (sharded runs: :func:`summarize_scores`)."""
+    from batch_inference.scoring import score as run
+
+    report = run(settings, name, day, version=version, shard=shard, batch_rows=batch_rows, provider=provider,
+                 progress=progress)
+    if shard[1] == 1:
+        summarize_scores(settings, day, name=name, version=report.version)
+    return StepResult("score", {"entities": report.entities}, {"ads.user_risk_scores": report.version_written},
+                      report)
+
+
+def summarize_scores(settings: Settings, day: dt.date, *, name: str = "user_risk", version: str | None = None
+                     ) -> StepResult:
+    """Write the day's ``ads.score_daily`` row of a model version (the latest by default)."""
+    from batch_inference.registry import get
+    from batch_inference.summary import summarize
+
+    row = summarize(settings, day, name, version or get(settings, name).card.version)
+    return StepResult("summarize_scores", {"users_scored": int(row["users_scored"])}, {}, row)
 
 
 Step = Callable[..., StepResult]

@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field, fields
-from typing import Iterable, Iterator, Protocol
+from contextlib import AbstractContextManager
+from typing import Iterable, Iterator, Protocol, Sequence
 
 import polars as pl
 
 from warehouse.ops.books import Books, record_books
 from warehouse.progress import Progress
 from warehouse.settings import Settings
+from warehouse.storage import locks
 from warehouse.storage.memory import detach
 from warehouse.storage.publish import InvariantFailure, Tally, keeps_every_row, publish
-from warehouse.tables import DWD_QUARANTINE, Table
+from warehouse.tables import DWD_QUARANTINE, OPS_BOOKS, Table
 
 @dataclass
 class Counts:
@@ -72,6 +74,18 @@ class RunResult:
     rules: dict[str, int]
 
 
+def claim(settings: Settings, target: Table, day: dt.date, *, reads: Sequence[Table] = (), books: bool = True,
+          quarantine: bool = True) -> AbstractContextManager[None]:
+    """The locks of one build, to hold from its first read to its last commit: the day's
+    partitions of the target, of the quarantine and of the books, and the tables it reads."""
+    write: list[tuple[Table, dict[str, object] | None]] = [(target, {"event_date": day})]
+    if quarantine:
+        write.append((DWD_QUARANTINE, {"event_date": day, "target_table": target.name}))
+    if books:
+        write.append((OPS_BOOKS, {"event_date": day, "table_name": target.name}))
+    return locks.hold(settings, write=write, read=reads)
+
+
 def run(
     settings: Settings,
     target: Table,
@@ -84,14 +98,25 @@ def run(
     now: dt.datetime | None = None,
     books: bool = True,
     quarantine: bool = True,
+    reads: Sequence[Table] = (),
 ) -> RunResult:
     """Stream ``batches`` through ``transform`` into ``target``'s partition for ``day``.
 
     ``total`` is the number of input rows, for progress. With ``books`` the books must
     balance before anything is published, and are recorded in ``ops.books``. With
     ``quarantine`` the rows the transform set aside replace the day's quarantine rows for
-    ``target`` (a transform that sets nothing aside passes ``quarantine=False``).
+    ``target`` (a transform that sets nothing aside passes ``quarantine=False``). The
+    build's locks (:func:`claim`) are held throughout; a caller that reads before it runs
+    takes them first, with the tables it ``reads``.
     """
+    with claim(settings, target, day, reads=reads, books=books, quarantine=quarantine):
+        return _run(settings, target, transform, batches, day=day, total=total, progress=progress, now=now,
+                    books=books, quarantine=quarantine)
+
+
+def _run(settings: Settings, target: Table, transform: Transform, batches: Iterable[pl.DataFrame], *,
+         day: dt.date, total: int, progress: Progress | None, now: dt.datetime | None, books: bool,
+         quarantine: bool) -> RunResult:
     from contracts import arrow_schema
 
     counts = Counts()

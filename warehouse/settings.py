@@ -8,6 +8,7 @@ and it imports nothing of Strata's.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 from dataclasses import dataclass, fields
@@ -36,6 +37,12 @@ class Settings:
     online_store: OnlineStore
     redis_url: str
     ods_retention_days: int
+    #: Where writers' locks live: a Postgres URL (advisory locks, for a cluster), else files under home.
+    lock_url: str | None = None
+    #: Seconds a writer waits for a lock another process holds before it fails (0: fail at once).
+    lock_wait: float = 0.0
+    #: The earliest plausible request time; a record before it is quarantined (``ts.floor``).
+    ts_floor: dt.datetime = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
     #: Scoring runs as this many shards (one mapped Airflow task each).
     score_shards: int = 2
     #: Object storage for an ``s3://`` lake: an endpoint for S3-compatible stores (MinIO, a test
@@ -61,7 +68,7 @@ class Settings:
             value = getattr(self, f.name)
             if f.name in _SECRET_FIELDS:
                 out[f.name] = "****" if value else "(not set)"
-            elif f.name == "redis_url":
+            elif f.name in ("redis_url", "lock_url"):
                 out[f.name] = re.sub(r"//[^@/]*@", "//****@", str(value))
             else:
                 out[f.name] = str(value)
@@ -72,9 +79,10 @@ class Settings:
         env = {"STRATA_HOME": str(self.home), "STRATA_LAKE_URI": self.lake_uri,
                "STRATA_LANDING_DIR": str(self.landing_dir), "AIRFLOW_HOME": str(self.airflow_home),
                "STRATA_ONLINE_STORE": self.online_store, "STRATA_REDIS_URL": self.redis_url,
-               "STRATA_ODS_RETENTION_DAYS": str(self.ods_retention_days),
-               "STRATA_SCORE_SHARDS": str(self.score_shards)}
-        optional = {"STRATA_PSEUDONYM_KEY": self.pseudonym_key, "STRATA_S3_ENDPOINT_URL": self.s3_endpoint_url,
+               "STRATA_ODS_RETENTION_DAYS": str(self.ods_retention_days), "STRATA_LOCK_WAIT": str(self.lock_wait),
+               "STRATA_TS_FLOOR": self.ts_floor.date().isoformat(), "STRATA_SCORE_SHARDS": str(self.score_shards)}
+        optional = {"STRATA_PSEUDONYM_KEY": self.pseudonym_key, "STRATA_LOCK_URL": self.lock_url,
+                    "STRATA_S3_ENDPOINT_URL": self.s3_endpoint_url,
                     "STRATA_S3_REGION": self.s3_region, "AWS_ACCESS_KEY_ID": self.s3_access_key_id,
                     "AWS_SECRET_ACCESS_KEY": self.s3_secret_access_key}
         return env | {k: v for k, v in optional.items() if v}
@@ -104,6 +112,21 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     if endpoint is not None and not re.match(r"https?://[^/]+", endpoint):
         raise ConfigError(f"STRATA_S3_ENDPOINT_URL must be an http(s) URL such as http://127.0.0.1:9000, "
                           f"not {endpoint!r}")
+    lock_url = env.get("STRATA_LOCK_URL") or None
+    if lock_url is not None and not lock_url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(f"STRATA_LOCK_URL must be a postgresql:// URL (advisory locks), not {lock_url.split(':')[0]!r}")
+    wait = env.get("STRATA_LOCK_WAIT", "0")
+    try:
+        lock_wait = float(wait)
+    except ValueError:
+        lock_wait = -1.0
+    if not lock_wait >= 0:
+        raise ConfigError(f"STRATA_LOCK_WAIT must be a number of seconds >= 0, not {wait!r}")
+    floor_text = env.get("STRATA_TS_FLOOR", "2000-01-01")
+    try:
+        floor = dt.datetime.combine(dt.date.fromisoformat(floor_text), dt.time(), dt.timezone.utc)
+    except ValueError:
+        raise ConfigError(f"STRATA_TS_FLOOR must be a date like 2000-01-01, not {floor_text!r}") from None
     return Settings(
         home=home,
         lake_uri=lake,
@@ -115,6 +138,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         online_store=store,  # type: ignore[arg-type]
         redis_url=env.get("STRATA_REDIS_URL", "redis://127.0.0.1:6379/0"),
         ods_retention_days=_positive(env, "STRATA_ODS_RETENTION_DAYS", "90"),
+        lock_url=lock_url,
+        lock_wait=lock_wait,
+        ts_floor=floor,
         score_shards=_positive(env, "STRATA_SCORE_SHARDS", "2"),
         s3_endpoint_url=endpoint,
         s3_region=env.get("STRATA_S3_REGION") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import typer
 
 from strata.console import out, progress
-from strata.options import DATES, dates
+from strata.options import DATES, WAIT, dates, for_writing
 
 app = typer.Typer(help="Build a layer for a logical date.", no_args_is_help=True)
 
 
 @app.command("dwd")
-def build_dwd_cmd(days: list[str] = DATES) -> None:
+def build_dwd_cmd(days: list[str] = DATES, wait: Optional[float] = WAIT) -> None:
     """Publish dwd.feedback and dwd.request for event dates from ODS (idempotent), one date at a time."""
     from strata import pipeline
-    from warehouse.settings import load_settings
 
-    settings = load_settings()
+    settings = for_writing(wait)
     for day in dates(days):
         with progress(f"building DWD {day}") as step:
             result = pipeline.build_dwd(settings, day, progress=step)

@@ -1,4 +1,5 @@
-"""``strata ingest`` and ``strata landed``: landing files in ODS, and the ledger of what landed."""
+"""``strata ingest``, ``strata unland`` and ``strata landed``: landing files in ODS, undoing it,
+and the ledger of what landed."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from strata.console import out, progress
+from strata.console import console, out, progress
+from strata.options import WAIT, for_writing
 
 app = typer.Typer()
+#: Skipped files listed one by one up to this many; beyond, a summary.
+LISTED = 10
 
 
 @app.command("ingest")
@@ -20,31 +24,70 @@ def ingest_cmd(
     mapping: Optional[Path] = typer.Option(None, "--mapping", help="Mapping file for a CSV/JSONL trace."),
     reland: bool = typer.Option(False, "--reland", help="Land files again even if already landed, replacing "
                                 "their earlier rows (e.g. after fixing their mapping)."),
+    wait: Optional[float] = WAIT,
 ) -> None:
-    """Land files into ODS byte-exact; files already landed (same content hash) are skipped."""
+    """Land files into ODS byte-exact; files already landed (same content hash) are skipped.
+
+    Exits 1 when a file could not be read or held no parseable line (the others land).
+    """
     from strata import pipeline
-    from warehouse.settings import load_settings
 
     if fmt not in ("auto", "jsonl", "csv", "otlp-json"):
         raise typer.BadParameter(f"{fmt!r} is not one of jsonl, csv, otlp-json, auto", param_hint="--format")
+    settings = for_writing(wait)
     with progress("ingesting") as step:
-        result = pipeline.land(load_settings(), paths, fmt=fmt, mapping=mapping, reland=reland,  # type: ignore[arg-type]
+        result = pipeline.land(settings, paths, fmt=fmt, mapping=mapping, reland=reland,  # type: ignore[arg-type]
                                progress=step)
     report = result.detail
-    for skipped in report.skipped:
+    for skipped in report.skipped[:LISTED]:
         out.print(f"[yellow]skipped[/] {escape(str(skipped.path))} (already landed in {skipped.table} as "
                   f"{escape(skipped.landed_as)})")
+    if len(report.skipped) > LISTED:
+        out.print(f"[yellow]skipped[/] {len(report.skipped) - LISTED:,} more file(s) already landed "
+                  "(`strata landed` lists every landed file)")
     out.print(f"landed {result.counts['files_landed']} file(s), {result.counts['lines']:,} lines "
               f"({result.counts['malformed']:,} malformed), skipped {result.counts['files_skipped']}; "
               f"batch {report.batch_id}")
     if any(f.landed_as != f.source for f in report.skipped):
         out.print("some skipped files were landed as another format or mapping than this run reads them with; "
                   "--reland lands them again as this run reads them, replacing their earlier rows")
+    if report.dates:
+        out.print(f"event dates landed: {', '.join(d.isoformat() for d in report.dates)}; build them with: "
+                  f"strata build dwd {' '.join(f'--date {d.isoformat()}' for d in report.dates)}")
     replaced = [f for f in report.landed if f.replaced]
     if replaced:
         dates = " ".join(f"--date {d.isoformat()}" for d in sorted(report.stale_dates))
         out.print(f"re-landed {len(replaced)} file(s), replacing their earlier rows"
                   + (f"; DWD of their event dates is stale until rebuilt: strata build dwd {dates}" if dates else ""))
+    for warning in report.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}")
+    for bad in report.all_malformed:
+        console.print(f"[red]not logs?[/] every one of the {bad.lines:,} lines of {escape(str(bad.path))} is "
+                      f"malformed; its bytes are archived in {bad.table}. If it was landed by mistake: "
+                      f"strata unland {escape(str(bad.path))}")
+    for failed in report.failed:
+        console.print(f"[red]not landed:[/] {escape(failed.error)}")
+    if report.failed or report.all_malformed:
+        raise typer.Exit(1)
+
+
+@app.command("unland")
+def unland_cmd(
+    files: Optional[list[Path]] = typer.Argument(None, help="Files landed by mistake (their content or path)."),
+    batch: Optional[str] = typer.Option(None, "--batch", help="Unland every file of this ingest batch."),
+    wait: Optional[float] = WAIT,
+) -> None:
+    """Remove the ODS lines of files landed by mistake; the ledger remembers them (--reland lands them again)."""
+    from strata import pipeline
+
+    result = pipeline.unland(for_writing(wait), files or [], batch=batch)
+    report = result.detail
+    for table, rows in report.rows.items():
+        out.print(f"{table}: removed {rows:,} line(s)")
+    out.print(f"unlanded {report.files} file(s)")
+    if report.stale_dates:
+        dates = " ".join(f"--date {d.isoformat()}" for d in sorted(report.stale_dates))
+        out.print(f"DWD of their event dates is stale until rebuilt: strata build dwd {dates}")
 
 
 @app.command("landed")
@@ -62,7 +105,9 @@ def landed_cmd(
         out.print("no file landed yet")
         return
     table = Table("landed at (UTC)", "file", "table", "read as", "lines", "malformed", "batch")
+    table.columns[1].overflow = "fold"  # a long path wraps, whole, rather than being cut
     for row in files.iter_rows(named=True):
-        table.add_row(f"{row['landed_at']:%Y-%m-%d %H:%M:%S}", escape(row["source_file"]), row["table_name"],
+        name = escape(row["source_file"]) + (" [dim](unlanded)[/]" if row.get("unlanded_at") else "")
+        table.add_row(f"{row['landed_at']:%Y-%m-%d %H:%M:%S}", name, row["table_name"],
                       escape(row["source"]), f"{row['lines']:,}", f"{row['malformed']:,}", row["batch_id"])
     out.print(table)

@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from strata.console import out
+from strata.options import WAIT, for_writing
 
 app = typer.Typer()
 retention_app = typer.Typer(help="Retention of raw data (ODS, the quarantine, any table with a pii column).",
@@ -17,12 +18,12 @@ app.add_typer(retention_app, name="retention")
 @retention_app.command("apply")
 def retention_apply_cmd(
     days: Optional[int] = typer.Option(None, "--days", min=1, help="Days to keep (default: STRATA_ODS_RETENTION_DAYS)."),
+    wait: Optional[float] = WAIT,
 ) -> None:
     """Delete raw-data partitions older than the retention, then vacuum."""
     from strata import pipeline
-    from warehouse.settings import load_settings
 
-    settings = load_settings()
+    settings = for_writing(wait)
     result = pipeline.apply_retention(settings, days=days)
     kept = days or settings.ods_retention_days
     for table, rows in result.detail.items():
@@ -32,12 +33,12 @@ def retention_apply_cmd(
 
 
 @app.command("forget")
-def forget_cmd(user: str = typer.Option(..., "--user", help="The user id (as the AI service logs it).")) -> None:
+def forget_cmd(user: str = typer.Option(..., "--user", help="The user id (as the AI service logs it)."),
+               wait: Optional[float] = WAIT) -> None:
     """Remove one user from every table that can hold them (raw lines included) and vacuum."""
     from strata import pipeline
-    from warehouse.settings import load_settings
 
-    report = pipeline.forget(load_settings(), user).detail
+    report = pipeline.forget(for_writing(wait), user).detail
     for table, rows in report.rows.items():
         out.print(f"{table}: removed {rows:,} row(s)")
     out.print(f"removed {report.total:,} row(s) in all; old files and log entries vacuumed")

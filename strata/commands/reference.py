@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
 from strata.console import out
+from strata.options import WAIT, for_writing
 
 app = typer.Typer()
 prices_app = typer.Typer(help="Model price reference data.", no_args_is_help=True)
@@ -14,11 +16,11 @@ app.add_typer(prices_app, name="prices")
 
 
 @prices_app.command("load")
-def prices_load_cmd(csv_path: Path = typer.Argument(..., exists=True, dir_okay=False, help="prices.csv")) -> None:
-    """Load a price list (model, effective_from, prices per 1k tokens) as a new version."""
+def prices_load_cmd(csv_path: Path = typer.Argument(..., exists=True, dir_okay=False, help="prices.csv"),
+                    wait: Optional[float] = WAIT) -> None:
+    """Load a price list (model, effective_from, prices per 1k tokens[, bills_refusals]) as a new version."""
     from strata import pipeline
-    from warehouse.settings import load_settings
 
-    result = pipeline.load_prices(load_settings(), csv_path)
+    result = pipeline.load_prices(for_writing(wait), csv_path)
     for table, version in result.versions.items():
         out.print(f"{table} is now version {version}")

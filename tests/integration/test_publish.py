@@ -103,11 +103,14 @@ def test_publish_commits_one_version_and_one_audit_row(settings: Settings) -> No
     assert commits(settings, table("ops.books")) == 1
     log = audit_log(settings)
     assert log.height == 1
-    assert log.row(0, named=True) | {"started_at": None, "duration_ms": None} == {
+    row = log.row(0, named=True)
+    assert row | {"started_at": None, "duration_ms": None, "attempt_id": None} == {
         "table_name": "ops.books", "partition": "event_date = '2026-01-01'", "delta_version": 0,
         "status": "published", "rows_in": 2, "rows_published": 2, "rows_rejected": 0, "rules_failed": [],
-        "started_at": None, "duration_ms": None, "message": "",
+        "started_at": None, "duration_ms": None, "message": "", "attempt_id": None,
     }
+    # The attempt's id is stamped on its commit too, so a crash between the two can be repaired.
+    assert DeltaTable(table("ops.books").uri(settings)).history(1)[0]["strata.attempt"] == row["attempt_id"]
 
     # A second publish with one bad row: one more version, one more audit row with the counts.
     bad = books(DAY2, "dwd.request", "dwd.feedback", "dwd.quarantine").with_columns(

@@ -125,6 +125,21 @@ def test_every_writing_task_declares_its_tables_as_outlets(probe: dict[str, Any]
         probe["dags"]["strata_daily"]["tasks"]["dwd.build_dwd"]["outlets"])
 
 
+def test_library_code_and_the_cli_never_import_airflow() -> None:
+    """Importing Airflow reconfigures a process's logging: only the dag.test() child may (DESIGN §8)."""
+    root = DAGS.parent
+    allowed = {root / "strata" / "orchestration" / "dag_runs.py"}
+    found = []
+    for package in ("strata", "features", "batch_inference", "warehouse", "contracts"):
+        for path in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+                if any(n == "airflow" or n.startswith("airflow.") for n in names) and path not in allowed:
+                    found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not found, f"airflow imported outside the dag.test() child: {found}"
+
+
 @pytest.mark.parametrize("name", DAG_FILES)
 def test_dag_files_are_thin_airflow_sdk_at_top_level_and_a_task_runs_the_step_it_is_named_for(name: str) -> None:
     tree = ast.parse((DAGS / name).read_text())

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sys
 from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
+import pytest
 
 from warehouse.dwd.transform import DwdTransform, RequestInputs, key_columns, repeats
-from warehouse.ods.ingest import ods_frame, per_line
+from warehouse.ods.rows import ods_frame, per_line
 from warehouse.sources.files import LandedFile
 from warehouse.sources.jsonl import parse_json_lines
 from warehouse.sources.canonical import fields_for
@@ -32,10 +34,19 @@ def request(request_id: str, **fields: object) -> dict:
     return {k: v for k, v in record.items() if v is not None}
 
 
+@pytest.fixture(autouse=True)
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parse files of these tests go to the test's own folder."""
+    monkeypatch.setattr(sys.modules[__name__], "SCRATCH", tmp_path)
+
+
+SCRATCH = Path()
+
+
 def ods_batch(lines: list[bytes], *, file: str = "a.jsonl", first_line: int = 1) -> pl.DataFrame:
     """ODS rows of ``lines`` as ingest builds them (lenient keys, malformed flag), no table written."""
     raw = pa.array(lines, pa.large_binary())
-    keys = per_line(parse_json_lines(raw, ("request_id", "ts")), len(lines))
+    keys = per_line(parse_json_lines(raw, ("request_id", "ts"), folder=SCRATCH), len(lines))
     landed = LandedFile(Path(f"/landing/date={DAY}/{file}"), sha256=file * 4, content=b"")
     return ods_frame(raw, keys, source="jsonl", file=landed, ingested_at=ARRIVED, batch_id="b1",
                      first_line=first_line).with_columns(event_date=pl.lit(DAY))
@@ -43,7 +54,8 @@ def ods_batch(lines: list[bytes], *, file: str = "a.jsonl", first_line: int = 1)
 
 def parser(source: str, kind: str):
     assert source == "jsonl"
-    return lambda raw, _line_no, _sha, ndjson=None: parse_json_lines(raw, fields_for(kind), checked_ok=True)
+    return lambda raw, _line_no, _sha, ndjson=None: parse_json_lines(raw, fields_for(kind), folder=SCRATCH,
+                                                                    checked_ok=True)
 
 
 PRICES = pl.DataFrame({"model": ["m1", "m2"], "effective_from": [dt.date(2026, 1, 1)] * 2,
@@ -86,6 +98,10 @@ def test_each_fault_kind_is_quarantined_with_its_rule() -> None:
         "wrong_type": lines(request("f6", input_tokens="many"))[0],
         "missing_required": lines(request("f7", tenant_id=None))[0],
         "bad_timestamp_text": lines(request("f8", ts="yesterday"))[0],
+        "epoch_seconds_read_as_ms": lines(request("f9", ts=1769940000))[0],
+        "before_the_floor": lines(request("f10", ts="1999-12-31T23:00:00Z"))[0],
+        "not_on_its_event_date": lines(request("f11", ts="2026-02-02T01:00:00Z"))[0],
+        "infinite_duration": lines(request("f12", duration_ms="Infinity"))[0],
     }
     batch = ods_batch([*faults.values(), *lines(request("ok"))])
     out = transform_for([batch])(batch)
@@ -93,13 +109,15 @@ def test_each_fault_kind_is_quarantined_with_its_rule() -> None:
     assert out.set_aside is not None
     rules = {row["line_no"]: row["rules"] for row in out.set_aside.iter_rows(named=True)}
     expected = [["line.invalid_json"], ["line.invalid_utf8"], ["line.oversized"], ["duration_ms.min"],
-                ["ts.future"], ["input_tokens.type"], ["tenant_id.required"], ["ts.type"]]
+                ["ts.event_date", "ts.future"], ["input_tokens.type"], ["tenant_id.required"], ["ts.type"],
+                ["ts.event_date", "ts.floor"], ["ts.event_date", "ts.floor"], ["ts.event_date"],
+                ["duration_ms.type"]]
     assert [rules[n] for n in range(1, len(faults) + 1)] == expected
     quarantined = out.set_aside.filter(pl.col("line_no") == 4).row(0, named=True)
     assert quarantined["raw_line"] == faults["negative_duration"]  # byte-exact, with its lineage
     assert quarantined["target_table"] == "dwd.request" and quarantined["source_file"].endswith("a.jsonl")
     c = out.counts
-    assert (c.records, c.malformed, c.quarantined, c.duplicates, out.rows.height) == (9, 3, 5, 0, 1)
+    assert (c.records, c.malformed, c.quarantined, c.duplicates, out.rows.height) == (13, 3, 9, 0, 1)
     assert c.records == out.rows.height + c.duplicates + c.quarantined + c.malformed  # the books balance
 
 

@@ -19,15 +19,16 @@ import pyarrow.compute as pc
 
 from warehouse.dwd.labels import latest_labels, merge_labels
 from warehouse.dwd.prices import read_prices
-from warehouse.dwd.transform import DwdTransform, RequestInputs, key_columns, repeats
+from warehouse.dwd.transform import TARGETS, DwdTransform, RequestInputs, key_columns, repeats
 from warehouse.ods import ODS_TABLES
 from warehouse.ods.scan import ods_batches, ods_files, ods_row_count, read_columns
 from warehouse.progress import Progress
-from warehouse.runner import RunResult, run
+from warehouse.runner import RunResult, claim, run
 from warehouse.settings import Settings
 from warehouse.sources.canonical import Kind
 from warehouse.sources.formats import parser_for
 from warehouse.storage import lake
+from warehouse.tables import DWD_FEEDBACK, DWD_MODEL_PRICE
 
 
 def build(settings: Settings, kind: Kind, day: dt.date, progress: Progress | None = None) -> RunResult:
@@ -37,7 +38,15 @@ def build(settings: Settings, kind: Kind, day: dt.date, progress: Progress | Non
     """
     from contracts.audit_worker import warm_up
 
+    key = settings.require_pseudonym_key() if kind == "requests" else b""
     warm_up()  # GX imports in its worker while this process reads ODS keys (one core is idle then)
+    target, ods_table = TARGETS[kind], ODS_TABLES[kind]
+    reads = [ods_table, DWD_FEEDBACK, DWD_MODEL_PRICE] if kind == "requests" else [ods_table]
+    with claim(settings, target, day, reads=reads):
+        return _build(settings, kind, day, key, progress)
+
+
+def _build(settings: Settings, kind: Kind, day: dt.date, key: bytes, progress: Progress | None) -> RunResult:
     ods_table = ODS_TABLES[kind]
     delta = lake.open_table(settings, ods_table)
     if delta is None:
@@ -50,10 +59,11 @@ def build(settings: Settings, kind: Kind, day: dt.date, progress: Progress | Non
     files = ods_files(settings, kind, day)
     requests = None
     if kind == "requests":
-        requests = RequestInputs(settings.require_pseudonym_key(), read_prices(settings), latest_labels(settings))
+        requests = RequestInputs(key, read_prices(settings), latest_labels(settings))
     transform = DwdTransform(
         kind, day, lambda source, kind: parser_for(settings, source, kind, checked_ok=True),
-        repeats=repeats(read_columns(settings, files, key_columns(kind)), kind), now=pc.max(arrivals).as_py(), requests=requests)
+        repeats=repeats(read_columns(settings, files, key_columns(kind)), kind), now=pc.max(arrivals).as_py(),
+        requests=requests, floor=settings.ts_floor)
     return run(settings, transform.target, transform, ods_batches(settings, files, day), day=day, total=len(arrivals),
                progress=progress, now=transform.now)
 
@@ -61,8 +71,10 @@ def build(settings: Settings, kind: Kind, day: dt.date, progress: Progress | Non
 def build_day(settings: Settings, day: dt.date, progress: Progress | None = None) -> dict[Kind, RunResult]:
     """Build D's feedback (merging its labels into earlier requests), then D's requests.
 
-    A day may hold only feedback (reviews arrive after the traffic they judge).
+    A day may hold only feedback (reviews arrive after the traffic they judge). The
+    configuration is checked before anything is read or written.
     """
+    settings.require_pseudonym_key()
     counts = {kind: ods_row_count(settings, kind, day) for kind in ODS_TABLES}
     if not any(counts.values()):
         raise LookupError(f"no ODS rows with event_date {day}: nothing to build "

@@ -5,9 +5,11 @@ from __future__ import annotations
 import datetime as dt
 
 import polars as pl
+import pyarrow.compute as pc
 
 from warehouse.settings import Settings
-from warehouse.storage import lake
+from warehouse.storage import lake, locks
+from warehouse.storage.publish import republish
 from warehouse.tables import DWD_FEEDBACK, DWD_REQUEST
 
 
@@ -26,27 +28,39 @@ def latest_labels(settings: Settings, request_ids: pl.Series | None = None) -> p
 
 
 def merge_labels(settings: Settings, feedback_day: dt.date) -> int:
-    """Apply feedback that arrived on ``feedback_day`` to the requests it labels (Delta MERGE).
+    """Apply feedback that arrived on ``feedback_day`` to the requests it labels.
 
     Returns the number of request rows updated. The label set is the latest over all
-    feedback, so merging in any order, or twice, gives the same rows.
+    feedback, so merging in any order, or twice, gives the same rows. The partitions holding
+    labelled requests are rewritten through the publish path (their exact types kept), under
+    the table's exclusive lock: a request build running meanwhile either finishes first (and
+    its rows are labelled here) or starts after (and reads these labels itself).
     """
-    target = lake.open_table(settings, DWD_REQUEST)
-    if target is None:
-        return 0
-    fb = lake.read_frame(settings, DWD_FEEDBACK, columns=["request_id"], filters=[("event_date", "=", feedback_day)])
-    assert isinstance(fb, pl.DataFrame)
-    labels = latest_labels(settings, fb.get_column("request_id").unique())
-    if labels.is_empty():
-        return 0
-    stats = (
-        target.merge(labels.to_arrow(), predicate="t.request_id = s.request_id", source_alias="s", target_alias="t")
-        .when_matched_update(
-            updates={"feedback_kind": "s.feedback_kind", "feedback_value": "s.feedback_value",
-                     "feedback_ts": "s.feedback_ts"},
-            predicate="(t.feedback_ts IS DISTINCT FROM s.feedback_ts) OR (t.feedback_kind IS DISTINCT FROM "
-                      "s.feedback_kind) OR (t.feedback_value IS DISTINCT FROM s.feedback_value)",
-        )
-        .execute()
-    )
-    return int(stats.get("num_target_rows_updated", 0))
+    with locks.hold(settings, write=[(DWD_REQUEST, None)], read=[DWD_FEEDBACK]):
+        if lake.open_table(settings, DWD_REQUEST) is None:
+            return 0
+        fb = lake.read_frame(settings, DWD_FEEDBACK, columns=["request_id"], filters=[("event_date", "=", feedback_day)])
+        labels = latest_labels(settings, fb.get_column("request_id").unique())
+        if labels.is_empty():
+            return 0
+        columns = ["request_id", "event_date", *_LABEL_COLUMNS]
+        labelled = pl.from_arrow(lake.snapshot(settings, DWD_REQUEST).to_table(
+            columns=columns, filter=pc.field("request_id").isin(labels.get_column("request_id").to_list())))
+        assert isinstance(labelled, pl.DataFrame)
+        stale = labelled.join(labels, on="request_id", suffix="_new").filter(pl.any_horizontal(
+            pl.col(c).ne_missing(pl.col(f"{c}_new")) for c in _LABEL_COLUMNS))
+        if stale.is_empty():
+            return 0
+
+        def relabel(rows: pl.DataFrame) -> pl.DataFrame:
+            update = rows.select("request_id").join(labels.with_columns(_has=pl.lit(True)), on="request_id",
+                                                    how="left", maintain_order="left")
+            have = update.get_column("_has").fill_null(False)
+            return rows.with_columns(pl.when(have).then(update.get_column(c)).otherwise(pl.col(c)).alias(c)
+                                     for c in _LABEL_COLUMNS)
+
+        republish(settings, DWD_REQUEST, relabel, stale.select("event_date").unique().to_dicts())
+        return stale.height
+
+
+_LABEL_COLUMNS = ["feedback_kind", "feedback_value", "feedback_ts"]

@@ -21,6 +21,7 @@ import polars as pl
 
 from contracts import split_rows
 from warehouse.dwd.prices import with_cost
+from warehouse.ods.rows import FLOOR
 from warehouse.privacy import pseudonymize
 from warehouse.runner import Batch, Counts
 from warehouse.sources.canonical import Kind, fields_for
@@ -144,6 +145,8 @@ class DwdTransform:
     #: Check time of the row rules (``ts.future``): the latest arrival of the day's lines.
     now: dt.datetime
     requests: RequestInputs | None = None
+    #: The earliest plausible request time (``STRATA_TS_FLOOR``).
+    floor: dt.datetime = FLOOR
     _seen: pl.Series = field(default_factory=lambda: pl.Series("seen", [], pl.String))
     _pseudonyms: dict[str, str] = field(default_factory=dict)
 
@@ -164,17 +167,33 @@ class DwdTransform:
         ts_faults = typed.filter(pl.col("_ts_type_error"))
         split = split_rows(typed.filter(~pl.col("_ts_type_error")).drop("_ts_type_error"), self.target.contract,
                            now=self.now, keep=_CARRIED)
+        # Timestamp rules a contract cannot state: the configured floor, and the row's own partition.
+        implausible = self._ts_rules()
+        valid = split.valid.with_columns(_ts_rules=implausible)
+        rejected = pl.concat([
+            split.rejected.with_columns(rules=pl.concat_list("rules", implausible).list.unique().list.sort()),
+            valid.filter(pl.col("_ts_rules").list.len() > 0).rename({"_ts_rules": "rules"}),
+        ], how="diagonal_relaxed")
         set_aside = pl.concat([
             quarantine_rows(malformed, pl.concat_list(malformed_rule(pl.coalesce("ods_parse_error", "parse_error"))),
                             self.target, self.day),
             quarantine_rows(ts_faults, pl.concat_list(pl.lit("ts.type")), self.target, self.day),
-            quarantine_rows(split.rejected, pl.col("rules"), self.target, self.day),
+            quarantine_rows(rejected, pl.col("rules"), self.target, self.day),
         ], how="vertical_relaxed")
-        rows = split.valid.drop(_CARRIED)
+        rows = valid.filter(pl.col("_ts_rules").list.len() == 0).drop(_CARRIED, "_ts_rules")
         incomplete = rows.get_column("cost_usd").null_count() if self.kind == "requests" else 0
         counts = Counts(records=records.height, duplicates=duplicates, malformed=malformed.height,
-                        quarantined=ts_faults.height + split.rejected.height, incomplete=incomplete)
+                        quarantined=ts_faults.height + rejected.height, incomplete=incomplete)
         return Batch(rows, set_aside, counts)
+
+    def _ts_rules(self) -> pl.Expr:
+        """``ts.floor`` (before the earliest plausible time: a 1970 date, epoch seconds read as
+        milliseconds) and ``ts.event_date`` (outside the day being built), as a list per row."""
+        ts = pl.col("ts")
+        return pl.concat_list(
+            pl.when(ts < self.floor).then(pl.lit("ts.floor")),
+            pl.when(ts.dt.date() != self.day).then(pl.lit("ts.event_date")),
+        ).list.drop_nulls().list.sort()
 
     def _deduplicated(self, good: pl.DataFrame) -> tuple[pl.DataFrame, int]:
         """The first arrival of each key, and how many repeats were dropped.

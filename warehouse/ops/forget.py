@@ -10,16 +10,16 @@ classified column is covered with no change to this module:
 * any table with a ``request_id`` column also loses the rows of the user's requests
   (feedback events, quarantined lines of those requests).
 
-Each touched partition is rewritten without the user's rows, conformed to the table's
-contract (so its exact Arrow types survive), in one commit per table; then old files and
-log entries are vacuumed, because a Delta delete only hides rows. No predicate naming
-the user is ever written to a Delta log.
+Each touched partition is rewritten without the user's rows through the one publish path
+(conformed to the contract, so its exact Arrow types survive), in one commit per table;
+then old files and log entries are vacuumed, because a rewrite only hides the old files.
+No predicate naming the user is ever written to a Delta log.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Iterator
 
 import polars as pl
 import pyarrow as pa
@@ -29,7 +29,8 @@ import pyarrow.dataset as ds
 from warehouse.ops.retention import vacuum_now
 from warehouse.privacy import pseudonym
 from warehouse.settings import Settings
-from warehouse.storage import lake
+from warehouse.storage import audit, lake, locks
+from warehouse.storage.publish import republish
 from warehouse.tables import PII, PSEUDONYMOUS, Table, all_tables
 
 #: Rows read at a time when looking for a user's rows: bounds memory however large the lake.
@@ -130,44 +131,6 @@ def _batches(dataset: ds.Dataset, columns: list[str], filter_: pc.Expression | N
         yield frame
 
 
-def _where(partitions: list[dict[str, object]]) -> pc.Expression | None:
-    """A dataset filter selecting exactly these partitions (None: the whole table)."""
-    where = None
-    for part in partitions:
-        term = None
-        for column, value in part.items():
-            one = pc.field(column) == value
-            term = one if term is None else term & one
-        where = term if where is None else where | term
-    return where
-
-
-def _rewrite(settings: Settings, table: Table, theirs: Callable[[pl.DataFrame], pl.Series],
-             partitions: list[dict[str, object]]) -> int:
-    """Rewrite ``partitions`` of ``table`` (the whole table when it has none) without the rows
-    ``theirs`` marks, in one commit; returns the rows removed."""
-    from contracts import arrow_schema, conform
-
-    contract = table.contract
-    removed = 0
-    batches = _batches(lake.snapshot(settings, table), contract.column_names, _where(partitions))
-
-    def kept() -> Iterator[pa.RecordBatch]:
-        nonlocal removed
-        for frame in batches:
-            rest = frame.filter(~theirs(frame))
-            removed += frame.height - rest.height
-            yield from conform(rest, contract, check_values=False).to_batches()
-
-    reader = pa.RecordBatchReader.from_batches(arrow_schema(contract), kept())
-    if table.partition_columns:
-        lake.commit(settings, table, reader, mode="replace_partitions", partitions=partitions,
-                    partition_by=table.partition_columns)
-    else:
-        lake.commit(settings, table, reader, mode="overwrite")
-    return removed
-
-
 @dataclass
 class _Marked:
     """The user's rows of one table found by its classified columns."""
@@ -200,12 +163,24 @@ def _find(settings: Settings, table: Table, match: _Matcher) -> tuple[_Marked | 
 
 
 def forget_user(settings: Settings, user_id: str) -> ForgetReport:
-    """Remove one user from every table that can hold them, then vacuum what was touched."""
+    """Remove one user from every table that can hold them, then vacuum those tables.
+
+    The tables are locked exclusively for the whole run, so a concurrent ingest or build
+    either finishes first (and its rows are found) or starts after (and finds none). A run
+    that crashed is finished by running it again: what is left is found, and every table is
+    vacuumed whether or not this run removed rows from it.
+    """
     if not user_id.strip():
         raise ValueError("a user id to forget is required")
     pseud = pseudonym(settings.require_pseudonym_key(), user_id)
-    existing = [t for t in all_tables() if lake.open_table(settings, t) is not None]
+    candidates = [t for t in all_tables() if t.classified(PII) or t.classified(PSEUDONYMOUS)
+                  or "request_id" in t.contract]
+    with locks.hold(settings, write=[(t, None) for t in candidates]):
+        audit.recover(settings)  # a forget that crashed: its commits get their audit rows first
+        return _forget(settings, user_id, pseud, [t for t in candidates if lake.open_table(settings, t) is not None])
 
+
+def _forget(settings: Settings, user_id: str, pseud: str, existing: list[Table]) -> ForgetReport:
     # First pass: the user's rows by their classified columns, and the request ids they hold.
     request_ids: set[str] = set()
     marked: dict[Table, _Marked] = {}
@@ -221,8 +196,6 @@ def forget_user(settings: Settings, user_id: str) -> ForgetReport:
     ids = pl.Series("request_id", sorted(request_ids), pl.String).implode()
     for table in existing:
         linked = bool(request_ids) and "request_id" in table.contract
-        if table not in marked and not linked:
-            continue
         mark = marked.get(table)
         partitions = list(mark.partitions) if mark else []
         if linked:
@@ -231,15 +204,14 @@ def forget_user(settings: Settings, user_id: str) -> ForgetReport:
                 if frame.height:
                     partitions += frame.select(table.partition_columns).unique().to_dicts() or [{}]
         partitions = [dict(p) for p in {tuple(sorted(p.items())) for p in partitions}]
-        if not partitions and mark is None:
-            continue
+        if mark is not None or partitions:
 
-        def theirs(frame: pl.DataFrame, mark: _Marked | None = mark, linked: bool = linked) -> pl.Series:
-            mask = mark(frame) if mark else pl.repeat(False, frame.height, eager=True)
-            return mask | frame.get_column("request_id").is_in(ids) if linked else mask
+            def kept(frame: pl.DataFrame, mark: _Marked | None = mark, linked: bool = linked) -> pl.DataFrame:
+                mask = mark(frame) if mark else pl.repeat(False, frame.height, eager=True)
+                return frame.filter(~(mask | frame.get_column("request_id").is_in(ids) if linked else mask))
 
-        removed = _rewrite(settings, table, theirs, [p for p in partitions if p])
-        if removed:
-            report.rows[table.name] = removed
-            vacuum_now(settings, table, purge_log=True)
+            before, after = republish(settings, table, kept, [p for p in partitions if p])
+            if before > after:
+                report.rows[table.name] = before - after
+        vacuum_now(settings, table, purge_log=True)
     return report

@@ -1,7 +1,8 @@
-"""Retention and erasure: remove data for good (Delta delete, then vacuum).
+"""Retention of raw data, and the vacuum that makes any removal final.
 
-Both end with a vacuum that keeps no old versions, because a Delta delete only hides
-rows: the files of earlier versions still hold them until vacuumed.
+Retention drops whole date partitions of the raw-data tables; it and erasure end with a
+vacuum that keeps no old versions, because a Delta removal only hides rows: the files of
+earlier versions still hold them until vacuumed.
 """
 
 from __future__ import annotations
@@ -9,14 +10,20 @@ from __future__ import annotations
 import datetime as dt
 
 import pyarrow as pa
+from deltalake import DeltaTable
 
 from warehouse.settings import Settings
-from warehouse.storage import lake
+from warehouse.storage import audit, lake, locks
+from warehouse.storage.boundaries import passed
+from warehouse.storage.objectstore import filesystem
 from warehouse.tables import PII, Table, all_tables
 
 
 def vacuum_now(settings: Settings, table: Table, *, purge_log: bool = False) -> int:
     """Delete every file no longer in the table's current version; returns how many.
+
+    The caller holds the table's exclusive lock: with no retention, a vacuum would delete
+    the files of a write still in flight.
 
     With ``purge_log`` the transaction log before the current version goes too: old
     log entries keep column statistics (min/max values) of the files they added.
@@ -25,13 +32,25 @@ def vacuum_now(settings: Settings, table: Table, *, purge_log: bool = False) -> 
     if delta is None:
         return 0
     removed = delta.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
-    if purge_log:
+    passed(f"vacuum {table.name}")
+    if purge_log and _older_log_entries(settings, delta):
         retention = delta.metadata().configuration.get("delta.logRetentionDuration")
         delta.alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds"})
         delta.create_checkpoint()
         delta.cleanup_metadata()
         delta.alter.set_table_properties({"delta.logRetentionDuration": retention or "interval 30 days"})
+        passed(f"purge log {table.name}")
     return len(removed)
+
+
+def _older_log_entries(settings: Settings, delta: DeltaTable) -> bool:
+    """Whether the log holds commits older than the two a purge itself leaves behind."""
+    import pyarrow.fs as pafs
+
+    fs, root = filesystem(settings, delta.table_uri)
+    entries = fs.get_file_info(pafs.FileSelector(f"{root.rstrip('/')}/_delta_log"))
+    versions = [int(e.base_name.split(".")[0]) for e in entries if e.base_name.endswith(".json")]
+    return any(v < delta.version() - 1 for v in versions)
 
 
 def raw_tables() -> list[Table]:
@@ -56,11 +75,15 @@ def apply_retention(settings: Settings, *, days: int | None = None, today: dt.da
         raise ValueError("retention must keep at least 1 day")
     cutoff = (today or dt.datetime.now(dt.timezone.utc).date()) - dt.timedelta(days=keep_days)
     deleted: dict[str, int] = {}
-    for table in raw_tables():
-        delta = lake.open_table(settings, table)
-        if delta is None:
-            continue
-        metrics = delta.delete(f"{_date_partition(table)} < '{cutoff.isoformat()}'")
-        deleted[table.name] = int(metrics.get("num_deleted_rows", 0))
-        vacuum_now(settings, table)
+    tables = raw_tables()
+    with locks.hold(settings, write=[(t, None) for t in tables]):
+        audit.recover(settings)
+        for table in tables:
+            delta = lake.open_table(settings, table)
+            if delta is None:
+                continue
+            metrics = delta.delete(f"{_date_partition(table)} < '{cutoff.isoformat()}'")
+            passed(f"commit {table.name}")
+            deleted[table.name] = int(metrics.get("num_deleted_rows", 0))
+            vacuum_now(settings, table)
     return deleted

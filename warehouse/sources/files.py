@@ -39,7 +39,8 @@ class LandedFile:
 
 
 def discover(paths: Iterable[Path], kinds: Iterable[str] = ("lines",)) -> list[Path]:
-    """Files named by ``paths``; folders are searched recursively for the suffixes of ``kinds``.
+    """Files named by ``paths``, as absolute paths (the lineage ODS keeps); folders are searched
+    recursively for the suffixes of ``kinds``.
 
     A folder search takes JSON lines files; ``.json`` (OTLP exports) and ``.csv`` files only
     when the caller reads them so, so a ``manifest.json`` or price list beside the logs is
@@ -47,7 +48,7 @@ def discover(paths: Iterable[Path], kinds: Iterable[str] = ("lines",)) -> list[P
     """
     suffixes = tuple(s for kind in kinds for s in SUFFIXES[kind])
     files: list[Path] = []
-    for path in paths:
+    for path in (p.expanduser().resolve() for p in paths):
         if path.is_dir():
             files += sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(suffixes))
         elif path.is_file():

@@ -7,6 +7,7 @@ kept beside ODS so DWD re-parses the raw lines exactly as they were landed.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Protocol
 
@@ -19,6 +20,7 @@ from warehouse.sources.canonical import Kind, fields_for
 from warehouse.sources.jsonl import parse_json_lines
 from warehouse.sources.mapping import Mapping, parse_mapping
 from warehouse.storage.objectstore import filesystem
+from warehouse.storage.scratch import scratch_dir
 
 
 class Parser(Protocol):
@@ -33,6 +35,7 @@ class Parser(Protocol):
 
 
 JSONL = "jsonl"
+_SOURCE = re.compile(r"^mapping:[A-Za-z0-9][A-Za-z0-9_-]{0,63}@[0-9a-f]{12}$")
 
 
 def _mapping_dir(settings: Settings) -> tuple[pafs.FileSystem, str]:
@@ -53,6 +56,8 @@ def register_mapping(settings: Settings, mapping: Mapping) -> str:
 
 def registered_mapping(settings: Settings, source: str) -> Mapping:
     """The mapping a ``mapping:<name>@<hash>`` source was landed with."""
+    if not _SOURCE.match(source):
+        raise ValueError(f"{source!r} is not a mapping source (mapping:<name>@<hash>)")
     fs, folder = _mapping_dir(settings)
     path = f"{folder}/{source.removeprefix('mapping:')}.yaml"
     try:
@@ -71,16 +76,17 @@ def parser_for(settings: Settings, source: str, kind: Kind, *, keys_only: bool =
     (ODS needs only those; DWD needs every field). ``checked_ok`` says the lines already
     passed the format's line checks when ODS landed them.
     """
+    folder = scratch_dir(settings)
     if source == JSONL:
         fields = ("request_id", "ts") if keys_only else fields_for(kind)
-        return lambda raw, _line_no, _sha, ndjson=None: parse_json_lines(raw, fields, checked_ok=checked_ok,
-                                                                        ndjson=ndjson)
+        return lambda raw, _line_no, _sha, ndjson=None: parse_json_lines(raw, fields, folder=folder,
+                                                                        checked_ok=checked_ok, ndjson=ndjson)
     if source.startswith("mapping:"):
         from warehouse.sources.mapping import parse_mapped_lines
 
         mapping = registered_mapping(settings, source)
         return lambda raw, line_no, sha, ndjson=None: parse_mapped_lines(raw, mapping, line_no=line_no,
-                                                                         file_sha256=sha)
+                                                                         file_sha256=sha, folder=folder)
     if source == "otlp-json":
         from warehouse.sources.otlp import parse_otlp_lines
 

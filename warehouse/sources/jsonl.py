@@ -12,9 +12,9 @@ every line is checked and extracted one by one, which is slower but always right
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -27,8 +27,6 @@ from warehouse.sources.canonical import MAX_LINE_BYTES
 
 #: Bytes DuckDB's NDJSON reader treats as an empty line (it yields no row for one).
 _BLANK = b" \t\n\v\f\r"
-#: Where parse files go when it has room: memory (they are written and read once).
-_MEMORY_DIR = "/dev/shm"
 
 
 def _checked(con, raw: pa.Array, fields: Sequence[str]) -> pl.DataFrame:
@@ -76,23 +74,13 @@ def _as_ndjson(lines: pa.Array) -> pa.Buffer:
     return pa.py_buffer(np.insert(np.frombuffer(data, np.uint8), offsets[1:], 10))
 
 
-def _scratch_dir(size: int) -> str | None:
-    """Memory-backed ``/dev/shm`` when it exists with room to spare (containers often give it
-    64 MB), else the system's temporary folder."""
-    try:
-        room = os.access(_MEMORY_DIR, os.W_OK) and shutil.disk_usage(_MEMORY_DIR).free > 4 * size
-    except OSError:
-        return None
-    return _MEMORY_DIR if room else None
-
-
 @contextmanager
-def _files(*parts: pa.Buffer | memoryview | bytes) -> Iterator[list[str]]:
-    """The byte strings written to scratch files, removed afterwards."""
+def _files(folder: Path, *parts: pa.Buffer | memoryview | bytes) -> Iterator[list[str]]:
+    """The byte strings written to files in ``folder``, removed afterwards."""
     paths: list[str] = []
     try:
         for part in parts:
-            fd, path = tempfile.mkstemp(prefix="strata-", suffix=".json", dir=_scratch_dir(len(part)))
+            fd, path = tempfile.mkstemp(prefix="parse-", suffix=".json", dir=folder)
             paths.append(path)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(part)
@@ -112,7 +100,7 @@ def _read(con, paths: list[str], fields: Sequence[str], *, lenient: bool, larges
                     """).pl()
 
 
-def _read_objects(con, lines: pa.Array, fields: Sequence[str]) -> pl.DataFrame | None:
+def _read_objects(con, lines: pa.Array, fields: Sequence[str], folder: Path) -> pl.DataFrame | None:
     """Fields of lines that are all JSON objects, read from their bytes as they lie in memory
     (objects delimit themselves); None when the reader refused them or did not line up."""
     offsets, data = _contiguous(lines)
@@ -123,7 +111,7 @@ def _read_objects(con, lines: pa.Array, fields: Sequence[str]) -> pl.DataFrame |
             for k in range(SCRATCH_THREADS + 1)]
     parts = [data.slice(low, high - low) for low, high in zip(cuts, cuts[1:]) if high > low]
     try:
-        with _files(*parts) as paths:
+        with _files(folder, *parts) as paths:
             frame = _read(con, paths, fields, lenient=False, largest=int(np.diff(offsets).max()))
     except Exception:  # noqa: BLE001 - the reader refused a line the checks passed: fall back
         return None
@@ -141,7 +129,7 @@ def _blank(offsets: np.ndarray, data: pa.Buffer) -> np.ndarray:
 
 
 def _read_lines(con, raw: pa.Array, fields: Sequence[str], ndjson: pa.Buffer | memoryview | bytes | None,
-                ) -> pl.DataFrame | None:
+                folder: Path) -> pl.DataFrame | None:
     """Every line's parse error and fields via the NDJSON reader; None if it did not line up."""
     n = len(raw)
     offsets, data = _contiguous(raw)
@@ -153,7 +141,7 @@ def _read_lines(con, raw: pa.Array, fields: Sequence[str], ndjson: pa.Buffer | m
         ndjson = _as_ndjson(raw.filter(pa.array(read_rows)))
     placed = np.flatnonzero(read_rows)
     try:
-        with _files(ndjson) as paths:
+        with _files(folder, ndjson) as paths:
             read = _read(con, paths, fields, lenient=True, largest=int(lengths[read_rows].max(initial=0)))
     except Exception:  # noqa: BLE001 - fall back to line-by-line checks
         return None
@@ -179,7 +167,7 @@ def _read_lines(con, raw: pa.Array, fields: Sequence[str], ndjson: pa.Buffer | m
 
 
 def parse_json_lines(
-    raw: pa.Array, fields: Sequence[str], *, checked_ok: bool = False,
+    raw: pa.Array, fields: Sequence[str], *, folder: Path, checked_ok: bool = False,
     ndjson: pa.Buffer | memoryview | bytes | None = None,
 ) -> pl.DataFrame:
     """Fields of each JSON-object line as text, plus ``parse_error`` (null when the line parsed).
@@ -188,15 +176,18 @@ def parse_json_lines(
     come back as their JSON text. ``checked_ok`` says every line already passed these
     checks (ODS ran them when it landed the line). ``ndjson`` is the lines' bytes as they
     were in their file (each line ended by ``\\n``), when the caller has them: no copy.
+    ``folder`` is where the reader's input files go (a scratch folder under ``STRATA_HOME``:
+    they hold raw lines).
     """
     con = scratch()
+    con.execute(f"SET temp_directory = '{str(folder)!s}'".replace("'", "''", 0))  # DuckDB's spills stay there too
     if not len(raw) or not fields:
         return _by_path(con, raw, fields)
     if checked_ok:
-        read = _read_objects(con, raw, fields)
+        read = _read_objects(con, raw, fields, folder)
         if read is not None:
             return read.select(pl.lit(None, pl.String).alias("parse_error"), pl.all())
-    read = _read_lines(con, raw, fields, ndjson)
+    read = _read_lines(con, raw, fields, ndjson, folder)
     return read if read is not None else _by_path(con, raw, fields)
 
 

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import polars as pl
 import pyarrow as pa
@@ -88,65 +90,134 @@ def resolve_mapping(name_or_path: Path) -> Path:
                             f"({', '.join(shipped_mappings())})")
 
 
+#: A mapping file is a few hundred bytes; anything far larger is not one.
+MAX_MAPPING_BYTES = 64 * 1024
+#: A mapping's name becomes part of file names and of every landed row's ``source``.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+_KEYS = {"name", "kind", "format", "csv", "fields", "timestamp", "constants", "request_id"}
+_CSV_KEYS = {"columns", "header", "delimiter"}
+_TS_KEYS = {"format", "timezone", "unit", "epoch_offset_s"}
+
+
 def load_mapping(path: Path) -> Mapping:
     """Read and validate a mapping file."""
-    return parse_mapping(path.read_text(), origin=str(path))
+    size = path.stat().st_size
+    if size > MAX_MAPPING_BYTES:
+        raise MappingError(f"{path}: {size:,} bytes is not a mapping file (at most {MAX_MAPPING_BYTES:,})")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise MappingError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return parse_mapping(text, origin=str(path))
+
+
+def _yaml(text: str, origin: str) -> object:
+    """The YAML document, refusing anchors and aliases (a few hundred bytes of aliases can expand
+    to gigabytes) and anything but plain data."""
+    if len(text.encode()) > MAX_MAPPING_BYTES:
+        raise MappingError(f"{origin}: too large for a mapping file (at most {MAX_MAPPING_BYTES:,} bytes)")
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                raise MappingError(f"{origin}: YAML anchors and aliases are not allowed in a mapping file "
+                                   f"(line {event.start_mark.line + 1})")
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise MappingError(f"{origin}: not valid YAML: {exc}") from None
 
 
 def parse_mapping(text: str, origin: str = "<mapping>") -> Mapping:
-    """Validate mapping YAML text; errors name the file and the offending key."""
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise MappingError(f"{origin}: not valid YAML: {exc}") from None
+    """Validate mapping YAML text whole; every error names the file and the offending key."""
+    doc = _yaml(text, origin)
     if not isinstance(doc, dict):
         raise MappingError(f"{origin}: a mapping file is a YAML object")
 
-    def need(key: str, kind: type) -> object:
-        if key not in doc:
-            raise MappingError(f"{origin}: missing key '{key}'")
-        if not isinstance(doc[key], kind):
-            raise MappingError(f"{origin}: '{key}' must be a {kind.__name__}")
-        return doc[key]
+    def fail(key: str, message: str) -> MappingError:
+        return MappingError(f"{origin}: {key}: {message}")
 
-    name = str(need("name", str))
+    def section(key: str, known: set[str] | None = None) -> dict:
+        value = doc.get(key) or {}
+        if not isinstance(value, dict):
+            raise fail(key, "must be an object")
+        unknown = sorted(map(str, set(value) - known)) if known is not None else []
+        if unknown:
+            raise fail(key, f"unknown key(s) {unknown} (known: {sorted(known)})")
+        return value
+
+    def text_of(key: str, value: object) -> str:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise fail(key, f"must be text, not {type(value).__name__}")
+        return str(value)
+
+    unknown = sorted(map(str, set(doc) - _KEYS))
+    if unknown:
+        raise fail(str(unknown[0]), f"unknown key (known: {sorted(_KEYS)})")
+    for key in ("name", "format", "fields"):
+        if key not in doc:
+            raise fail(key, "missing")
+    name = doc["name"]
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise fail("name", f"{name!r} must be 1-64 letters, digits, '_' or '-' (it names files and rows)")
     kind = doc.get("kind", "requests")
     if kind not in ("requests", "feedback"):
-        raise MappingError(f"{origin}: 'kind' must be requests or feedback, not {kind!r}")
-    fmt = need("format", str)
+        raise fail("kind", f"must be requests or feedback, not {kind!r}")
+    fmt = doc["format"]
     if fmt not in ("csv", "jsonl"):
-        raise MappingError(f"{origin}: 'format' must be csv or jsonl, not {fmt!r}")
+        raise fail("format", f"must be csv or jsonl, not {fmt!r}")
     canonical = set(fields_for(kind))
-    fields_ = {str(k): str(v) for k, v in dict(need("fields", dict)).items()}  # type: ignore[call-overload]
-    constants = {str(k): str(v) for k, v in dict(doc.get("constants") or {}).items()}
-    unknown = sorted((set(fields_) | set(constants)) - canonical)
-    if unknown:
-        raise MappingError(f"{origin}: {unknown} are not canonical {kind} fields (see DESIGN §2)")
-    derive = doc.get("request_id") == "derive"
-    if "request_id" not in fields_ and "request_id" not in constants and not derive:
-        raise MappingError(f"{origin}: map 'request_id' in fields or set 'request_id: derive'")
+    fields_ = {str(k): text_of(f"fields.{k}", v) for k, v in section("fields").items()}
+    constants = {str(k): text_of(f"constants.{k}", v) for k, v in section("constants").items()}
+    for where, keys in (("fields", fields_), ("constants", constants)):
+        wrong = sorted(set(keys) - canonical)
+        if wrong:
+            raise fail(f"{where}.{wrong[0]}", f"not a canonical {kind} field (see DESIGN §2: {sorted(canonical)})")
+    request_id = doc.get("request_id")
+    if request_id not in (None, "derive"):
+        raise fail("request_id", f"the only value is 'derive', not {request_id!r}")
+    if "request_id" not in fields_ and "request_id" not in constants and request_id != "derive":
+        raise fail("request_id", "map 'request_id' in fields, or set 'request_id: derive'")
     if "ts" not in fields_:
-        raise MappingError(f"{origin}: 'fields' must map 'ts'")
-    ts = dict(doc.get("timestamp") or {})
+        raise fail("fields.ts", "missing: every record needs its time")
+    ts = section("timestamp", _TS_KEYS)
     if ("format" in ts) == ("unit" in ts):
-        raise MappingError(f"{origin}: 'timestamp' needs exactly one of 'format' or 'unit'")
+        raise fail("timestamp", "needs exactly one of 'format' (text times) or 'unit' (epoch numbers)")
     if "unit" in ts and ts["unit"] not in _UNITS:
-        raise MappingError(f"{origin}: timestamp unit must be one of {sorted(_UNITS)}")
-    csv_opts = dict(doc.get("csv") or {})
-    columns = tuple(str(c) for c in csv_opts.get("columns", ()))
+        raise fail("timestamp.unit", f"must be one of {sorted(_UNITS)}, not {ts['unit']!r}")
+    offset = ts.get("epoch_offset_s", 0)
+    if isinstance(offset, bool) or not isinstance(offset, (int, float)):
+        raise fail("timestamp.epoch_offset_s", f"must be a number of seconds, not {offset!r}")
+    if "epoch_offset_s" in ts and "unit" not in ts:
+        raise fail("timestamp.epoch_offset_s", "applies to epoch numbers only (set 'unit')")
+    timezone = text_of("timestamp.timezone", ts.get("timezone", "UTC"))
+    try:
+        ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise fail("timestamp.timezone", f"{timezone!r} is not a time zone (e.g. UTC, Europe/Berlin)") from None
+    ts_format = text_of("timestamp.format", ts["format"]) if "format" in ts else None
+    csv_opts = section("csv", _CSV_KEYS)
+    columns_raw = csv_opts.get("columns", [])
+    if not isinstance(columns_raw, list):
+        raise fail("csv.columns", "must be a list of the file's column names")
+    columns = tuple(text_of(f"csv.columns[{i}]", c) for i, c in enumerate(columns_raw))
+    header = csv_opts.get("header", True)
+    if not isinstance(header, bool):
+        raise fail("csv.header", f"must be true or false, not {header!r}")
+    delimiter = text_of("csv.delimiter", csv_opts.get("delimiter", ","))
+    if len(delimiter) != 1:
+        raise fail("csv.delimiter", f"must be one character, not {delimiter!r}")
     if fmt == "csv":
         if not columns:
-            raise MappingError(f"{origin}: csv.columns must list the file's columns in order")
+            raise fail("csv.columns", "must list the file's columns in order")
         missing = sorted(set(fields_.values()) - set(columns))
         if missing:
-            raise MappingError(f"{origin}: fields name columns {missing} that csv.columns does not list")
+            raise fail("fields", f"name columns {missing} that csv.columns does not list")
+    elif csv_opts:
+        raise fail("csv", "applies to format: csv only")
     return Mapping(
         name=name, kind=kind, format=fmt, fields=fields_, constants=constants,  # type: ignore[arg-type]
-        csv_columns=columns, csv_header=bool(csv_opts.get("header", True)),
-        csv_delimiter=str(csv_opts.get("delimiter", ",")),
-        ts_format=ts.get("format"), ts_timezone=str(ts.get("timezone", "UTC")),
-        ts_unit=ts.get("unit"), ts_epoch_offset_s=float(ts.get("epoch_offset_s", 0)),
-        derive_request_id=derive, text=text,
+        csv_columns=columns, csv_header=header, csv_delimiter=delimiter,
+        ts_format=ts_format, ts_timezone=timezone, ts_unit=ts.get("unit"), ts_epoch_offset_s=float(offset),
+        derive_request_id=request_id == "derive", text=text,
     )
 
 
@@ -193,12 +264,13 @@ def _timestamps_to_text(values: pl.Expr, mapping: Mapping) -> pl.Expr:
     return pl.when(parsed.is_not_null()).then(iso).otherwise(values)
 
 
-def parse_mapped_lines(raw: pa.Array, mapping: Mapping, *, line_no: pa.Array, file_sha256: pa.Array) -> pl.DataFrame:
+def parse_mapped_lines(raw: pa.Array, mapping: Mapping, *, line_no: pa.Array, file_sha256: pa.Array,
+                       folder: Path) -> pl.DataFrame:
     """Canonical fields (text) and ``parse_error`` for lines of a mapped source, in input order."""
     if mapping.format == "csv":
         source = _parse_csv_lines(raw, mapping)
     else:
-        source = parse_json_lines(raw, sorted(set(mapping.fields.values())))
+        source = parse_json_lines(raw, sorted(set(mapping.fields.values())), folder=folder)
     ok = pl.col("parse_error").is_null()
     exprs: list[pl.Expr] = [pl.col("parse_error")]
     for name in fields_for(mapping.kind):

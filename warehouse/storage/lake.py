@@ -8,15 +8,17 @@ and become visible only when the log entry lands, so a crash leaves nothing visi
 from __future__ import annotations
 
 import datetime as dt
+from urllib.parse import unquote
 from typing import Iterable, Literal, Sequence
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from deltalake import ColumnProperties, DeltaTable, WriterProperties, write_deltalake
+from deltalake import ColumnProperties, CommitProperties, DeltaTable, WriterProperties, write_deltalake
 
 from warehouse.settings import Settings
+from warehouse.storage.boundaries import passed
 from warehouse.storage.objectstore import filesystem, storage_options
 from warehouse.tables import Table
 
@@ -98,6 +100,39 @@ def snapshot(settings: Settings, table: Table) -> ds.Dataset:
                                            filesystem=fs, partitions=partitions)
 
 
+def check_file_types(settings: Settings, table: Table, version: int | None) -> None:
+    """Refuse a version whose new data files do not hold exactly the contract's Arrow types.
+
+    Readers compare and join on these types: a file written with others (``string_view``
+    for ``string``) breaks them later, far from the write that caused it.
+    """
+    import pyarrow.parquet as pq
+
+    from contracts import arrow_schema
+
+    delta = open_table(settings, table)
+    if delta is None or version is None:
+        return
+    expected = {f.name: f.type for f in arrow_schema(table.contract) if f.name not in table.partition_columns}
+    fs, root = filesystem(settings, delta.table_uri)
+    added = [unquote(action["add"]["path"]) for action in _commit_actions(settings, delta, version) if "add" in action]
+    for path in added:
+        with fs.open_input_file(f"{root.rstrip('/')}/{path}") as handle:
+            schema = pq.read_schema(handle)
+        found = {f.name: f.type for f in schema}
+        wrong = {name: str(found.get(name)) for name, want in expected.items() if found.get(name) != want}
+        if wrong:
+            raise TypeError(f"{table} version {version} wrote {path} with types {wrong}, not the contract's")
+
+
+def _commit_actions(settings: Settings, delta: DeltaTable, version: int) -> list[dict]:
+    import json
+
+    fs, root = filesystem(settings, delta.table_uri)
+    with fs.open_input_stream(f"{root.rstrip('/')}/_delta_log/{version:020d}.json") as stream:
+        return [json.loads(line) for line in stream.read().decode().splitlines() if line.strip()]
+
+
 def read_frame(
     settings: Settings,
     table: Table,
@@ -147,19 +182,23 @@ def commit(
     partition_by: Sequence[str] = (),
     partitions: Iterable[dict[str, object]] = (),
     description: str | None = None,
+    attempt: str | None = None,
 ) -> int:
     """Commit ``data`` as one Delta version and return that version.
 
     ``replace_partitions`` swaps exactly the rows matching the listed column values for
     ``data`` (a re-run of a logical date replaces that date and nothing else; a re-landed
     ODS file replaces that file's lines); ``append`` adds rows;
-    ``overwrite`` replaces the whole table.
+    ``overwrite`` replaces the whole table. ``attempt`` is stamped on the commit
+    (``strata.attempt``), so the audit log can find it after a crash.
     """
     location, options = table.uri(settings), storage_options(settings)
     exists = DeltaTable.is_deltatable(location, options)
     kwargs: dict[str, object] = {"storage_options": options, "partition_by": list(partition_by) or None,
                                  "writer_properties": writer_properties(data.schema),
                                  "target_file_size": TARGET_FILE_BYTES}
+    if attempt is not None:
+        kwargs["commit_properties"] = CommitProperties(custom_metadata={"strata.attempt": attempt})
     if not exists:
         kwargs["description"] = description
     else:  # a compatible contract change (a column added) reaches a table written before it
@@ -172,4 +211,6 @@ def commit(
         kwargs["predicate"] = " OR ".join(f"({partition_predicate(p)})" for p in parts)
     write_deltalake(location, data, mode="append" if mode == "append" else "overwrite",  # type: ignore[call-overload]
                     **kwargs)
-    return DeltaTable(location, storage_options=options).version()
+    version = DeltaTable(location, storage_options=options).version()
+    passed(f"commit {table.name}")
+    return version

@@ -16,18 +16,19 @@ Every attempt appends a row to ``ops.audit_log``.
 from __future__ import annotations
 
 import datetime as dt
-import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Literal, Sequence, TypeVar
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from warehouse.settings import Settings
-from warehouse.storage import lake
+from warehouse.storage import audit, lake, locks
 from warehouse.storage.memory import detach
-from warehouse.tables import OPS_AUDIT_LOG, Table
+from warehouse.tables import Table
 
 T = TypeVar("T")
 #: The expectation suite runs on an even sample of at most this many published rows;
@@ -224,15 +225,15 @@ def publish(
     """
     from contracts import arrow_schema, conform, split_rows
 
-    started = time.perf_counter()
-    started_at = dt.datetime.now(dt.timezone.utc)
+    audit.recover(settings)  # attempts a crash cut short get their row first
     if expectations:
         from contracts.audit_worker import warm_up
 
         warm_up()  # GX imports in the worker while the data streams
     contract = table.contract
     schema = arrow_schema(contract)
-    label = ", ".join(lake.partition_predicate(p) for p in partitions) or "(all)"
+    label = ", ".join(sorted(lake.partition_predicate(p) for p in partitions)) or "(all)"
+    attempt = audit.Attempt(settings, table, label).begin()
     tally = Tally()
     sample = _Sample(AUDIT_SAMPLE_ROWS)
     outcome: dict[str, object] = {}
@@ -267,36 +268,90 @@ def publish(
             raise outcome["failed"]  # type: ignore[misc]  # aborts the Delta write: nothing commits
 
     def finish(status: str, version: int | None, rules: list[str], message: str) -> float:
-        duration_ms = (time.perf_counter() - started) * 1000
-        record_audit(settings, table_name=table.name, partition=label, delta_version=version, status=status,
-                     rows_in=tally.rows_in, rows_published=tally.rows_published if status == "published" else 0,
-                     rows_rejected=tally.rows_rejected, rules_failed=rules, started_at=started_at,
-                     duration_ms=duration_ms, message=message)
-        return duration_ms
+        return attempt.end(status, version, rows_in=tally.rows_in, rows_rejected=tally.rows_rejected,
+                           rows_published=tally.rows_published if status == "published" else 0, rules=rules,
+                           message=message)
 
     reader = pa.RecordBatchReader.from_batches(schema, stream())
     try:
-        version = lake.commit(settings, table, reader, mode=mode, partitions=partitions,
-                              partition_by=contract.partition_columns, description=contract.description)
-    except Exception:
+        with _locked(settings, table, mode, partitions):
+            version = lake.commit(settings, table, reader, mode=mode, partitions=partitions,
+                                  partition_by=contract.partition_columns, description=contract.description,
+                                  attempt=attempt.id)
+    except Exception as exc:
         failed = outcome.get("failed")
-        if isinstance(failed, AuditFailed):
-            finish("failed", None, failed.rules, str(failed))
-            raise failed from None
-        error = outcome.get("error")
-        if isinstance(error, BaseException):
-            try:
-                finish("failed", None, [], f"{type(error).__name__}: {error}")
-            except Exception:  # the audit log must not mask the caller's error
-                pass
-            raise error from None
-        raise
+        error = failed if isinstance(failed, AuditFailed) else outcome.get("error", exc)
+        try:  # every attempt leaves its row, a commit a concurrent writer refused included
+            finish("failed", None, failed.rules if isinstance(failed, AuditFailed) else [],
+                   str(error) if isinstance(failed, AuditFailed) else f"{type(error).__name__}: {error}")
+        except Exception:  # the audit log must not mask the caller's error
+            pass
+        if error is exc:
+            raise
+        raise error from None  # type: ignore[misc]
     rejected = pl.concat(tally.rejected, how="diagonal_relaxed") if tally.rejected else pl.DataFrame(
         schema={"rules": pl.List(pl.String)})
     rules = sorted(set(rejected.get_column("rules").explode().drop_nulls().to_list())) if rejected.height else []
     duration_ms = finish("published", version, rules, "")
     return PublishResult(table.name, label, version, tally.rows_in, tally.rows_published, rejected, duration_ms,
                          outcome.get("result", {}))  # type: ignore[arg-type]
+
+
+def republish(settings: Settings, table: Table, change: Callable[[pl.DataFrame], pl.DataFrame],
+              partitions: Sequence[dict[str, object]] = ()) -> tuple[int, int]:
+    """Rewrite ``partitions`` of ``table`` (the whole table when none are named) through
+    ``change``, one batch of its current rows at a time, as one commit; (rows before, after).
+
+    For corrections of published rows (erasure, late labels): the rows go through the same
+    path as any write — conformed to the contract, so the table keeps its exact Arrow types
+    (a Delta delete or MERGE would rewrite them with types of its own), and logged — and the
+    files the commit added are checked to carry exactly those types.
+    """
+    mode: Literal["replace_partitions", "overwrite"] = "replace_partitions" if partitions else "overwrite"
+    with _locked(settings, table, mode, partitions):
+        where = None
+        for partition in partitions:
+            term = None
+            for column, value in partition.items():
+                term = (pc.field(column) == value) if term is None else term & (pc.field(column) == value)
+            where = term if where is None else where | term
+        batches = lake.snapshot(settings, table).to_batches(filter=where, batch_size=REWRITE_ROWS)
+        counts = [0, 0]
+
+        def changed() -> Iterator[pl.DataFrame]:
+            for batch in batches:
+                before = pl.from_arrow(batch)
+                assert isinstance(before, pl.DataFrame)
+                after = change(before)
+                counts[0] += before.height
+                counts[1] += after.height
+                yield after
+
+        result = publish(settings, table, changed(), partitions=partitions, mode=mode, expectations=False,
+                         checked=True)
+        lake.check_file_types(settings, table, result.version)
+    return counts[0], counts[1]
+
+
+#: Rows rewritten per batch by :func:`republish`.
+REWRITE_ROWS = 128 * 1024
+
+
+@contextmanager
+def _locked(settings: Settings, table: Table, mode: str, partitions: Sequence[dict[str, object]]) -> Iterator[None]:
+    """The locks of one write (re-entrant: a build already holds its partitions). The first
+    write of a table is serialized on its own lock, so two writers never both create it."""
+    write: list[tuple[Table, dict[str, object] | None]] = []
+    if mode == "overwrite":
+        write.append((table, None))
+    elif mode == "replace_partitions":
+        write += [(table, partition) for partition in partitions]
+    with locks.hold(settings, write=write, read=[table]):
+        if lake.open_table(settings, table) is not None:
+            yield
+            return
+        with locks.hold(settings, write=[(table, {"_": "create"})]):
+            yield
 
 
 def _audit_failures(contract, sample: pa.Table | None, tally: Tally, invariants: Sequence[Invariant],
@@ -319,32 +374,3 @@ def _audit_failures(contract, sample: pa.Table | None, tally: Tally, invariants:
         if broken is not None:
             failures.append((broken.rule, broken.message, broken.examples))
     return failures
-
-
-def record_audit(
-    settings: Settings,
-    *,
-    table_name: str,
-    partition: str,
-    delta_version: int | None,
-    status: str,
-    rows_in: int,
-    rows_published: int,
-    rows_rejected: int,
-    rules_failed: list[str],
-    started_at: dt.datetime,
-    duration_ms: float,
-    message: str,
-) -> None:
-    """Append one row to ``ops.audit_log`` (conformed to its contract, never audited itself)."""
-    from contracts import conform
-
-    contract = OPS_AUDIT_LOG.contract
-    row = pl.DataFrame([{
-        "table_name": table_name, "partition": partition, "delta_version": delta_version,
-        "status": status, "rows_in": rows_in, "rows_published": rows_published,
-        "rows_rejected": rows_rejected, "rules_failed": rules_failed, "started_at": started_at,
-        "duration_ms": duration_ms, "message": message[:4000],
-    }], schema_overrides={"rules_failed": pl.List(pl.String), "delta_version": pl.Int64})
-    lake.commit(settings, OPS_AUDIT_LOG, conform(row, contract), mode="append",
-                partition_by=contract.partition_columns, description=contract.description)

@@ -1,0 +1,168 @@
+"""The model registry: ``STRATA_HOME/models/<name>/<version>/`` holds ``model.onnx`` and ``model.json``.
+
+A registered version is immutable: a re-train makes a new version (``v1``, ``v2``, …), created
+whole in a scratch folder and renamed into place, so a crash never leaves half a version and
+two trainings never take the same number. ``model.json`` is the model's card: its ordered
+input features with their dtypes, the feature service it was trained from, the training
+window, its metrics, the sha256 of ``model.onnx`` and the library versions that made it.
+Loading checks the hash: a file changed after registration is refused.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from warehouse.settings import Settings
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_VERSION = re.compile(r"^v(\d+)$")
+
+
+class ModelError(ValueError):
+    """A model cannot be registered, found or used; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One input column of a model, in the order the model takes them."""
+
+    name: str
+    dtype: str  # numpy dtype name of the model's input, e.g. float32
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """What ``model.json`` says about one registered version."""
+
+    name: str
+    version: str
+    features: tuple[Feature, ...]
+    feature_service: str
+    entity: str  # the join key the model scores, e.g. user_pseudonym
+    training_window: tuple[str, str]  # first and last day of the training set
+    metrics: dict[str, float]
+    sha256: str
+    libraries: dict[str, str]
+    threshold: float
+    created_at: str
+    #: The DWS table the features come from (the offline store's source of the feature service).
+    source_table: str = "dws.user_features"
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    @staticmethod
+    def from_json(text: str) -> ModelCard:
+        doc = json.loads(text)
+        doc["features"] = tuple(Feature(**f) for f in doc["features"])
+        doc["training_window"] = tuple(doc["training_window"])
+        return ModelCard(**doc)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+
+@dataclass(frozen=True)
+class ModelVersion:
+    """A registered version: its card and where its ONNX file is."""
+
+    card: ModelCard
+    path: Path
+
+    @property
+    def onnx_path(self) -> Path:
+        return self.path / "model.onnx"
+
+    def onnx_bytes(self) -> bytes:
+        """The model file, after checking it is exactly the one registered."""
+        data = self.onnx_path.read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != self.card.sha256:
+            raise ModelError(f"{self.onnx_path}: sha256 {digest[:12]}… does not match the registered "
+                             f"{self.card.sha256[:12]}… of {self.card.ref}: the file changed after registration; "
+                             "re-train to make a new version")
+        return data
+
+
+def _root(settings: Settings, name: str) -> Path:
+    if not _NAME.match(name):
+        raise ModelError(f"{name!r} is not a model name (lower-case letters, digits and '_', starting with a letter)")
+    return settings.registry_dir / name
+
+
+def _versions(folder: Path) -> list[int]:
+    return sorted(int(m.group(1)) for p in folder.iterdir() if (m := _VERSION.match(p.name))) if folder.is_dir() else []
+
+
+def register(settings: Settings, card: ModelCard, onnx: bytes) -> ModelVersion:
+    """Store a new version of ``card.name``; the card's version and sha256 are set here."""
+    folder = _root(settings, card.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(onnx).hexdigest()
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=folder))
+    try:
+        for _ in range(100):  # another training may take a number first: take the next one
+            version = f"v{(_versions(folder) or [0])[-1] + 1}"
+            final = ModelCard(**{**asdict(card), "version": version, "sha256": digest,
+                                 "features": card.features, "training_window": card.training_window})
+            (staging / "model.onnx").write_bytes(onnx)
+            (staging / "model.json").write_text(final.to_json())
+            try:
+                os.rename(staging, folder / version)  # atomic; fails if another training took the number
+            except OSError:
+                continue
+            for path in (folder / version).iterdir():
+                path.chmod(0o444)  # immutable
+            return ModelVersion(final, folder / version)
+        raise ModelError(f"could not register a new version of {card.name} in {folder}")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def get(settings: Settings, name: str, version: str | None = None) -> ModelVersion:
+    """A registered version (the latest when ``version`` is None)."""
+    folder = _root(settings, name)
+    versions = _versions(folder)
+    if not versions:
+        raise ModelError(f"no model {name!r} is registered (train one: strata model train --name {name} …)")
+    chosen = version or f"v{versions[-1]}"
+    path = folder / chosen
+    if not (path / "model.json").is_file():
+        raise ModelError(f"{name} has no version {chosen!r} (registered: {', '.join(f'v{v}' for v in versions)})")
+    return ModelVersion(ModelCard.from_json((path / "model.json").read_text()), path)
+
+
+def list_models(settings: Settings) -> list[ModelCard]:
+    """Every registered version of every model, by name then version."""
+    root = settings.registry_dir
+    if not root.is_dir():
+        return []
+    return [get(settings, folder.name, f"v{v}").card for folder in sorted(root.iterdir()) if _NAME.match(folder.name)
+            for v in _versions(folder)]
+
+
+def new_card(name: str, features: list[Feature], *, feature_service: str, entity: str, window: tuple[dt.date, dt.date],
+             metrics: dict[str, float], threshold: float, source_table: str) -> ModelCard:
+    """A card for a model about to be registered (version and sha256 are set by :func:`register`)."""
+    import onnx
+    import onnxruntime
+    import skl2onnx
+    import sklearn
+
+    return ModelCard(
+        name=name, version="", features=tuple(features), feature_service=feature_service, entity=entity,
+        training_window=(window[0].isoformat(), window[1].isoformat()), metrics=metrics, sha256="",
+        libraries={"scikit-learn": sklearn.__version__, "skl2onnx": skl2onnx.__version__, "onnx": onnx.__version__,
+                   "onnxruntime": onnxruntime.__version__},
+        threshold=threshold, created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        source_table=source_table)

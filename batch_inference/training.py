@@ -1,0 +1,147 @@
+"""Training: a scikit-learn pipeline fitted on a point-in-time training set, exported to ONNX,
+checked, and registered.
+
+The examples are (user, instant) pairs — each user at the end of each day they were active —
+with the user's features as of that instant and a label: 1 when a ``dwd.feedback`` review
+marked one of the user's requests ``abusive`` by the label time (the end of the training
+window), else 0. The set is split by time: the model learns from the earlier days and is
+judged (ROC AUC) on the later ones. Before a version is registered, ONNX Runtime's scores of
+the held-out rows must equal scikit-learn's within 1e-5; both figures are on its card.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from batch_inference.export import PARITY_TOLERANCE, parity, to_onnx
+from batch_inference.registry import Feature, ModelError, ModelVersion, new_card, register
+from warehouse.settings import Settings
+from warehouse.storage import lake
+from warehouse.tables import DWD_FEEDBACK, DWD_REQUEST
+
+
+@dataclass(frozen=True)
+class TrainingSet:
+    """Examples: the entity, the instant, the features as of it, and the label."""
+
+    frame: pl.DataFrame
+    entity: str
+    features: list[str]
+    feature_service: str
+    source_table: str
+    ttl: dt.timedelta
+
+
+def labels(settings: Settings, until: dt.datetime) -> pl.DataFrame:
+    """``user_pseudonym`` of every user a review marked abusive by ``until``, with when it first did."""
+    if lake.open_table(settings, DWD_FEEDBACK) is None:
+        return pl.DataFrame(schema={"user_pseudonym": pl.String, "labelled_at": pl.Datetime("us", "UTC")})
+    reviews = lake.read_frame(settings, DWD_FEEDBACK, columns=["request_id", "kind", "value", "ts"]).filter(
+        (pl.col("kind") == "review") & (pl.col("value") == "abusive") & (pl.col("ts") <= until))
+    owners = lake.read_frame(settings, DWD_REQUEST, columns=["request_id", "user_pseudonym"],
+                             filters=[("request_id", "in", reviews.get_column("request_id").unique().to_list())])
+    return (reviews.join(owners, on="request_id").drop_nulls("user_pseudonym")
+            .group_by("user_pseudonym").agg(labelled_at=pl.col("ts").min()))
+
+
+#: The feature service the user risk model is trained from (defined in the Feast repo).
+FEATURE_SERVICE = "user_risk_v1"
+#: Share of the window's days the model learns from; it is judged on the later rest.
+TRAIN_SHARE = 0.7
+
+
+def training_set(settings: Settings, until: dt.date, days: int, service: str = FEATURE_SERVICE) -> TrainingSet:
+    """Every user active on each day of the window, at the day's end, with the feature service's
+    features from Feast's offline store (point in time) and the label as of the window's end."""
+    import pandas as pd
+
+    from features.store import applied_store
+
+    store, _ = applied_store(settings)
+    feature_service = store.get_feature_service(service)
+    projection = feature_service.feature_view_projections[0]
+    view = store.get_feature_view(projection.name)
+    first = until - dt.timedelta(days=days - 1)
+    active = lake.read_frame(settings, DWD_REQUEST, columns=["user_pseudonym", "event_date"], filters=[
+        ("event_date", ">=", first), ("event_date", "<=", until)]).drop_nulls().unique()
+    entity_rows = active.select(
+        "user_pseudonym",
+        event_timestamp=(pl.col("event_date").cast(pl.Datetime("us")) + pl.duration(days=1)).dt.replace_time_zone(
+            "UTC")).sort("event_timestamp", "user_pseudonym")
+    if entity_rows.is_empty():
+        raise ModelError(f"no user was active between {first} and {until}: nothing to learn from")
+    examples = pl.from_arrow(store.get_historical_features(
+        entity_df=pd.DataFrame(entity_rows.to_pandas()), features=feature_service).to_arrow())
+    assert isinstance(examples, pl.DataFrame)
+    end = dt.datetime.combine(until + dt.timedelta(days=1), dt.time(), dt.timezone.utc)
+    marked = labels(settings, end)
+    names = [f.name for f in projection.features]
+    frame = examples.with_columns(pl.col("event_timestamp").dt.convert_time_zone("UTC")).join(
+        marked, on="user_pseudonym", how="left").with_columns(label=pl.col("labelled_at").is_not_null().cast(pl.Int8))
+    source = view.batch_source.path.rstrip("/").split("/")
+    return TrainingSet(frame.select("user_pseudonym", "event_timestamp", *names, "label"), "user_pseudonym", names,
+                       service, f"{source[-2]}.{source[-1]}", view.ttl)
+
+
+def train(settings: Settings, name: str, until: dt.date, *, days: int = 7) -> ModelVersion:
+    """Train ``name`` on the ``days`` ending with ``until``: the earlier days teach, the later judge."""
+    data = training_set(settings, until, days)
+    first = until - dt.timedelta(days=days - 1)
+    split_day = first + dt.timedelta(days=max(1, round(days * TRAIN_SHARE)))
+    return fit_and_register(settings, name, data, window=(first, until),
+                            split_at=dt.datetime.combine(split_day, dt.time(), dt.timezone.utc))
+
+
+def fit_and_register(settings: Settings, name: str, data: TrainingSet, *, split_at: dt.datetime,
+                     window: tuple[dt.date, dt.date]) -> ModelVersion:
+    """Fit on the examples before ``split_at``, judge on the rest, check parity, register."""
+    from sklearn.impute import SimpleImputer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    frame = data.frame.sort("event_timestamp")
+    train = frame.filter(pl.col("event_timestamp") < split_at)
+    test = frame.filter(pl.col("event_timestamp") >= split_at)
+    for part, label in ((train, "training"), (test, "held-out")):
+        if part.get_column("label").n_unique() < 2:
+            raise ModelError(f"the {label} split ({part.height} examples) lacks positives or negatives: "
+                             "widen the window (--until) or wait for more reviews")
+    x_train, x_test = (_matrix(part, data.features) for part in (train, test))
+    pipeline = make_pipeline(SimpleImputer(strategy="median"), StandardScaler(),
+                             LogisticRegression(max_iter=2000, class_weight="balanced"))
+    pipeline.fit(x_train, train.get_column("label").to_numpy())
+    model = to_onnx(pipeline, len(data.features))
+    gap = parity(pipeline, model, x_test)
+    if gap > PARITY_TOLERANCE:
+        raise ModelError(f"ONNX Runtime and scikit-learn disagree by {gap:.2e} on held-out rows "
+                         f"(tolerance {PARITY_TOLERANCE:.0e}); the model was not registered")
+    y_test = test.get_column("label").to_numpy()
+    scores = pipeline.predict_proba(x_test)[:, 1]
+    metrics = {"roc_auc": float(roc_auc_score(y_test, scores)), "parity_max_abs": gap,
+               "train_examples": float(train.height), "test_examples": float(test.height),
+               "test_positives": float(y_test.sum())}
+    card = new_card(name, [Feature(f, "float32") for f in data.features], feature_service=data.feature_service,
+                    entity=data.entity, window=window, metrics=metrics, threshold=_threshold(y_test, scores),
+                    source_table=data.source_table)
+    card = type(card)(**{**card.__dict__, "extra": {"accepts_missing": True,
+                                                    "ttl_seconds": data.ttl.total_seconds()}})
+    return register(settings, card, model)
+
+
+def _matrix(frame: pl.DataFrame, features: list[str]) -> np.ndarray:
+    return frame.select(pl.col(f).cast(pl.Float32) for f in features).to_numpy().astype(np.float32)
+
+
+def _threshold(labels_: np.ndarray, scores: np.ndarray) -> float:
+    """The alert threshold: the score that best balances precision and recall (max F1) on held-out rows."""
+    from sklearn.metrics import precision_recall_curve
+
+    precision, recall, thresholds = precision_recall_curve(labels_, scores)
+    f1 = 2 * precision * recall / np.clip(precision + recall, 1e-12, None)
+    return float(thresholds[int(np.argmax(f1[:-1]))]) if len(thresholds) else 0.5

@@ -1,0 +1,112 @@
+"""The writers' locks, on both backends: file locks under STRATA_HOME and Postgres advisory locks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from warehouse.settings import load_settings
+from warehouse.storage import locks
+from warehouse.tables import DWD_REQUEST
+
+POSTGRES = "postgresql://127.0.0.1:5432/test"
+HOLDER = """
+import sys, time
+from warehouse.settings import load_settings
+from warehouse.storage import locks
+from warehouse.tables import DWD_REQUEST
+partition = None if sys.argv[1] == "table" else {"event_date": sys.argv[1]}
+with locks.hold(load_settings(), write=[(DWD_REQUEST, partition)]):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+@pytest.fixture(params=["file", "postgres"])
+def backend(request: pytest.FixtureRequest, strata_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Each test once per backend; the Postgres one in a database of its own, dropped after."""
+    if request.param == "file":
+        yield "file"
+        return
+    name = f"strata_locks_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(POSTGRES, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    monkeypatch.setenv("STRATA_LOCK_URL", f"postgresql://127.0.0.1:5432/{name}")
+    yield "postgres"
+    locks._held.backends.clear()  # this process's connection to it
+    with psycopg.connect(POSTGRES, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def _holding(what: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, what], env=os.environ.copy(), text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def _release(proc: subprocess.Popen[str]) -> None:
+    assert proc.stdin is not None
+    proc.stdin.close()
+    proc.wait(timeout=30)
+
+
+def test_a_second_writer_of_a_partition_fails_naming_the_holder(backend: str) -> None:
+    holder = _holding("2026-03-01")
+    try:
+        with pytest.raises(locks.LockHeld) as err:
+            with locks.hold(load_settings(), write=[(DWD_REQUEST, {"event_date": "2026-03-01"})]):
+                pass
+        assert f"pid {holder.pid}" in str(err.value) and "--wait" in str(err.value)
+        # Another partition of the same table is free: writers of different dates run side by side.
+        with locks.hold(load_settings(), write=[(DWD_REQUEST, {"event_date": "2026-03-02"})]):
+            pass
+    finally:
+        _release(holder)
+    with locks.hold(load_settings(), write=[(DWD_REQUEST, {"event_date": "2026-03-01"})]):
+        pass  # released: free again
+
+
+def test_a_table_wide_writer_excludes_partition_writers_and_a_waiter_gets_its_turn(
+        backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    holder = _holding("2026-03-01")
+    try:
+        with pytest.raises(locks.LockHeld):
+            with locks.hold(load_settings(), write=[(DWD_REQUEST, None)]):
+                pass
+        threading.Timer(1.0, _release, [holder]).start()  # the holder finishes while we wait
+        monkeypatch.setenv("STRATA_LOCK_WAIT", "60")
+        with locks.hold(load_settings(), write=[(DWD_REQUEST, None)]):
+            assert holder.stdin is not None and holder.stdin.closed  # we got it once the holder let go
+    finally:
+        if holder.poll() is None:
+            _release(holder)
+
+
+def test_a_holder_that_dies_releases_its_locks(backend: str) -> None:
+    holder = _holding("table")
+    with pytest.raises(locks.LockHeld):
+        with locks.hold(load_settings(), write=[(DWD_REQUEST, {"event_date": "2026-03-05"})]):
+            pass
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait(timeout=30)
+    with locks.hold(load_settings(), write=[(DWD_REQUEST, {"event_date": "2026-03-05"})]):
+        pass
+
+
+def test_locks_are_reentrant_within_a_process(backend: str) -> None:
+    settings = load_settings()
+    with locks.hold(settings, write=[(DWD_REQUEST, {"event_date": "2026-03-01"})]):
+        with locks.hold(settings, write=[(DWD_REQUEST, {"event_date": "2026-03-01"})], read=[DWD_REQUEST]):
+            assert locks.held(DWD_REQUEST, {"event_date": "2026-03-01"})
+        assert locks.held(DWD_REQUEST, {"event_date": "2026-03-01"})
+    assert not locks.held(DWD_REQUEST, {"event_date": "2026-03-01"})

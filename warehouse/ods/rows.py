@@ -1,0 +1,84 @@
+"""ODS rows of a file's lines: raw bytes, lineage, lenient keys, the malformed flag. Pure.
+
+``event_date`` comes from the line's own timestamp when it is plausible (not before the
+configured floor, not more than a day after arrival); otherwise from a date in the file's
+path, else the most common date of the lines around it, else the arrival date — so an
+impossible timestamp never sends a line to a partition nobody builds (DWD then
+quarantines it with the rule it breaks).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from warehouse.sources import files as landed
+from warehouse.sources.timestamps import parse_ts
+
+#: Lenient request id of a line that does not parse (truncated, bad bytes elsewhere).
+_REQUEST_ID = r'"request_id"\s*:\s*"(?P<request_id>[^"\\]{1,256})"'
+#: The default earliest plausible time (``STRATA_TS_FLOOR``).
+FLOOR = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def salvage_request_ids(raw: pa.Array, parsed: pl.DataFrame) -> pl.Series:
+    """Parsed request ids, plus those found by pattern in lines that did not parse."""
+    ids = parsed.get_column("request_id").clone()
+    lost = np.flatnonzero((ids.is_null() & parsed.get_column("parse_error").is_not_null()).to_numpy())
+    if len(lost):
+        found = pc.struct_field(pc.extract_regex(raw.take(pa.array(lost)), _REQUEST_ID), 0).to_pylist()
+        texts = [v.decode("utf-8", "replace") if v is not None else None for v in found]
+        ids = ids.scatter(lost, pl.Series(texts, dtype=pl.String))
+    return ids
+
+
+def per_line(parsed: pl.DataFrame, lines: int) -> pl.DataFrame:
+    """One parse row per line: formats that batch records per line (OTLP) keep the first
+    record's time and error, and a request id only when the line holds a single record."""
+    if "_line" not in parsed.columns:
+        return parsed
+    reduced = parsed.group_by("_line").agg(
+        pl.when(pl.len() == 1).then(pl.col("request_id").first()).alias("request_id"),
+        pl.col("ts").first(), pl.col("parse_error").first())
+    return pl.DataFrame({"_line": pl.int_range(lines, dtype=pl.Int64, eager=True)}).join(
+        reduced, on="_line", how="left").sort("_line")
+
+
+def ods_frame(
+    raw: pa.Array, parsed: pl.DataFrame, *, source: str, file: landed.LandedFile,
+    ingested_at: dt.datetime, batch_id: str, first_line: int = 1, floor: dt.datetime = FLOOR,
+) -> pl.DataFrame:
+    """ODS rows of (a chunk of) one file: raw bytes, lineage, lenient keys, the malformed flag."""
+    latest = ingested_at + dt.timedelta(days=1)
+    parsed_ts = parsed.select(parse_ts(pl.col("ts"))).to_series()  # parsed once: it is the costly part
+    event_ts = parsed_ts.set(~parsed_ts.is_between(floor, latest).fill_null(False), None)
+    fallback = _fallback_date(file, event_ts, ingested_at)
+    n = len(raw)
+    request_id = salvage_request_ids(raw, parsed)
+    return pl.DataFrame({"raw_line": pl.Series(raw, dtype=pl.Binary)}).with_columns(
+        source=pl.lit(source),
+        source_file=pl.lit(str(file.path)),
+        file_sha256=pl.lit(file.sha256),
+        line_no=pl.Series(np.arange(first_line, first_line + n, dtype=np.int64)),
+        ingested_at=pl.lit(ingested_at).dt.cast_time_unit("us"),
+        batch_id=pl.lit(batch_id),
+        request_id=request_id,
+        event_ts=event_ts,
+        event_date=event_ts.dt.date().fill_null(fallback),
+        is_malformed=parsed.get_column("parse_error").is_not_null(),
+        parse_error=parsed.get_column("parse_error"),
+    )
+
+
+def _fallback_date(file: landed.LandedFile, event_ts: pl.Series, ingested_at: dt.datetime) -> dt.date:
+    """Event date of the lines without a plausible timestamp (a CSV header, a truncated line):
+    the date in the file's path, else the most common date of the lines around them (the same
+    chunk of the file), else the arrival day."""
+    if file.path_date:
+        return dt.date.fromisoformat(file.path_date)
+    dates = event_ts.drop_nulls().dt.date()
+    return dates.mode().min() if dates.len() else ingested_at.date()  # type: ignore[return-value]

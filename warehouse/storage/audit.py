@@ -1,0 +1,142 @@
+"""The audit log: one row in ``ops.audit_log`` per write attempt — those a crash cut short too.
+
+A table's commit and its audit row are two commits, so a process killed between them would
+leave a published version without its row. Each attempt therefore leaves a note in the lake
+(``ops/_attempts/<id>.json``) before it writes and stamps its id on its Delta commit; the
+note goes once the row is written. A later run finds the notes of attempts that died, looks
+for their stamp in the table's history, and records each as published (the commit landed) or
+failed (it did not) — exactly once, because the row carries the id.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import polars as pl
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+
+from warehouse.settings import Settings
+from warehouse.storage import lake
+from warehouse.storage.objectstore import filesystem
+from warehouse.tables import OPS_AUDIT_LOG, Table, table
+
+#: A note of an attempt on another machine is taken as abandoned after this long.
+ABANDONED_AFTER = dt.timedelta(hours=6)
+
+
+@dataclass
+class Attempt:
+    """One write attempt of one table, from its note to its row."""
+
+    settings: Settings
+    table: Table
+    partition: str
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    started_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
+    _clock: float = field(default_factory=time.perf_counter)
+
+    def begin(self) -> Attempt:
+        """Leave the note, before anything is written."""
+        fs, folder = _folder(self.settings)
+        fs.create_dir(folder, recursive=True)
+        note = {"id": self.id, "table": self.table.name, "partition": self.partition, "pid": os.getpid(),
+                "host": socket.gethostname(), "started_at": self.started_at.isoformat()}
+        with fs.open_output_stream(f"{folder}/{self.id}.json") as out:
+            out.write(json.dumps(note).encode())
+        return self
+
+    def end(self, status: str, version: int | None, *, rows_in: int = 0, rows_published: int = 0,
+            rows_rejected: int = 0, rules: list[str] | None = None, message: str = "") -> float:
+        """Write the attempt's row, then drop its note; returns its duration in ms."""
+        duration_ms = (time.perf_counter() - self._clock) * 1000
+        record(self.settings, attempt_id=self.id, table_name=self.table.name, partition=self.partition,
+               delta_version=version, status=status, rows_in=rows_in, rows_published=rows_published,
+               rows_rejected=rows_rejected, rules_failed=rules or [], started_at=self.started_at,
+               duration_ms=duration_ms, message=message)
+        fs, folder = _folder(self.settings)
+        fs.delete_file(f"{folder}/{self.id}.json")
+        return duration_ms
+
+
+def _folder(settings: Settings) -> tuple[pafs.FileSystem, str]:
+    fs, root = filesystem(settings, settings.lake_uri)
+    return fs, f"{root.rstrip('/')}/ops/_attempts"
+
+
+def record(settings: Settings, *, attempt_id: str, table_name: str, partition: str, delta_version: int | None,
+           status: str, rows_in: int, rows_published: int, rows_rejected: int, rules_failed: list[str],
+           started_at: dt.datetime, duration_ms: float, message: str) -> None:
+    """Append one row to ``ops.audit_log`` (conformed to its contract, never audited itself)."""
+    from contracts import conform
+
+    contract = OPS_AUDIT_LOG.contract
+    row = pl.DataFrame([{
+        "table_name": table_name, "partition": partition, "delta_version": delta_version,
+        "status": status, "rows_in": rows_in, "rows_published": rows_published,
+        "rows_rejected": rows_rejected, "rules_failed": rules_failed, "started_at": started_at,
+        "duration_ms": duration_ms, "message": message[:4000], "attempt_id": attempt_id,
+    }], schema_overrides={"rules_failed": pl.List(pl.String), "delta_version": pl.Int64})
+    lake.commit(settings, OPS_AUDIT_LOG, conform(row, contract), mode="append",
+                partition_by=contract.partition_columns, description=contract.description)
+
+
+def recover(settings: Settings) -> int:
+    """Record the attempts whose process died between their commit and their row; how many."""
+    fs, folder = _folder(settings)
+    if fs.get_file_info(folder).type == pafs.FileType.NotFound:
+        return 0
+    recovered = 0
+    for info in fs.get_file_info(pafs.FileSelector(folder)):
+        if not info.base_name.endswith(".json"):
+            continue
+        with fs.open_input_stream(info.path) as stream:
+            note = json.loads(stream.read())
+        if not _abandoned(note):
+            continue
+        if not _recorded(settings, note["id"]):
+            version, rows = _stamped(settings, table(note["table"]), note["id"])
+            record(settings, attempt_id=note["id"], table_name=note["table"], partition=note["partition"],
+                   delta_version=version, status="published" if version is not None else "failed",
+                   rows_in=rows, rows_published=rows, rows_rejected=0, rules_failed=[],
+                   started_at=dt.datetime.fromisoformat(note["started_at"]), duration_ms=0.0,
+                   message="recorded after the writing process died" + ("" if version is not None else
+                                                                        " before its commit"))
+        fs.delete_file(info.path)
+        recovered += 1
+    return recovered
+
+
+def _abandoned(note: dict) -> bool:
+    if note["host"] != socket.gethostname():
+        return dt.datetime.now(dt.timezone.utc) - dt.datetime.fromisoformat(note["started_at"]) > ABANDONED_AFTER
+    try:
+        os.kill(note["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def _recorded(settings: Settings, attempt_id: str) -> bool:
+    if lake.open_table(settings, OPS_AUDIT_LOG) is None:
+        return False
+    return lake.snapshot(settings, OPS_AUDIT_LOG).count_rows(filter=pc.field("attempt_id") == attempt_id) > 0
+
+
+def _stamped(settings: Settings, target: Table, attempt_id: str) -> tuple[int | None, int]:
+    """The version of the target's commit stamped with the attempt, and the rows it added."""
+    delta = lake.open_table(settings, target)
+    if delta is None:
+        return None, 0
+    for commit in delta.history(limit=200):
+        if commit.get("strata.attempt") == attempt_id:
+            return commit["version"], int((commit.get("operationMetrics") or {}).get("num_added_rows", 0))
+    return None, 0

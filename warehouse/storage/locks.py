@@ -1,0 +1,236 @@
+"""Writers of one table exclude each other: locks per (table, partition) and per table.
+
+A write of a partition holds the table's lock *shared* and the partition's lock
+*exclusive*, so writers of different partitions (dates, shards, files) run side by side
+while two writers of one partition take turns. A write that touches every partition
+(forget, retention, re-landing, a MERGE, vacuum) holds the table's lock *exclusive*; a
+reader that must not see files vanish under it (a build reading ODS) holds it *shared*.
+Delta's optimistic commit stays the last line of defence.
+
+A process takes all the locks of a step at once, in one global order, so two steps never
+wait on each other in a circle; a lock it already holds is taken again for free
+(re-entrant), so ``publish`` inside a build finds its partition held. A second writer waits
+up to ``settings.lock_wait`` seconds, then fails with :class:`LockHeld`, which names the
+holder (process, host, command, since when).
+
+Two backends, one interface: file locks (``flock``) under ``STRATA_HOME/locks`` — one
+machine — and, when ``STRATA_LOCK_URL`` names a Postgres database, session advisory locks
+that every worker of a cluster sees. Both are released by the operating system or the
+database when a process dies, so a crash never leaves a table locked.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import hashlib
+import os
+import re
+import socket
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator, Protocol
+
+from warehouse.settings import Settings
+from warehouse.tables import Table
+
+#: How often a waiting writer tries again.
+_POLL_S = 0.05
+
+
+class LockHeld(RuntimeError):
+    """Another process holds a lock this step needs; the message says who and how to wait."""
+
+
+@dataclass(frozen=True, order=True)
+class Key:
+    """One lock: a table (``dwd.request``) or a partition of it (``dwd.request#event_date=2026-01-05``)."""
+
+    name: str
+
+    @staticmethod
+    def of(table: Table, partition: dict[str, object] | None = None) -> Key:
+        if not partition:
+            return Key(table.name)
+        return Key(table.name + "#" + ",".join(f"{k}={v}" for k, v in sorted(partition.items())))
+
+
+class _Backend(Protocol):
+    def acquire(self, key: Key, exclusive: bool, deadline: float) -> object | None: ...
+    def release(self, handle: object) -> None: ...
+    def holders(self, key: Key) -> list[str]: ...
+
+
+def _command() -> str:
+    """The command this process runs, without option values (they may name a user)."""
+    words = [Path(sys.argv[0]).name if sys.argv else "python"]
+    for arg in sys.argv[1:]:
+        if arg.startswith("-"):
+            break
+        words.append(arg)
+    return " ".join(words[:4])
+
+
+def _holder() -> str:
+    since = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"pid {os.getpid()} on {socket.gethostname()} ({_command()}) since {since}"
+
+
+class _Files:
+    """``flock`` on one file per key under ``<home>/locks``; holders listed beside it."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def _path(self, key: Key) -> Path:
+        safe = re.sub(r"[^A-Za-z0-9_.=-]+", "_", key.name)[:80]
+        return self.folder / f"{safe}.{hashlib.sha256(key.name.encode()).hexdigest()[:12]}.lock"
+
+    def acquire(self, key: Key, exclusive: bool, deadline: float) -> object | None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self._path(key)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+        while True:
+            try:
+                fcntl.flock(fd, mode)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return None
+                time.sleep(_POLL_S)
+        badge = path.with_suffix(f".{os.getpid()}.holder")
+        badge.write_text(_holder())
+        return fd, badge
+
+    def release(self, handle: object) -> None:
+        fd, badge = handle  # type: ignore[misc]
+        badge.unlink(missing_ok=True)
+        os.close(fd)  # closing the descriptor releases the flock
+
+    def holders(self, key: Key) -> list[str]:
+        out = []
+        for badge in self.folder.glob(self._path(key).stem + ".*.holder"):
+            pid = int(badge.suffixes[-2].lstrip("."))
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:  # a holder that died; the OS already released its lock
+                badge.unlink(missing_ok=True)
+                continue
+            except PermissionError:
+                pass
+            out.append(badge.read_text())
+        return out
+
+
+class _Postgres:
+    """Session advisory locks in one Postgres database, seen by every worker of a cluster."""
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(url, autocommit=True, application_name=f"strata: {_holder()}"[:63])
+
+    @staticmethod
+    def _id(key: Key) -> int:
+        return int.from_bytes(hashlib.blake2b(key.name.encode(), digest_size=8).digest(), "big", signed=True)
+
+    def acquire(self, key: Key, exclusive: bool, deadline: float) -> object | None:
+        function = "pg_try_advisory_lock" if exclusive else "pg_try_advisory_lock_shared"
+        while True:
+            (got,) = self.conn.execute(f"SELECT {function}(%s)", (self._id(key),)).fetchone()  # type: ignore[misc]
+            if got:
+                return (key, exclusive)
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(_POLL_S)
+
+    def release(self, handle: object) -> None:
+        key, exclusive = handle  # type: ignore[misc]
+        function = "pg_advisory_unlock" if exclusive else "pg_advisory_unlock_shared"
+        self.conn.execute(f"SELECT {function}(%s)", (self._id(key),))
+
+    def holders(self, key: Key) -> list[str]:
+        lock_id = self._id(key) & 0xFFFFFFFFFFFFFFFF
+        rows = self.conn.execute(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.classid::bigint = %s AND l.objid::bigint = %s "
+            "AND l.pid <> pg_backend_pid()", (lock_id >> 32, lock_id & 0xFFFFFFFF)).fetchall()
+        return [name.removeprefix("strata: ") for (name,) in rows]
+
+
+class _Held:
+    """This process's locks: key → (exclusive, count, backend handle). Thread-safe."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.keys: dict[Key, list] = {}
+        self.backends: dict[str, _Backend] = {}
+
+
+_held = _Held()
+
+
+def _backend(settings: Settings) -> _Backend:
+    where = settings.lock_url or str(settings.home / "locks")
+    backend = _held.backends.get(where)
+    if backend is None:
+        backend = _held.backends[where] = _Postgres(where) if settings.lock_url else _Files(Path(where))
+    return backend
+
+
+@contextmanager
+def hold(settings: Settings, *, write: Iterable[tuple[Table, dict[str, object] | None]] = (),
+         read: Iterable[Table] = ()) -> Iterator[None]:
+    """Hold the locks for writing these partitions (``None``: the whole table) and reading these
+    tables, until the block ends. Waits up to ``settings.lock_wait`` seconds for each."""
+    wanted: dict[Key, bool] = {}
+    for table, partition in write:
+        if partition:
+            wanted.setdefault(Key.of(table), False)
+            wanted[Key.of(table, partition)] = True
+        else:
+            wanted[Key.of(table)] = True
+    for table in read:
+        wanted.setdefault(Key.of(table), False)
+    backend = _backend(settings)
+    taken: list[Key] = []
+    try:
+        with _held.lock:
+            for key in sorted(wanted):  # one global order: no two steps wait on each other in a circle
+                exclusive = wanted[key]
+                mine = _held.keys.get(key)
+                if mine is not None:
+                    if exclusive and not mine[0]:
+                        raise RuntimeError(f"lock {key.name} is held shared by this process and cannot be upgraded")
+                    mine[1] += 1
+                    taken.append(key)
+                    continue
+                handle = backend.acquire(key, exclusive, time.monotonic() + settings.lock_wait)
+                if handle is None:
+                    holders = backend.holders(key) or ["another process"]
+                    raise LockHeld(f"{key.name} is locked by {'; '.join(holders)}: retry when it is done, or pass "
+                                   "--wait SECONDS (STRATA_LOCK_WAIT) to wait for it")
+                _held.keys[key] = [exclusive, 1, handle]
+                taken.append(key)
+        yield
+    finally:
+        with _held.lock:
+            for key in reversed(taken):
+                mine = _held.keys[key]
+                mine[1] -= 1
+                if mine[1] == 0:
+                    del _held.keys[key]
+                    backend.release(mine[2])
+
+
+def held(table: Table, partition: dict[str, object] | None = None) -> bool:
+    """Whether this process holds the lock of that partition (or that table) exclusively."""
+    with _held.lock:
+        mine = _held.keys.get(Key.of(table, partition)) or _held.keys.get(Key.of(table))
+        return bool(mine and mine[0])
