@@ -82,17 +82,22 @@ def strata_daily() -> None:
 
     @task_group
     def scores() -> None:
-        """Every active user scored by the registered model, one mapped task per shard."""
+        """Every active user scored by the latest registered model, one mapped task per shard, then
+        the day's summary (skipped, with its shards, until a model is registered)."""
 
         @task
         def score_shards() -> list[list[int]]:
             return shards("score")
 
-        @task(outlets=[ADS_USER_RISK_SCORES, ADS_SCORE_DAILY], map_index_template="{{ shard }}")
+        @task(outlets=[ADS_USER_RISK_SCORES], map_index_template="{{ shard }}")
         def score(shard: list[int], **context: object) -> dict[str, object]:
             return run_step("score", context, shard=shard)
 
-        score.expand(shard=score_shards())
+        @task(outlets=[ADS_SCORE_DAILY], trigger_rule="all_success")
+        def summarize_scores(**context: object) -> dict[str, object]:
+            return run_step("summarize_scores", context)
+
+        score.expand(shard=score_shards()) >> summarize_scores()
 
     dwd() >> dws() >> features() >> ads() >> scores()
 

@@ -99,6 +99,7 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
     from strata import lake_report, pipeline
     from strata.console import progress
     from strata.orchestration.dag_runs import RunReport, run_dags
+    from warehouse.privacy import pseudonym
     from warehouse.sources.generator import GENERATOR_VERSION, generate
 
     params = {"days": days, "requests_per_day": requests_per_day, "seed": seed, "generator": GENERATOR_VERSION}
@@ -114,7 +115,7 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
          f"{manifest['feedback']['lines']:,} feedback events arriving up to 3 days late")
 
     all_days = sorted(set(manifest["feedback"]["days"]) | set(manifest["days"]))
-    trained = hasattr(pipeline, "train")
+    trained = hasattr(pipeline, "train") and hasattr(pipeline, "build_dws")  # a model learns from DWS features
     plan = daily_plan(all_days, max(manifest["days"]), trained=trained)
     echo(f"[bold]2/3 run the DAGs through Airflow[/] ({len(plan)} runs with dag.test(), day by day: "
          f"strata_ingest, then strata_daily{', then strata_train and the scores' if trained else ''}); "
@@ -124,6 +125,8 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
                              ("training", "train"), ("scores", "score")):
         if not hasattr(pipeline, step_name):
             echo(f"  {layer}: not built yet (strata.pipeline has no {step_name}): its tasks are skipped")
+    if hasattr(pipeline, "train") and not trained:
+        echo("  training and scores: need the DWS features (strata.pipeline has no build_dws yet): skipped")
     all_ok = True
     reports: list[RunReport] = []
     with progress("DAG runs") as step:
@@ -151,7 +154,9 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
     lake_report.ads_section(settings, echo, last)
     user = (manifest["abusive_user_ids"] or ["u_0"])[0]  # an abusive user, whose features stand out
     lake_report.features_section(settings, echo, user)
-    lake_report.model_section(settings, echo, last)
+    key = settings.require_pseudonym_key()
+    planted = frozenset(pseudonym(key, u) for u in manifest["abusive_user_ids"])
+    lake_report.model_section(settings, echo, last, planted)
     _next_commands(settings, echo, user)
     return all_ok
 

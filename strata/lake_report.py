@@ -8,7 +8,6 @@ saying so — never a made-up table.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 from typing import Any, Callable
 
@@ -121,27 +120,29 @@ def features_section(settings: Settings, echo: Echo, user_id: str) -> None:
     echo(_table(f"online features of user {user_id}", ["feature", "value"], [[k, v] for k, v in values.items()]))
 
 
-def model_section(settings: Settings, echo: Echo, day: dt.date) -> None:
-    """The latest registered model's metrics and the day's riskiest users."""
+def model_section(settings: Settings, echo: Echo, day: dt.date, planted: frozenset[str] = frozenset()) -> None:
+    """The latest registered model's metrics and the day's riskiest users (marked when the generator
+    planted them as abusers: ``planted`` holds their pseudonyms)."""
     import polars as pl
 
+    from batch_inference.registry import ModelError, get
     from warehouse.storage import lake
     from warehouse.tables import Table
 
-    registered = sorted((settings.registry_dir / MODEL).glob("*/model.json"), key=lambda p: p.stat().st_mtime)
-    if not registered:
-        echo(f"model: none registered yet (no {settings.registry_dir / MODEL}/*/model.json) — skipped")
+    try:
+        card = get(settings, MODEL).card
+    except ModelError as exc:
+        echo(f"model: {exc} — skipped")
     else:
-        card = json.loads(registered[-1].read_text())
-        metrics = card.get("metrics", {})
-        echo(_table(f"model {MODEL} version {registered[-1].parent.name}", ["metric", "value"],
-                    [[k, v] for k, v in metrics.items()]))
+        echo(_table(f"model {card.ref}, trained on {card.training_window[0]} … {card.training_window[1]}",
+                    ["metric", "value"], [[k, v] for k, v in card.metrics.items()]))
     scores = Table(SCORES)
     if lake.open_table(settings, scores) is None:
         echo(f"riskiest users: not scored yet ({SCORES} does not exist) — skipped")
         return
-    frame = lake.read_frame(settings, scores)
-    if "event_date" in frame.columns:
-        frame = frame.filter(pl.col("event_date") == day)
-    top = frame.sort("score", descending=True).head(5)
-    echo(_table(f"riskiest users ({SCORES}, {day})", top.columns, [list(r) for r in top.iter_rows()]))
+    top = (lake.read_frame(settings, scores, filters=[("event_date", "=", day)])
+           .sort("score", descending=True).head(5)
+           .select("user_pseudonym", "score", "model_version",
+                   planted=pl.col("user_pseudonym").is_in(list(planted))))
+    echo(_table(f"riskiest users ({SCORES}, {day})", ["user (pseudonym)", "score", "model", "planted abuser"],
+                [list(r) for r in top.iter_rows()]))

@@ -91,6 +91,7 @@ def _arguments(name: str, settings: Settings, interval: Interval,
     if name == "apply_retention":  # the cutoff counts back from the interval's end, the run's "today"
         return (settings,), {"today": _day(end), **options}
     if name == "train":  # a model is trained on the whole interval, up to its last day
+        _needs(name, "build_dws", "the DWS features it learns from")
         return (settings, _day(end - dt.timedelta(microseconds=1))), options
     if "shard" in options:  # a mapped task's shard comes through XCom as a list [i, n]
         options = {**options, "shard": tuple(options["shard"])}
@@ -113,6 +114,25 @@ def _new_price_list(settings: Settings) -> Path:
             raise Skip(f"{prices} has not changed since {DWD_MODEL_PRICE} version {last['version']} was written: "
                        "nothing to load")
     return prices
+
+
+def _needs(name: str, step: str, what: str) -> None:
+    """Skip ``name`` while the step that makes its input does not exist yet (its layer is not built)."""
+    try:
+        find_step(step)
+    except StepMissing:
+        raise StepMissing(f"{name} needs {what}, and strata.pipeline has no step {step!r} yet: skipped until "
+                          "that layer is built") from None
+
+
+def _registered_model(settings: Settings, name: str) -> None:
+    """Skip scoring until a model is registered (the weekly training registers the first)."""
+    from batch_inference.registry import ModelError, get
+
+    try:
+        get(settings, name)
+    except ModelError as exc:
+        raise Skip(f"{exc}: scoring is skipped until strata_train registers one") from None
 
 
 def find_step(name: str) -> Callable[..., Any]:
@@ -148,8 +168,10 @@ def run_step(name: str, context: Mapping[str, Any], **options: Any) -> dict[str,
     return result.summary()
 
 
-def shards(name: str) -> list[list[int]]:
-    """The shards a mapped step runs over, ``[i, n]`` each (``STRATA_SCORE_SHARDS`` of them)."""
+def shards(name: str, model: str = "user_risk") -> list[list[int]]:
+    """The shards a mapped scoring step runs over, ``[i, n]`` each (``STRATA_SCORE_SHARDS`` of them);
+    a skip while the step does not exist or no model is registered."""
     settings = task_settings()
     find_step(name)
+    _registered_model(settings, model)
     return [[i, settings.score_shards] for i in range(settings.score_shards)]

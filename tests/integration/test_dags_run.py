@@ -4,9 +4,10 @@
   the scheduler would, the files of each day arriving before that day's runs. Checked: the
   tables and the books against the generator's manifest, the asset event of every writing
   task, and that running the same dates again leaves every table equal.
-* Cluster: the same DAG files with Postgres metadata (a database created and dropped here),
-  the CeleryExecutor with a real Celery worker process and Redis as broker (databases 12 and
-  13), and the lake on S3 (a moto server speaking the S3 protocol). A backfill of three days
+* Cluster: the same DAG files with Postgres metadata (a database created and dropped here, which
+  also holds the writers' advisory locks), the CeleryExecutor with a real Celery worker process
+  and Redis as broker (databases 12 and 13), and the lake on S3 (a moto server speaking the S3
+  protocol). A backfill of three days
   (``airflow backfill create``) must leave the same tables as the three single runs above.
 """
 
@@ -242,6 +243,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, landing: Path) -> Iterator
         settings = load_settings({"STRATA_HOME": str(logs / "home"), "STRATA_LAKE_URI": "s3://strata-lake/lake",
                                   "STRATA_LANDING_DIR": str(landing),
                                   "STRATA_S3_ENDPOINT_URL": endpoint, "STRATA_S3_REGION": "us-east-1",
+                                  # the writers' locks every worker sees: advisory locks in Postgres
+                                  "STRATA_LOCK_URL": f"postgresql://{postgres_user()}@127.0.0.1:5432/{database}",
                                   "STRATA_PSEUDONYM_KEY": KEY, **S3_KEYS})
         env = {**os.environ, **airflow_env(
             settings, port=free_port(), log_port=free_port(),

@@ -101,7 +101,10 @@ def test_the_daily_dag_has_a_group_per_layer_in_order_and_maps_scores_over_shard
     assert tasks["ads.build_ads"]["upstream"] == ["features.check_consistency"]
     assert tasks["scores.score_shards"]["upstream"] == ["ads.build_ads"]
     assert tasks["scores.score"]["mapped"] and tasks["scores.score"]["upstream"] == ["scores.score_shards"]
-    # A layer not built yet is skipped; the layers after it still run, a failure stops them.
+    assert tasks["scores.summarize_scores"]["upstream"] == ["scores.score"]
+    # A layer not built yet is skipped; the layers after it still run, a failure stops them. The day's
+    # score summary needs every shard (skipped with them until a model is registered).
+    assert tasks.pop("scores.summarize_scores")["trigger_rule"] == "all_success"
     assert all(t["trigger_rule"] == "none_failed" for t in tasks.values())
     # The pipeline's order of a day's layers is the DAG's order.
     order = [task_id.split(".")[-1] for task_id in tasks]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from batch_inference.registry import ModelCard, register
 from strata import pipeline
 from strata.orchestration import tasks
 from strata.pipeline import StepResult
@@ -88,10 +89,25 @@ def test_prices_load_only_when_a_price_list_is_there_and_changed(strata_env: Pat
     assert tasks.run_step("load_prices", DAY)["versions"] == {"dwd.model_price": 1}
 
 
-def test_shards_come_from_the_settings(calls: list[tuple[tuple[Any, ...], dict[str, Any]]], strata_env: Path,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_scoring_waits_for_a_registered_model_then_shards_come_from_the_settings(
+        calls: list[tuple[tuple[Any, ...], dict[str, Any]]], strata_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(tasks.Skip, match="no model 'user_risk' is registered .* until strata_train registers one"):
+        tasks.shards("score")
+    settings = tasks.task_settings()
+    register(settings, ModelCard(
+        name="user_risk", version="", features=(), feature_service="user_risk_v1", entity="user_pseudonym",
+        training_window=("2026-01-01", "2026-01-06"), metrics={}, sha256="", libraries={}, threshold=0.5,
+        created_at="2026-01-07T00:00:00Z"), b"onnx bytes")
     monkeypatch.setenv("STRATA_SCORE_SHARDS", "3")
     assert tasks.shards("score") == [[0, 3], [1, 3], [2, 3]]
+
+
+def test_training_waits_for_the_features_layer(calls: list[tuple[tuple[Any, ...], dict[str, Any]]],
+                                               strata_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(pipeline, "build_dws")
+    with pytest.raises(tasks.StepMissing, match="train needs the DWS features .* no step 'build_dws' yet"):
+        tasks.run_step("train", WEEK)
+    assert calls == []
 
 
 def test_a_bad_input_is_a_one_line_refusal_and_anything_else_may_be_retried(
