@@ -56,6 +56,14 @@ def load_prices(settings: Settings, csv_path: Path) -> StepResult:
     return StepResult("load_prices", {}, {DWD_MODEL_PRICE.name: load(settings, csv_path)})
 
 
+def load_quotas(settings: Settings, csv_path: Path) -> StepResult:
+    """Load tenant quotas as a new version of ``dwd.tenant_quota``."""
+    from warehouse.dwd.quotas import load_quotas as load
+    from warehouse.tables import DWD_TENANT_QUOTA
+
+    return StepResult("load_quotas", {}, {DWD_TENANT_QUOTA.name: load(settings, csv_path)})
+
+
 def build_dwd(settings: Settings, day: dt.date, *, progress: Progress | None = None) -> StepResult:
     """Publish the day's ``dwd.feedback`` (merging its labels) and ``dwd.request`` from ODS."""
     from warehouse.dwd.build import build_day
