@@ -77,6 +77,23 @@ def build_dwd(settings: Settings, day: dt.date, *, progress: Progress | None = N
     return StepResult("build_dwd", counts, {run.table.name: run.version for run in runs.values()}, runs)
 
 
+def build_ads(settings: Settings, day: dt.date, *, progress: Progress | None = None,
+              storm_multiple: float | None = None) -> StepResult:
+    """Publish the day's ADS marts: ``dbt build`` in-process, then each mart through the publish path."""
+    from warehouse.ads.build import build
+
+    report = build(settings, [day], progress=progress, storm_multiple=storm_multiple)
+    counts = {f"{p.table.name.split('.', 1)[1]}_rows": p.rows for p in report.published}
+    return StepResult("build_ads", counts, {p.table.name: p.version for p in report.published}, report)
+
+
+def generate_docs(settings: Settings) -> StepResult:
+    """Generate the ADS dbt project's documentation site (``detail``: the path of its page)."""
+    from warehouse.ads.docs import generate
+
+    return StepResult("generate_docs", {}, {}, generate(settings))
+
+
 def apply_retention(settings: Settings, *, days: int | None = None, today: dt.date | None = None) -> StepResult:
     """Delete raw-data partitions older than the retention, then vacuum."""
     from warehouse.ops.retention import apply_retention as apply
@@ -95,4 +112,4 @@ def forget(settings: Settings, user_id: str) -> StepResult:
 
 Step = Callable[..., StepResult]
 #: The layers of one day, in the order they are built: each step takes (settings, day, progress=…).
-DAILY: tuple[Step, ...] = (build_dwd,)
+DAILY: tuple[Step, ...] = (build_dwd, build_ads)

@@ -8,8 +8,9 @@ published unless the whole ``dbt build`` passed (an enforced-contract error, a f
 test or unit test stops everything), and a mart row that breaks its contract stops that
 mart's publication instead of being set aside.
 
-The marts read ``dwd.request`` (and the quotas, the quarantine's rule ids, the audit log
-and the books) as they are when the build runs: late feedback or a rebuilt DWD day reaches
+A day DWD was built for can be built (a day with feedback only has empty request marts
+and its data-quality rows). The marts read ``dwd.request`` (and the quotas, the quarantine's
+rule ids, the audit log and the books) as they are when the build runs: late feedback or a rebuilt DWD day reaches
 ADS when the day is built again. ``ads.data_quality`` lists the ADS tables' own writes of a
 day from its next build on.
 """
@@ -91,10 +92,12 @@ def build(
     if drift:
         raise RuntimeError("the marts' dbt properties differ from their contracts (regenerate them with "
                            "`python -m warehouse.ads.models_yml`):\n  " + "\n  ".join(drift))
-    missing = [d for d in built if d not in _request_days(settings)]
+    if lake.open_table(settings, DWD_REQUEST) is None:
+        raise FileNotFoundError(f"{DWD_REQUEST} does not exist: build DWD first (strata build dwd --date D)")
+    missing = sorted(set(built) - _dwd_days(settings, built))
     if missing:
-        raise LookupError(f"no dwd.request rows for {', '.join(map(str, missing))}: build DWD for "
-                          "them first (strata build dwd --date D)")
+        raise LookupError(f"DWD was never built for {', '.join(map(str, missing))}: build it first "
+                          "(strata build dwd --date D)")
     run = new_run(settings, f"build-{built[0]}" + (f"-{built[-1]}" if len(built) > 1 else ""))
     variables: dict[str, object] = {"days": [d.isoformat() for d in built],
                                     "freshness_sla_hours": freshness_sla_hours(),
@@ -107,19 +110,12 @@ def build(
     return AdsBuild(built, dbt_run, published)
 
 
-def _request_days(settings: Settings) -> set[dt.date]:
-    """The event dates ``dwd.request`` holds rows for, from its Delta log alone."""
-    delta = lake.open_table(settings, DWD_REQUEST)
-    if delta is None:
+def _dwd_days(settings: Settings, days: Sequence[dt.date]) -> set[dt.date]:
+    """Those of ``days`` that a DWD build has kept the books of (requests, feedback, or both)."""
+    if lake.open_table(settings, OPS_BOOKS) is None:
         return set()
-    actions = pa.table(delta.get_add_actions(flatten=True))
-    counts = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else None
-    values = actions.column("partition.event_date").to_pylist()
-    return {_as_date(v) for i, v in enumerate(values) if counts is None or counts[i]}
-
-
-def _as_date(value: object) -> dt.date:
-    return value if isinstance(value, dt.date) else dt.date.fromisoformat(str(value))
+    kept = lake.read(settings, OPS_BOOKS, filters=[("event_date", "in", list(days))], columns=["event_date"])
+    return set(kept.column("event_date").to_pylist())
 
 
 def freshness_sla_hours() -> dict[str, float]:
