@@ -1,12 +1,14 @@
 {#-
-    A minute is stormy when, over the trailing storm_window_minutes, the tenant's retries of the
-    model exceed storm_multiple × its first attempts and number at least storm_min_retries, and
-    the minute itself holds retries. Stormy minutes less than a window apart make one storm
-    window, kept when its own retries again exceed storm_multiple × its first attempts.
+    A minute is stormy when the tenant's retries of the model exceed storm_multiple × its first
+    attempts in that minute, and also over the storm_window_minutes centred on it, where they
+    number at least storm_min_retries. Stormy minutes less than a window apart make one storm
+    window (from its first stormy minute to the end of its last), kept when its own retries
+    exceed storm_multiple × its first attempts and number at least storm_min_retries.
 -#}
 {%- set multiple = var('storm_multiple') -%}
 {%- set min_retries = var('storm_min_retries') -%}
 {%- set window_minutes = var('storm_window_minutes') -%}
+{%- set half_window = (window_minutes - 1) // 2 -%}
 
 with
 
@@ -16,18 +18,18 @@ attempts_by_minute as (
 
 ),
 
-trailing_counts as (
+surrounding_counts as (
 
     select
         *,
-        sum(retries) over trailing_window as trailing_retries,
-        sum(first_attempts) over trailing_window as trailing_first_attempts
+        sum(retries) over surrounding_window as surrounding_retries,
+        sum(first_attempts) over surrounding_window as surrounding_first_attempts
 
     from attempts_by_minute
-    window trailing_window as (
+    window surrounding_window as (
         partition by event_date, tenant_id, model
         order by minute_start
-        range between interval {{ window_minutes - 1 }} minutes preceding and current row
+        range between interval {{ half_window }} minutes preceding and interval {{ half_window }} minutes following
     )
 
 ),
@@ -39,10 +41,10 @@ stormy_minutes as (
         lag(minute_start) over (partition by event_date, tenant_id, model order by minute_start)
             as previous_stormy_minute
 
-    from trailing_counts
-    where retries > 0
-        and trailing_retries >= {{ min_retries }}
-        and trailing_retries > {{ multiple }} * trailing_first_attempts
+    from surrounding_counts
+    where retries > {{ multiple }} * first_attempts
+        and surrounding_retries >= {{ min_retries }}
+        and surrounding_retries > {{ multiple }} * surrounding_first_attempts
 
 ),
 
