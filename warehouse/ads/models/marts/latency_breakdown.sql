@@ -37,18 +37,18 @@ stage_stats as (
         event_date,
         model,
         count(*) as staged_requests,
-        avg(queue_ms) as queue_mean_ms,
+        {{ exact_mean('queue_ms') }} as queue_mean_ms,
         quantile_cont(queue_ms, 0.95) as queue_p95_ms,
-        avg(preprocess_ms) as preprocess_mean_ms,
+        {{ exact_mean('preprocess_ms') }} as preprocess_mean_ms,
         quantile_cont(preprocess_ms, 0.95) as preprocess_p95_ms,
-        avg(inference_ms) as inference_mean_ms,
+        {{ exact_mean('inference_ms') }} as inference_mean_ms,
         quantile_cont(inference_ms, 0.95) as inference_p95_ms,
-        avg(postprocess_ms) as postprocess_mean_ms,
+        {{ exact_mean('postprocess_ms') }} as postprocess_mean_ms,
         quantile_cont(postprocess_ms, 0.95) as postprocess_p95_ms,
-        avg(duration_ms - queue_ms - preprocess_ms - inference_ms - postprocess_ms) as overhead_mean_ms,
-        avg(duration_ms) as duration_mean_ms,
+        {{ exact_mean('duration_ms - queue_ms - preprocess_ms - inference_ms - postprocess_ms') }} as overhead_mean_ms,
+        {{ exact_mean('duration_ms') }} as duration_mean_ms,
         quantile_cont(duration_ms, 0.95) as duration_p95_ms,
-        1 - sum(inference_ms) / nullif(sum(duration_ms), 0) as outside_inference_share
+        1 - {{ exact_sum('inference_ms') }} / nullif({{ exact_sum('duration_ms') }}, 0) as outside_inference_share
 
     from staged_requests
     group by event_date, model
