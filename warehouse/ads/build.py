@@ -82,6 +82,7 @@ def build(
     project whose marts' properties drifted from their contracts.
     """
     from contracts import check_dbt_models
+    from contracts.audit_worker import warm_up
 
     built = tuple(sorted(set(days)))
     if not built:
@@ -98,6 +99,7 @@ def build(
     if missing:
         raise LookupError(f"DWD was never built for {', '.join(map(str, missing))}: build it first "
                           "(strata build dwd --date D)")
+    warm_up()  # the audit worker imports Great Expectations while dbt runs
     run = new_run(settings, f"build-{built[0]}" + (f"-{built[-1]}" if len(built) > 1 else ""))
     variables: dict[str, object] = {"days": [d.isoformat() for d in built],
                                     "freshness_sla_hours": freshness_sla_hours(),
