@@ -8,6 +8,13 @@ published unless the whole ``dbt build`` passed (an enforced-contract error, a f
 test or unit test stops everything), and a mart row that breaks its contract stops that
 mart's publication instead of being set aside.
 
+The audit of a mart is that build, the row checks of every row against the contract, the
+row-count bounds and the rule that every row keeps its contract. The Great Expectations
+suite joins it only for a contract with a rule the row checks cannot enforce (a tolerance:
+a share of rows allowed to break a rule): on a mart — a few hundred rows, every one of them
+checked — it would check again, on the same rows, rules already enforced, and it is what
+would make publishing cost more than computing (``benchmarks/bench_ads.py``).
+
 A day DWD was built for can be built (a day with feedback only has empty request marts
 and its data-quality rows). The marts read ``dwd.request`` (and the quotas, the quarantine's
 rule ids, the audit log and the books) as they are when the build runs: late feedback or a rebuilt DWD day reaches
@@ -78,8 +85,10 @@ def build(
     """Build and publish every mart for ``days`` (one dbt run, one commit per mart).
 
     ``storm_multiple`` overrides the project's retry-storm threshold (retries must exceed
-    that multiple of first attempts). Refuses days without ``dwd.request`` rows, and a
-    project whose marts' properties drifted from their contracts.
+    that multiple of first attempts). Refuses days DWD was never built for, and a project
+    whose marts' properties drifted from their contracts. The marts are published in the
+    order of :data:`MARTS`, each atomically: if one fails its checks, those before it stay
+    published (a re-run publishes them again, identical) and the run folder is kept.
     """
     from contracts import check_dbt_models
     from contracts.audit_worker import warm_up
@@ -99,7 +108,8 @@ def build(
     if missing:
         raise LookupError(f"DWD was never built for {', '.join(map(str, missing))}: build it first "
                           "(strata build dwd --date D)")
-    warm_up()  # the audit worker imports Great Expectations while dbt runs
+    if any(needs_expectations(mart) for mart in MARTS):
+        warm_up()  # the audit worker imports Great Expectations while dbt runs
     run = new_run(settings, f"build-{built[0]}" + (f"-{built[-1]}" if len(built) > 1 else ""))
     variables: dict[str, object] = {"days": [d.isoformat() for d in built],
                                     "freshness_sla_hours": freshness_sla_hours(),
@@ -134,6 +144,11 @@ def empty_sources(settings: Settings) -> dict[str, dict[str, str]]:
             for t in SOURCES if t != DWD_REQUEST and lake.open_table(settings, t) is None}
 
 
+def needs_expectations(mart: Table) -> bool:
+    """Whether a mart's contract has a rule only the expectation suite checks: a tolerance."""
+    return any(c.tolerances for c in mart.contract.columns)
+
+
 def _publish(settings: Settings, run: RunDir, mart: Table, days: tuple[dt.date, ...], progress: Progress | None,
              index: int) -> Published:
     """Stream one mart from the run's DuckDB file into its Delta table, replacing ``days``."""
@@ -149,7 +164,8 @@ def _publish(settings: Settings, run: RunDir, mart: Table, days: tuple[dt.date, 
             yield from reader
 
         result = publish(settings, mart, batches(), partitions=[{"event_date": d} for d in days],
-                         invariants=[keeps_every_row(f"{mart.name}.rows_keep_their_contract")])
+                         invariants=[keeps_every_row(f"{mart.name}.rows_keep_their_contract")],
+                         expectations=needs_expectations(mart))
     finally:
         con.close()
     if progress is not None:
