@@ -290,7 +290,7 @@ def run(workdir: Path) -> list[Measurement]:
                     target_ratio=0.5),
         Measurement("… dbt models alone (per-model timings, staging views included)", sum(models.values()) + staging,
                     "s", "hand-written DuckDB queries, same six tables", baseline_s, higher_is_better=False),
-        Measurement("… publishing alone (row checks, GX audit, Delta commit, audit log)", sum(publish.values()), "s",
+        Measurement("… publishing alone (row checks, audit, Delta commit, audit log)", sum(publish.values()), "s",
                     "hand-written DuckDB queries, same six tables", baseline_s, higher_is_better=False),
     ]
     for name in _QUERIES:

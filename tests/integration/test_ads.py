@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shutil
 from decimal import Decimal
 from pathlib import Path
@@ -273,7 +274,12 @@ def test_docs_generate_one_static_page_under_strata_home(built: tuple[Settings, 
     text = page.read_text()
     for mart in MARTS:
         assert f"model.strata_ads.{mart.name.split('.')[1]}" in text
-    assert "One row per event_date × tenant_id." in text and "DECIMAL(18,9)" in text
+    manifest = json.loads((page.parent / "manifest.json").read_text())
+    tenants = manifest["nodes"]["model.strata_ads.tenant_daily"]
+    assert tenants["description"].endswith("Grain: one row per event_date × tenant_id.")
+    assert tenants["columns"]["cost_usd"]["data_type"] == "DECIMAL(18,9)"
+    catalog = json.loads((page.parent / "catalog.json").read_text())  # the database's own types
+    assert catalog["nodes"]["model.strata_ads.tenant_daily"]["columns"]["cost_usd"]["type"] == "DECIMAL(18,9)"
     assert not list((settings.home / "ads" / "runs").glob("docs-*"))  # a successful run leaves no folder behind
     for generated in ("target", "logs", "dbt_packages"):
         assert not (PROJECT_DIR / generated).exists()  # nothing of dbt's in the source tree
