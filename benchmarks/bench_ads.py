@@ -147,7 +147,7 @@ _QUERIES = {
             from (select *, sum(r) over w as wr, sum(f) over w as wf from minutes
                   window w as (partition by tenant_id, model order by m
                                range between interval 2 minutes preceding and interval 2 minutes following))
-            where r > f and wr >= 10 and wr > wf),
+            where r > f and wr >= 8 and wr > wf),
         windows as (
             select tenant_id, model, min(m) as s, max(m) + interval 1 minute as e
             from (select *, sum(starts::int) over (partition by tenant_id, model order by m) as n from stormy)
@@ -156,7 +156,7 @@ _QUERIES = {
             max(r) as peak_retries_per_minute
         from windows join minutes on windows.tenant_id = minutes.tenant_id and windows.model = minutes.model
             and m >= s and m < e
-        group by all having sum(r) >= 10 and sum(r) > sum(f)""",
+        group by all having sum(r) >= 8 and sum(r) > sum(f)""",
     "ads.version_mix": """
         select model, sum(n) as requests, count(*) as versions_serving, list(v order by n desc, v) as versions,
             list(n order by n desc, v) as version_requests,
