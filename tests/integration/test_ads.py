@@ -73,6 +73,16 @@ def test_model_daily_equals_the_manifest(built: tuple[Settings, dict, Path]) -> 
                 assert sums[f"errors_{error_type}"] == count, (day, model, error_type)
             assert sums["errors_other"] == 0
             assert dict(zip(mine["model_version"], mine["requests"])) == truth["versions"], (day, model)
+    # Labels come from DWD (the manifest knows feedback events, not the latest label per request).
+    labels = dwd_requests(settings).with_columns(model_version=pl.col("model_version").fill_null("(none)")).group_by(
+        "event_date", "model", "model_version").agg(
+        labelled=pl.col("feedback_kind").is_not_null().sum(),
+        positive=((pl.col("feedback_kind") == "thumb") & (pl.col("feedback_value") == "up")
+                  | (pl.col("feedback_kind") == "review") & (pl.col("feedback_value") == "ok")).sum())
+    joined = daily.join(labels, on=["event_date", "model", "model_version"])
+    assert joined.height == daily.height and joined["labelled"].eq(joined["labelled_requests"]).all()
+    share = joined.filter(pl.col("labelled") > 0)
+    assert share.height and (share["positive_feedback_share"] == share["positive"] / share["labelled"]).all()
 
 
 def test_cost_per_tenant_is_prices_times_tokens_under_the_billing_rule(built: tuple[Settings, dict, Path]) -> None:
@@ -198,6 +208,9 @@ def test_version_mix_flags_the_gray_release_and_the_pipeline_upgrade(built: tupl
         assert row["version_requests"] == sorted(row["version_requests"], reverse=True)
     gray = mix.filter(pl.col("model") == "aurora-chat-70b")
     assert gray["is_mixed"].all()
+    # Tenants move to the newer chat prompt template at their own pace; embeddings log no template.
+    assert gray["is_template_mismatch"].all() and gray["template_mismatch_versions"].to_list()[0] == ["v3.1", "v3.2"]
+    assert not mix.filter(pl.col("model") == "text-embedding-3-small")["is_template_mismatch"].any()
     # The triton fleet upgrades its pipeline at noon of the second day: only then do versions disagree.
     reranker = mix.filter(pl.col("model") == "bge-reranker-v2").sort("event_date")
     assert reranker["is_pipeline_mismatch"].to_list() == [False, True]
