@@ -294,7 +294,7 @@ def test_docs_generate_one_static_page_under_strata_home(built: tuple[Settings, 
     catalog = json.loads((page.parent / "catalog.json").read_text())  # the database's own types
     assert catalog["nodes"]["model.strata_ads.tenant_daily"]["columns"]["cost_usd"]["type"] == "DECIMAL(18,9)"
     assert not list((settings.home / "ads" / "runs").glob("docs-*"))  # a successful run leaves no folder behind
-    for generated in ("target", "logs", "dbt_packages"):
+    for generated in ("target", "logs", "dbt_packages", ".user.yml"):
         assert not (PROJECT_DIR / generated).exists()  # nothing of dbt's in the source tree
 
 
