@@ -70,13 +70,20 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
         landed = pipeline.land(settings, [landing / "requests", landing / "feedback"], progress=step)
     echo(f"  landed {landed.counts['files_landed']} file(s), skipped {landed.counts['files_skipped']} already landed")
     pipeline.load_prices(settings, landing / "prices.csv")
+    pipeline.load_quotas(settings, landing / "quotas.csv")
 
-    echo("[bold]3/4 build the layers of each day[/] (feedback first, so labels reach earlier requests)")
+    echo("[bold]3/4 build the layers, one after the other, for each day[/] (DWD: feedback first, so labels "
+         "reach earlier requests; the layers above: the days with traffic)")
     all_ok = True
-    for day in sorted(set(manifest["feedback"]["days"]) | set(manifest["days"])):
-        for step_fn in pipeline.DAILY:
+    every_day = sorted(set(manifest["feedback"]["days"]) | set(manifest["days"]))
+    for step_fn in pipeline.DAILY:
+        for day in every_day if step_fn is pipeline.build_dwd else sorted(manifest["days"]):
             with progress(f"{day}") as step:
                 result = step_fn(settings, dt.date.fromisoformat(day), progress=step)
+            if step_fn is not pipeline.build_dwd:
+                echo(f"  {result.step} {day}: " + ", ".join(f"{name.removesuffix('_rows')} {rows:,}"
+                                                           for name, rows in result.counts.items()) + " row(s)")
+                continue
             for run in result.detail.values():
                 b = run.books
                 line = (f"  {b.table} {day}: ODS {b.ods_rows:,} = DWD {b.dwd_rows:,} + duplicates {b.duplicates:,}"
@@ -89,7 +96,8 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
                 echo(line)
 
     echo("[bold]4/4 where to look[/]")
-    echo(f"  lake: {settings.lake_uri}  (Delta tables: ods/*, dwd/*, ops/*)")
+    echo(f"  lake: {settings.lake_uri}  (Delta tables: ods/*, dwd/*, ads/*, ops/*)")
+    echo(f"  SQL: STRATA_HOME={settings.home} strata sql \"select * from ads.tenant_daily order by cost_usd desc\"")
     echo("  e.g. python -c \"import deltalake; print(deltalake.DeltaTable("
          f"'{DWD_REQUEST.uri(settings)}').to_pandas().head())\"")
     return all_ok
