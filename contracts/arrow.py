@@ -105,6 +105,8 @@ def _castable(src: pa.DataType, target: pa.DataType) -> bool:
         return t.is_binary(src) or t.is_large_binary(src) or t.is_binary_view(src)
     if t.is_integer(target) or t.is_floating(target):
         return t.is_integer(src) or t.is_floating(src)
+    if t.is_decimal(target):  # exact sources only: Arrow refuses a cast that would drop digits
+        return t.is_decimal(src) or t.is_integer(src)
     if t.is_boolean(target):
         return t.is_boolean(src)
     if t.is_date(target):

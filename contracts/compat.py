@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date, datetime
+from decimal import Decimal
 from typing import Any
 
 from contracts.model import Column, Contract
@@ -156,6 +157,8 @@ def _bound_change(name: str, what: str, old: Any, new: Any, *, lower: bool) -> l
 
 
 def _json(value: Any) -> Any:
+    if isinstance(value, Decimal):  # as text: exact in the lock file
+        return str(value)
     return value.isoformat() if isinstance(value, (date, datetime)) else value
 
 
@@ -165,4 +168,6 @@ def _parse(value: Any, t: Any) -> Any:
 
     if value is None or not isinstance(value, str):
         return value
+    if pa.types.is_decimal(t):
+        return Decimal(value)
     return datetime.fromisoformat(value) if pa.types.is_timestamp(t) else date.fromisoformat(value)

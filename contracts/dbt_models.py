@@ -7,6 +7,7 @@ constraints; those entries are derived from the table's contract here, and
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,9 @@ _ALIASES = {
     "STRING": "VARCHAR", "TEXT": "VARCHAR", "CHAR": "VARCHAR", "BPCHAR": "VARCHAR",
     "TIMESTAMPTZ": "TIMESTAMP WITH TIME ZONE", "DATETIME": "TIMESTAMP",
     "BYTEA": "BLOB", "BINARY": "BLOB", "VARBINARY": "BLOB",
+    "NUMERIC": "DECIMAL",
 }
+_PARAMETERS = re.compile(r"^(\w+)\s*\((.*)\)$")
 
 
 def normalize_duckdb_type(name: str) -> str:
@@ -32,6 +35,9 @@ def normalize_duckdb_type(name: str) -> str:
     text = " ".join(name.strip().upper().split())
     if text.endswith("[]"):
         return normalize_duckdb_type(text[:-2]) + "[]"
+    if m := _PARAMETERS.match(text):  # DECIMAL(18, 9) → DECIMAL(18,9)
+        base = _ALIASES.get(m.group(1), m.group(1))
+        return f"{base}({','.join(p.strip() for p in m.group(2).split(','))})"
     return _ALIASES.get(text, text)
 
 

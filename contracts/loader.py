@@ -13,6 +13,7 @@ import json
 import os
 import re
 from datetime import date, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -355,6 +356,8 @@ def _bound(value: Any, t: pa.DataType, field: str, fail: Any) -> Any:
             raise fail(field, f"{value!r} is not an ISO 8601 date") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise fail(field, f"{value!r} is not a number")
+    if pa.types.is_decimal(t):
+        return Decimal(str(value))
     if pa.types.is_integer(t):
         if float(value) != int(value):
             raise fail(field, f"{value!r} is not a whole number for an integer column")

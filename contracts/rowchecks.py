@@ -230,6 +230,15 @@ def cast_expr(name: str, src: pl.DataType, target: pl.DataType) -> tuple[pl.Expr
         else:
             return impossible
         return typed, present & (col.is_null() | ~col.is_finite())  # NaN and ±infinity are no measurement
+    if target.is_decimal():
+        if src.is_decimal() or src.is_integer() or src.is_float():
+            typed = col.cast(target, strict=False)
+            # A value that does not survive the way back lost digits (or was a NaN or infinity).
+            lossy = typed.cast(src, strict=False) != original
+            return typed, present & (col.is_null() | lossy.fill_null(True))
+        if src == pl.String:
+            return col.str.strip_chars().cast(target, strict=False), failed
+        return impossible
     if target == pl.Boolean:
         if src == pl.String:
             text = col.str.strip_chars().str.to_lowercase()

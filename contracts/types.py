@@ -1,8 +1,9 @@
 """Column types: the Arrow type names a contract's ``physicalType`` uses, and their mappings.
 
 A contract names each column's physical type with Arrow's own spelling (``int64``,
-``timestamp[us, tz=UTC]``, ``list<string>``) so the Arrow schema is read straight off the
-file. Everything else — polars dtypes for row checks, DuckDB types for dbt, pandas dtypes
+``timestamp[us, tz=UTC]``, ``list<string>``, ``decimal128(18, 9)``) so the Arrow schema is
+read straight off the file. Decimals hold money: sums of them are exact, so parts add up to
+their total to the last digit, which floats do not promise. Everything else — polars dtypes for row checks, DuckDB types for dbt, pandas dtypes
 for the GX audit — is derived from the Arrow type here, in one place.
 """
 
@@ -15,6 +16,9 @@ import pyarrow as pa
 
 _TIMESTAMP = re.compile(r"^timestamp\[(ms|us|ns)(?:,\s*tz=([^\]]+))?\]$")
 _LIST = re.compile(r"^list<(?:item:\s*)?(.+)>$")
+_DECIMAL = re.compile(r"^decimal(?:128)?\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
+#: The widest decimal Arrow's decimal128 (and DuckDB's DECIMAL) can hold.
+MAX_DECIMAL_PRECISION = 38
 
 #: ODCS logical type each Arrow type family must be declared with.
 _LOGICAL = {
@@ -44,13 +48,19 @@ def parse_type(name: str) -> pa.DataType:
         return pa.timestamp(m.group(1), tz=m.group(2).strip() if m.group(2) else None)
     if m := _LIST.match(text):
         return pa.list_(parse_type(m.group(1)))
+    if m := _DECIMAL.match(text):
+        precision, scale = int(m.group(1)), int(m.group(2))
+        if not 1 <= precision <= MAX_DECIMAL_PRECISION or scale > precision:
+            raise ValueError(f"{name!r}: a decimal needs 1 <= precision <= {MAX_DECIMAL_PRECISION} and "
+                             "0 <= scale <= precision")
+        return pa.decimal128(precision, scale)
     if text == "bool":
         return pa.bool_()
     if text in ("float64", "float32", "date32", "string", "large_string", "binary", "large_binary",
                 "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"):
         return pa.type_for_alias(text)
     raise ValueError(f"unknown physical type {name!r} (use an Arrow type name such as int64, "
-                     "string, timestamp[us, tz=UTC], list<string>)")
+                     "string, timestamp[us, tz=UTC], list<string>, decimal128(18, 9))")
 
 
 def type_name(t: pa.DataType) -> str:
@@ -70,6 +80,8 @@ def logical_type(t: pa.DataType) -> str:
         return "array"
     if pa.types.is_integer(t):
         return "integer"
+    if pa.types.is_decimal(t):
+        return "number"
     return _LOGICAL.get(_key(t), "object")
 
 
@@ -81,6 +93,8 @@ def is_widening(old: pa.DataType, new: pa.DataType) -> bool:
         return _INT_BITS[_key(new)] > _INT_BITS[_key(old)]
     if pa.types.is_float32(old) and pa.types.is_float64(new):
         return True
+    if pa.types.is_decimal(old) and pa.types.is_decimal(new):  # no fewer digits on either side of the point
+        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
     if pa.types.is_list(old) and pa.types.is_list(new):
         return is_widening(old.value_type, new.value_type)
     return False
@@ -92,6 +106,8 @@ def polars_dtype(t: pa.DataType) -> pl.DataType:
         return pl.Datetime(t.unit, t.tz)
     if pa.types.is_list(t):
         return pl.List(polars_dtype(t.value_type))
+    if pa.types.is_decimal(t):
+        return pl.Decimal(t.precision, t.scale)
     simple: dict[str, pl.DataType] = {
         "string": pl.String(), "large_string": pl.String(), "binary": pl.Binary(),
         "large_binary": pl.Binary(), "bool": pl.Boolean(), "date32": pl.Date(),
@@ -111,6 +127,8 @@ def duckdb_type(t: pa.DataType) -> str:
         return "TIMESTAMP WITH TIME ZONE" if t.tz else "TIMESTAMP"
     if pa.types.is_list(t):
         return f"{duckdb_type(t.value_type)}[]"
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision},{t.scale})"
     simple = {
         "string": "VARCHAR", "large_string": "VARCHAR", "binary": "BLOB", "large_binary": "BLOB",
         "bool": "BOOLEAN", "date32": "DATE", "float32": "FLOAT", "float64": "DOUBLE",
@@ -133,4 +151,4 @@ def pandas_dtype_name(t: pa.DataType) -> str:
         return "boolean"
     if pa.types.is_floating(t):
         return _key(t)
-    return "object"
+    return "object"  # strings, lists, and decimals (Python Decimal objects)

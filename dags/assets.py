@@ -24,6 +24,7 @@ OPS_LANDED_FILES = _table("ops.landed_files")
 
 # DWD: strata_daily / dwd
 DWD_MODEL_PRICE = _table("dwd.model_price")
+DWD_TENANT_QUOTA = _table("dwd.tenant_quota")
 DWD_REQUEST = _table("dwd.request")
 DWD_FEEDBACK = _table("dwd.feedback")
 DWD_QUARANTINE = _table("dwd.quarantine")

@@ -7,8 +7,8 @@ import datetime as dt
 from airflow.sdk import CronDataIntervalTimetable, dag, task, task_group
 
 from assets import (ADS_FEATURE_CONSISTENCY, ADS_MARTS, ADS_SCORE_DAILY, ADS_USER_RISK_SCORES, DWD_FEEDBACK,
-                    DWD_MODEL_PRICE, DWD_QUARANTINE, DWD_REQUEST, DWS_MODEL, DWS_TENANT, DWS_USER, ONLINE_FEATURES,
-                    OPS_BOOKS)
+                    DWD_MODEL_PRICE, DWD_QUARANTINE, DWD_REQUEST, DWD_TENANT_QUOTA, DWS_MODEL, DWS_TENANT, DWS_USER,
+                    ONLINE_FEATURES, OPS_BOOKS)
 from steps import run_step, shards
 
 
@@ -34,17 +34,22 @@ def strata_daily() -> None:
 
     @task_group
     def dwd() -> None:
-        """Prices, then one clean row per request and feedback event, quarantine and books."""
+        """Reference data (prices, quotas), then one clean row per request and feedback event,
+        quarantine and books."""
 
         @task(outlets=[DWD_MODEL_PRICE])
         def load_prices(**context: object) -> dict[str, object]:
             return run_step("load_prices", context)
 
+        @task(outlets=[DWD_TENANT_QUOTA])
+        def load_quotas(**context: object) -> dict[str, object]:
+            return run_step("load_quotas", context)
+
         @task(outlets=[DWD_FEEDBACK, DWD_REQUEST, DWD_QUARANTINE, OPS_BOOKS])
         def build_dwd(**context: object) -> dict[str, object]:
             return run_step("build_dwd", context)
 
-        load_prices() >> build_dwd()
+        [load_prices(), load_quotas()] >> build_dwd()
 
     @task_group
     def dws() -> None:

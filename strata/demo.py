@@ -79,9 +79,9 @@ def daily_plan(days: list[str], last_traffic: str, *, trained: bool) -> list[Run
         return dt.datetime.combine(dt.date.fromisoformat(day) + dt.timedelta(days=1), dt.time(), dt.timezone.utc)
 
     runs: list[Run] = []
-    for day in days:
-        runs += [Run("strata_ingest", midnight_after(day)),
-                 Run("strata_daily", midnight_after(day), tasks=BEFORE_SCORES)]
+    for day in days:  # a day with feedback but no traffic: its DWD only (nothing above it to build)
+        layers = BEFORE_SCORES if day <= last_traffic else DWD_ONLY
+        runs += [Run("strata_ingest", midnight_after(day)), Run("strata_daily", midnight_after(day), tasks=layers)]
     if trained:
         last = midnight_after(last_traffic)
         runs += [Run("strata_train", last - dt.timedelta(days=1)), Run("strata_daily", last, tasks=SCORES)]
@@ -91,6 +91,7 @@ def daily_plan(days: list[str], last_traffic: str, *, trained: bool) -> list[Run
 #: The daily DAG's task groups before scoring, and scoring (regular expressions on task ids).
 BEFORE_SCORES = r"^(dwd|dws|features|ads)\."
 SCORES = r"^scores\."
+DWD_ONLY = r"^dwd\."
 
 
 def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int, echo: Echo) -> bool:
@@ -120,7 +121,8 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
     echo(f"[bold]2/3 run the DAGs through Airflow[/] ({len(plan)} runs with dag.test(), day by day: "
          f"strata_ingest, then strata_daily{', then strata_train and the scores' if trained else ''}); "
          f"Airflow's log: {settings.airflow_home / 'demo.log'}")
-    shutil.copy(generated / "prices.csv", _landing(settings) / "prices.csv")
+    for reference in ("prices.csv", "quotas.csv"):
+        shutil.copy(generated / reference, _landing(settings) / reference)
     for layer, step_name in (("DWS", "build_dws"), ("features", "materialize"), ("ADS", "build_ads"),
                              ("training", "train"), ("scores", "score")):
         if not hasattr(pipeline, step_name):

@@ -66,6 +66,14 @@ def load_prices(settings: Settings, csv_path: Path) -> StepResult:
     return StepResult("load_prices", {}, {DWD_MODEL_PRICE.name: load(settings, csv_path)})
 
 
+def load_quotas(settings: Settings, csv_path: Path) -> StepResult:
+    """Load tenant quotas as a new version of ``dwd.tenant_quota``."""
+    from warehouse.dwd.quotas import load_quotas as load
+    from warehouse.tables import DWD_TENANT_QUOTA
+
+    return StepResult("load_quotas", {}, {DWD_TENANT_QUOTA.name: load(settings, csv_path)})
+
+
 def build_dwd(settings: Settings, day: dt.date, *, progress: Progress | None = None) -> StepResult:
     """Publish the day's ``dwd.feedback`` (merging its labels) and ``dwd.request`` from ODS."""
     from warehouse.dwd.build import build_day
@@ -77,6 +85,23 @@ def build_dwd(settings: Settings, day: dt.date, *, progress: Progress | None = N
         counts |= {f"{short}_published": run.published, f"{short}_quarantined": run.counts.quarantined,
                    f"{short}_duplicates": run.counts.duplicates, f"{short}_malformed": run.counts.malformed}
     return StepResult("build_dwd", counts, {run.table.name: run.version for run in runs.values()}, runs)
+
+
+def build_ads(settings: Settings, day: dt.date, *, progress: Progress | None = None,
+              storm_multiple: float | None = None) -> StepResult:
+    """Publish the day's ADS marts: ``dbt build`` in-process, then each mart through the publish path."""
+    from warehouse.ads.build import build
+
+    report = build(settings, [day], progress=progress, storm_multiple=storm_multiple)
+    counts = {f"{p.table.name.split('.', 1)[1]}_rows": p.rows for p in report.published}
+    return StepResult("build_ads", counts, {p.table.name: p.version for p in report.published}, report)
+
+
+def generate_docs(settings: Settings) -> StepResult:
+    """Generate the ADS dbt project's documentation site (``detail``: the path of its page)."""
+    from warehouse.ads.docs import generate
+
+    return StepResult("generate_docs", {}, {}, generate(settings))
 
 
 def apply_retention(settings: Settings, *, days: int | None = None, today: dt.date | None = None) -> StepResult:
@@ -130,4 +155,4 @@ def summarize_scores(settings: Settings, day: dt.date, *, name: str = "user_risk
 
 Step = Callable[..., StepResult]
 #: The layers of one day, in the order they are built: each step takes (settings, day, progress=…).
-DAILY: tuple[Step, ...] = (build_dwd,)
+DAILY: tuple[Step, ...] = (build_dwd, build_ads)

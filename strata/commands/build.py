@@ -30,3 +30,26 @@ def build_dwd_cmd(days: list[str] = DATES, wait: Optional[float] = WAIT) -> None
             if run.counts.incomplete:
                 out.print(f"  [yellow]{run.counts.incomplete:,} request(s) have no price in effect at their time[/]: "
                           "their cost_usd is null (load a price list with `strata prices load FILE`, then rebuild)")
+
+
+@app.command("ads")
+def build_ads_cmd(
+    days: list[str] = DATES,
+    storm_multiple: Optional[float] = typer.Option(
+        None, "--storm-multiple", min=0.0,
+        help="Retry storms: retries must exceed this multiple of first attempts (default: the project's, 1.0)."),
+) -> None:
+    """Publish the ADS marts for event dates: dbt build in-process, then each mart as a Delta table (idempotent)."""
+    from strata import pipeline
+    from warehouse.settings import load_settings
+
+    settings = load_settings()
+    for day in dates(days):
+        with progress(f"building ADS {day}") as step:
+            result = pipeline.build_ads(settings, day, progress=step, storm_multiple=storm_multiple)
+        report = result.detail
+        for p in report.published:
+            out.print(f"{p.table} [{day}] v{p.version}: {p.rows:,} row(s)")
+        run = report.dbt
+        out.print(f"  dbt: start-up {run.startup_s:.1f}s, models {run.seconds('model'):.1f}s, tests "
+                  f"{run.seconds('test') + run.seconds('unit_test'):.1f}s; publishing {report.publish_s:.1f}s")

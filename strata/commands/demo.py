@@ -22,7 +22,7 @@ def generate_cmd(
     start: Optional[str] = typer.Option(None, "--start", help="First day, YYYY-MM-DD (default: 2026-01-01)."),
     fault_rate: float = typer.Option(0.0, "--fault-rate", min=0.0, max=0.5, help="Share of malformed lines to mix in."),
 ) -> None:
-    """Write realistic AI-service request logs, feedback, prices and a ground-truth manifest."""
+    """Write realistic AI-service request logs, feedback, prices, tenant quotas and a ground-truth manifest."""
     import datetime as dt
 
     from warehouse.sources.generator import generate

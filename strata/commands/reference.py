@@ -1,4 +1,4 @@
-"""``strata prices load``: reference data the build needs (model prices)."""
+"""``strata prices load``, ``strata quotas load``: reference data the builds need (model prices, tenant quotas)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from strata.options import WAIT, for_writing
 app = typer.Typer()
 prices_app = typer.Typer(help="Model price reference data.", no_args_is_help=True)
 app.add_typer(prices_app, name="prices")
+quotas_app = typer.Typer(help="Tenant quota reference data.", no_args_is_help=True)
+app.add_typer(quotas_app, name="quotas")
 
 
 @prices_app.command("load")
@@ -22,5 +24,16 @@ def prices_load_cmd(csv_path: Path = typer.Argument(..., exists=True, dir_okay=F
     from strata import pipeline
 
     result = pipeline.load_prices(for_writing(wait), csv_path)
+    for table, version in result.versions.items():
+        out.print(f"{table} is now version {version}")
+
+
+@quotas_app.command("load")
+def quotas_load_cmd(csv_path: Path = typer.Argument(..., exists=True, dir_okay=False, help="quotas.csv")) -> None:
+    """Load tenant quotas (tenant_id, effective_from, daily_request_quota, daily_token_quota) as a new version."""
+    from strata import pipeline
+    from warehouse.settings import load_settings
+
+    result = pipeline.load_quotas(load_settings(), csv_path)
     for table, version in result.versions.items():
         out.print(f"{table} is now version {version}")

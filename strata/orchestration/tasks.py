@@ -86,8 +86,8 @@ def _arguments(name: str, settings: Settings, interval: Interval,
     start, end = interval
     if name == "land":
         return (settings, [settings.landing_dir]), options
-    if name == "load_prices":
-        return (settings, _new_price_list(settings)), options
+    if name in _REFERENCE:
+        return (settings, _new_reference(settings, name)), options
     if name == "apply_retention":  # the cutoff counts back from the interval's end, the run's "today"
         return (settings,), {"today": _day(end), **options}
     if name == "train":  # a model is trained on the whole interval, up to its last day
@@ -98,22 +98,27 @@ def _arguments(name: str, settings: Settings, interval: Interval,
     return (settings, _day(start)), options
 
 
-def _new_price_list(settings: Settings) -> Path:
-    """The landing zone's ``prices.csv`` when it changed since ``dwd.model_price`` was last written;
-    else :class:`Skip` (a daily run need not rewrite reference data that did not change)."""
-    from warehouse.storage import lake
-    from warehouse.tables import DWD_MODEL_PRICE
+#: Reference data a daily run loads from the landing zone: step → (file, table it writes).
+_REFERENCE = {"load_prices": ("prices.csv", "dwd.model_price"), "load_quotas": ("quotas.csv", "dwd.tenant_quota")}
 
-    prices = settings.landing_dir / "prices.csv"
-    if not prices.is_file():
-        raise Skip(f"no price list at {prices}: nothing to load (drop a prices.csv there to load one)")
-    table = lake.open_table(settings, DWD_MODEL_PRICE)
-    if table is not None:
-        last = table.history(1)[0]
-        if prices.stat().st_mtime * 1000 < last["timestamp"]:
-            raise Skip(f"{prices} has not changed since {DWD_MODEL_PRICE} version {last['version']} was written: "
+
+def _new_reference(settings: Settings, name: str) -> Path:
+    """The landing zone's reference file (``prices.csv``, ``quotas.csv``) when it changed since its
+    table was last written; else :class:`Skip` (a daily run need not rewrite unchanged reference data)."""
+    from warehouse.storage import lake
+    from warehouse.tables import table
+
+    file, table_name = _REFERENCE[name]
+    path = settings.landing_dir / file
+    if not path.is_file():
+        raise Skip(f"no {file} at {path}: nothing to load (drop one there to load it)")
+    delta = lake.open_table(settings, table(table_name))
+    if delta is not None:
+        last = delta.history(1)[0]
+        if path.stat().st_mtime * 1000 < last["timestamp"]:
+            raise Skip(f"{path} has not changed since {table_name} version {last['version']} was written: "
                        "nothing to load")
-    return prices
+    return path
 
 
 def _needs(name: str, step: str, what: str) -> None:

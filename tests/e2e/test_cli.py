@@ -19,7 +19,7 @@ def test_help_lists_every_command(tmp_path: Path) -> None:
     result = _run(["--help"], {"STRATA_HOME": str(tmp_path), "COLUMNS": "200"})
     assert result.returncode == 0
     for command in ("config", "generate", "demo", "ingest", "landed", "build", "prices", "retention", "forget",
-                    "contracts"):
+                    "contracts", "quotas", "sql", "docs"):
         assert f" {command} " in result.stdout
 
 

@@ -47,6 +47,7 @@ KEY = "test-key-not-a-secret-0123456789"
 OUTLETS = {
     "land": ["ods.feedback_raw", "ods.request_log_raw", "ops.landed_files"],
     "dwd.load_prices": ["dwd.model_price"],
+    "dwd.load_quotas": ["dwd.tenant_quota"],
     "dwd.build_dwd": ["dwd.feedback", "dwd.quarantine", "dwd.request", "ops.books"],
     "apply_retention": ["dwd.quarantine", "ods.feedback_raw", "ods.request_log_raw"],
 }
@@ -80,7 +81,8 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
 def landing(tmp_path_factory: pytest.TempPathFactory, generated: tuple[Path, dict[str, Any]]) -> Path:
     """One landing zone for both deployments, so ODS lineage (the files' paths) is the same in both lakes."""
     folder = tmp_path_factory.mktemp("landing")
-    (folder / "prices.csv").write_bytes((generated[0] / "prices.csv").read_bytes())
+    for reference in ("prices.csv", "quotas.csv"):
+        (folder / reference).write_bytes((generated[0] / reference).read_bytes())
     return folder
 
 

@@ -26,6 +26,8 @@ from contracts.loader import CONTRACTS_DIR, parse_contract, read_contract, read_
 TABLES = {
     "ods.request_log_raw", "ods.feedback_raw", "dwd.request", "dwd.feedback", "dwd.quarantine",
     "ops.audit_log", "ops.books", "ops.landed_files", "dwd.model_price", "dws.user_features", "dws.tenant_features", "dws.model_features",
+    "dwd.tenant_quota", "ads.model_daily", "ads.tenant_daily", "ads.latency_breakdown", "ads.retry_storms",
+    "ads.version_mix", "ads.data_quality", "ads.user_risk_scores", "ads.score_daily",
 }
 TS = pa.timestamp("us", tz="UTC")
 VERSION_LINE = f"version: {read_contract(CONTRACTS_DIR / 'dwd.request.yaml').version}"
@@ -50,7 +52,7 @@ def test_every_table_has_a_valid_contract() -> None:
         assert c.layer == name.split(".")[0]
         assert c.version.count(".") == 2 and c.owner
         assert c.odcs.apiVersion.startswith("v3.") and c.odcs.kind == "DataContract"
-        assert c.partition_columns or name in ("ops.audit_log", "dwd.model_price")
+        assert c.partition_columns or name in ("ops.audit_log", "dwd.model_price", "dwd.tenant_quota")
 
 
 def test_request_contract_view() -> None:

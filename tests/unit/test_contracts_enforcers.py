@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from contracts import (
 )
 from contracts.dbt_models import dbt_model
 from contracts.loader import parse_contract
+from contracts.types import is_widening
 
 UTC = timezone.utc
 NOW = datetime(2026, 1, 2, tzinfo=UTC)
@@ -308,6 +310,33 @@ def test_check_dbt_models_reports_drift(tmp_path: Path) -> None:
     assert check_dbt_models(models, [ads]) == [f"{models}: contract ads.model_daily has no dbt model"]
 
 
+def test_decimal_columns_hold_money_exactly_through_every_enforcer() -> None:
+    money = parse_contract(ADS_YAML.replace(
+        "{name: p95_ms, logicalType: number, physicalType: float64, description: Latency p95.}",
+        "{name: cost_usd, logicalType: number, physicalType: 'decimal128(18, 9)', description: Cost.,"
+        " logicalTypeOptions: {minimum: 0}}"), source="money.yaml")
+    cost = money.column("cost_usd")
+    assert cost.arrow_type == pa.decimal128(18, 9) and cost.physical_type == "decimal128(18, 9)"
+    assert cost.minimum == Decimal("0")
+    assert {c["name"]: c["data_type"] for c in dbt_columns(money)}["cost_usd"] == "DECIMAL(18,9)"
+    rows = pl.DataFrame({"day": [date(2026, 1, 1)] * 4, "model": list("abcd"), "requests": [1, 2, 3, 4],
+                         "cost_usd": [Decimal("0.000000001"), Decimal("-1"), Decimal("1.5"), None],
+                         "first_ts": [TS] * 4}, schema_overrides={"cost_usd": pl.Decimal(38, 9)})
+    split = split_rows(rows, money, now=NOW)
+    assert split.rejected["rules"].to_list() == [["cost_usd.min"]]
+    table = conform(split.valid, money, now=NOW)
+    assert table.schema.field("cost_usd").type == pa.decimal128(18, 9)
+    assert table.column("cost_usd").to_pylist() == [Decimal("0.000000001"), Decimal("1.5"), None]
+    assert audit(table, money, now=NOW).success
+    # A value with more digits than the scale holds is refused, not rounded away.
+    finer = rows.head(1).with_columns(pl.lit(Decimal("0.0000000001"), pl.Decimal(20, 10)).alias("cost_usd"))
+    assert split_rows(finer, money, now=NOW).rejected["rules"].to_list() == [["cost_usd.type"]]
+    # Widening keeps every digit on both sides of the point; anything else is breaking.
+    assert is_widening(pa.decimal128(18, 9), pa.decimal128(38, 9))
+    assert not is_widening(pa.decimal128(18, 9), pa.decimal128(18, 6))
+    assert not is_widening(pa.decimal128(18, 9), pa.decimal128(18, 10))
+
+
 # --- Feast -----------------------------------------------------------------------------------
 
 
@@ -346,6 +375,7 @@ PATTERN_EXAMPLES = {
     "^[0-9a-f]{64}$": "ab" * 32,
     "^(?:ods|dwd|dws|ads|ops)\\.[a-z][a-z0-9_]*$": "dwd.request",
     "^\\{[\\s\\S]*\\}$": '{"region": "eu"}',
+    "^v[0-9]+$": "v1",
 }
 
 
@@ -371,8 +401,11 @@ def synthetic(contract: Any, n: int = 3) -> pl.DataFrame:
             values = [TS - timedelta(hours=i) for i in range(n)]
         elif pa.types.is_date(t):
             values = [date(2026, 1, 1)] * n
+        elif pa.types.is_decimal(t):
+            values = [Decimal("0.000000001") * i for i in range(n)]
         elif pa.types.is_list(t):
-            values = [["x.required"]] * n
+            inner = t.value_type
+            values = [[1 if pa.types.is_integer(inner) else 0.5 if pa.types.is_floating(inner) else "x.required"]] * n
         else:
             raise AssertionError(f"no synthetic values for {t}")
         columns[c.name] = values
@@ -380,8 +413,11 @@ def synthetic(contract: Any, n: int = 3) -> pl.DataFrame:
 
 
 @pytest.mark.parametrize("name", sorted(["ods.request_log_raw", "ods.feedback_raw", "dwd.request", "dwd.feedback",
-                                         "dwd.quarantine", "ops.audit_log", "dws.user_features",
-                                         "dws.tenant_features", "dws.model_features"]))
+                                         "dwd.quarantine", "dwd.tenant_quota", "ops.audit_log", "dws.user_features",
+                                         "dws.tenant_features", "dws.model_features", "ads.model_daily",
+                                         "ads.tenant_daily", "ads.latency_breakdown", "ads.retry_storms",
+                                         "ads.version_mix", "ads.data_quality", "ads.user_risk_scores",
+                                         "ads.score_daily"]))
 def test_every_contract_round_trips_through_every_enforcer(name: str) -> None:
     contract = load_contract(name)
     df = synthetic(contract)

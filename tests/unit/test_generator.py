@@ -496,6 +496,23 @@ def test_prices_csv(small: Dataset) -> None:
     assert all(float(r[k]) >= 0 for r in rows for k in r if k.endswith("_per_1k"))
 
 
+def test_quotas_csv(small: Dataset) -> None:
+    blob = (small.root / "quotas.csv").read_bytes()
+    assert hashlib.sha256(blob).hexdigest() == small.manifest["quotas"]["sha256"]
+    text = blob.decode()
+    assert text.splitlines()[0] == "tenant_id,effective_from,daily_request_quota,daily_token_quota"
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert len(rows) == small.manifest["quotas"]["rows"]
+    tenants = {r["tenant_id"] for r in rows}
+    assert 0.5 * small.manifest["population"]["tenants"] <= len(tenants) < small.manifest["population"]["tenants"]
+    assert all(int(r["daily_request_quota"]) >= 100 and int(r["daily_token_quota"]) >= 10_000 for r in rows)
+    raised = [r for r in rows if dt.date.fromisoformat(r["effective_from"]) >= START]
+    assert len(raised) == 1  # the busiest tenant's quotas are raised mid-run: the quota in effect changes
+    assert raised[0]["effective_from"] == (START + dt.timedelta(days=1)).isoformat()
+    before = next(r for r in rows if r["tenant_id"] == raised[0]["tenant_id"] and r is not raised[0])
+    assert int(raised[0]["daily_request_quota"]) > int(before["daily_request_quota"])
+
+
 # ---- arguments and progress ---------------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -78,7 +78,7 @@ def test_the_interval_becomes_each_steps_date(calls: list[tuple[tuple[Any, ...],
 def test_prices_load_only_when_a_price_list_is_there_and_changed(strata_env: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     prices = strata_env / "landing" / "prices.csv"
-    with pytest.raises(tasks.Skip, match="no price list"):
+    with pytest.raises(tasks.Skip, match="no prices.csv at"):
         tasks.run_step("load_prices", DAY)
     prices.parent.mkdir(parents=True)
     prices.write_text("model,effective_from,input_price_per_1k,output_price_per_1k\nm1,2026-01-01,0.5,1.5\n")

@@ -1,8 +1,8 @@
 """Realistic, deterministic AI-service request logs with exact ground truth.
 
 ``generate(out, days=…, requests_per_day=…, seed=…, start=…, fault_rate=…)`` writes hourly
-gzip JSON-lines request files, delayed feedback files, a price table and a manifest
-that states exactly what was written (counts, duplicates, fault lines, abusive users).
+gzip JSON-lines request files, delayed feedback files, a price table, tenant quotas and a
+manifest that states exactly what was written (counts, duplicates, fault lines, abusive users).
 """
 
 from warehouse.sources.generator.faults import FAULT_KINDS

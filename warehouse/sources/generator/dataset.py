@@ -28,6 +28,7 @@ from warehouse.sources.generator.faults import FAULT_KINDS, MAX_FAULT_RATE, plan
 from warehouse.sources.generator.feedback import DAY_US, KINDS, REVIEW, SOURCES, VALUES, FeedbackEvents, feedback_for_shard
 from warehouse.sources.generator.manifest import GENERATOR_VERSION, DayStats, abusive_user_ids, write_manifest
 from warehouse.sources.generator.population import build_population
+from warehouse.sources.generator.quotas import quota_rows, quotas_csv
 from warehouse.sources.generator.requests import epoch_us, generate_shard, plan_day
 from warehouse.sources.generator.writer import LineBuffer, WrittenFile, gzip_bytes, write_file
 
@@ -121,8 +122,8 @@ def generate(out: Path, *, days: int, requests_per_day: int, seed: int, start: d
     ``progress("generate", done_lines, total_lines)`` is called after each hourly file.
 
     Layout: ``requests/date=D/hour=HH/requests-YYYYMMDDTHH.jsonl.gz`` (one file per hour),
-    ``feedback/date=D/feedback-YYYYMMDD.jsonl.gz`` (by arrival day), ``prices.csv`` and
-    ``manifest.json``. Same arguments → byte-identical files. A previous generator output
+    ``feedback/date=D/feedback-YYYYMMDD.jsonl.gz`` (by arrival day), ``prices.csv``,
+    ``quotas.csv`` (tenant quotas) and ``manifest.json``. Same arguments → byte-identical files. A previous generator output
     in ``out`` is replaced. Raises ValueError on bad arguments.
     """
     _validate(out, days, requests_per_day, seed, start, fault_rate)
@@ -181,6 +182,8 @@ def generate(out: Path, *, days: int, requests_per_day: int, seed: int, start: d
     fb_files, fb_summary = _write_feedback(out, start, days, FeedbackEvents.concat(feedback))
     prices = prices_csv(start, days)
     prices_file = write_file(out, "prices.csv", prices, len(price_rows(start, days)))
+    quotas = quota_rows(pop, seed=seed, requests_per_day=requests_per_day, start=start, days=days)
+    quotas_file = write_file(out, "quotas.csv", quotas_csv(quotas), len(quotas))
     storms = []
     for p in plans:
         if p.storm is not None:
@@ -201,6 +204,7 @@ def generate(out: Path, *, days: int, requests_per_day: int, seed: int, start: d
         "files": [{"path": f.path, "lines": f.lines, "sha256": f.sha256}
                   for f in sorted(files + fb_files, key=lambda f: f.path)],
         "prices": {"path": prices_file.path, "rows": prices_file.lines, "sha256": prices_file.sha256},
+        "quotas": {"path": quotas_file.path, "rows": quotas_file.lines, "sha256": quotas_file.sha256},
         "population": {"tenants": pop.n_tenants, "users": len(pop.user_ids), "abusive_users": len(pop.abusers)},
         "abusive_user_ids": abusive_user_ids(pop),
         "retry_storms": storms,

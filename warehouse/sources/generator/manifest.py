@@ -20,8 +20,9 @@ from warehouse.sources.generator.faults import FAULT_KINDS
 from warehouse.sources.generator.population import Population
 from warehouse.sources.generator.requests import DayRequests
 
-#: Changes whenever the same arguments would write different bytes (1.1: ISA-L deflate).
-GENERATOR_VERSION = "1.1.0"
+#: Changes whenever the same arguments would write different files (1.1: ISA-L deflate;
+#: 1.2: quotas.csv).
+GENERATOR_VERSION = "1.2.0"
 _NM, _NE, _NV = len(MODELS), len(ERROR_TYPES) + 1, len(VERSIONS)
 
 

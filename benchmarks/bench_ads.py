@@ -1,0 +1,311 @@
+"""ADS for a week of 1,000,000-request days: dbt's models plus publishing, against hand-written DuckDB.
+
+Ours: ``strata build ads`` for each of the 7 days in turn (one process, as a backfill runs),
+measured as dbt's own per-model execution times (run_results) plus the publishing of the six
+marts (streamed out of DuckDB into publish: row checks, the GX audit, the Delta commit).
+dbt's fixed start-up — importing dbt, parsing the project, connecting — and its data and unit
+tests are reported on their own lines.
+
+Baseline (named, same run, same Delta tables): six hand-written DuckDB queries computing the
+same six tables for each day straight from the lake (``delta_scan``), each fetched to Arrow —
+no dbt, no contract, no tests, no Delta write. It runs before and after ours and counts as
+the mean of the two. The bench checks that both compute the same tables (row counts and the
+sums of their counts, tokens and cost per day). Target: ours within 2× of the baseline.
+
+The lake — 7 generated days of 1M requests, landed and built to DWD — takes many minutes to
+build on two cores, so it is built once and kept in ``$STRATA_BENCH_CACHE`` (default
+``.strata/bench-cache``), keyed by the generator version and the DWD contract's version.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.harness import Measurement
+
+#: The scale; a smaller one (e.g. STRATA_BENCH_ADS_REQUESTS=20000) tries the bench out quickly.
+DAYS = int(os.environ.get("STRATA_BENCH_ADS_DAYS", "7"))
+REQUESTS_PER_DAY = int(os.environ.get("STRATA_BENCH_ADS_REQUESTS", "1000000"))
+START = dt.date(2026, 3, 2)
+SEED = 11
+KEY = "bench-only-key-0123456789abcdef"
+
+_BUILD_LAKE = """
+import datetime as dt, json, shutil, sys
+from pathlib import Path
+from strata import pipeline
+from warehouse.settings import load_settings
+from warehouse.sources.generator import generate
+home = Path(sys.argv[1]); days, requests, seed, start = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), \\
+    dt.date.fromisoformat(sys.argv[5])
+settings = load_settings({"STRATA_HOME": str(home), "STRATA_PSEUDONYM_KEY": sys.argv[6]})
+landing = home / "landing"
+manifest = generate(landing, days=days, requests_per_day=requests, seed=seed, start=start, fault_rate=0.01)
+pipeline.land(settings, [landing / "requests", landing / "feedback"])
+pipeline.load_prices(settings, landing / "prices.csv")
+pipeline.load_quotas(settings, landing / "quotas.csv")
+for day in sorted(set(manifest["feedback"]["days"]) | set(manifest["days"])):
+    pipeline.build_dwd(settings, dt.date.fromisoformat(day))
+    print("built DWD", day, flush=True)
+(home / "manifest.json").write_text(json.dumps(manifest))
+shutil.rmtree(landing)
+"""
+
+_OURS = """
+import datetime as dt, json, sys, time
+from warehouse.settings import load_settings
+from warehouse.ads.build import build
+settings = load_settings({"STRATA_HOME": sys.argv[1], "STRATA_PSEUDONYM_KEY": sys.argv[2]})
+out = []
+for day in sys.argv[3:]:
+    started = time.perf_counter()
+    report = build(settings, [dt.date.fromisoformat(day)])
+    out.append({"day": day, "wall_s": time.perf_counter() - started, "startup_s": report.dbt.startup_s,
+                "dbt_s": report.dbt.total_s,
+                "models": {n.name: n.seconds for n in report.dbt.nodes if n.resource_type == "model"},
+                "tests_s": report.dbt.seconds("test") + report.dbt.seconds("unit_test"),
+                "publish": {p.table.name: p.seconds for p in report.published}})
+print(json.dumps(out))
+"""
+
+#: The same six tables, written by hand for DuckDB over the Delta tables ({lake}, {day}).
+_QUERIES = {
+    "ads.model_daily": """
+        select event_date, model, coalesce(model_version, '(none)') as model_version, count(*) as requests,
+            count(*) filter (where not is_error) as successes,
+            count(*) filter (where not is_error) / count(*) as success_rate,
+            count(*) filter (where is_error) as errors,
+            count(*) filter (where is_error and error_type = 'invalid_request') as errors_invalid_request,
+            count(*) filter (where is_error and error_type = 'rate_limited') as errors_rate_limited,
+            count(*) filter (where is_error and error_type = 'oom') as errors_oom,
+            count(*) filter (where is_error and error_type = 'timeout') as errors_timeout,
+            count(*) filter (where is_error and error_type = 'upstream_error') as errors_upstream_error,
+            count(*) filter (where is_error and (error_type is null or error_type not in
+                ('invalid_request', 'rate_limited', 'oom', 'timeout', 'upstream_error'))) as errors_other,
+            count(*) filter (where is_retry) as retries, count(*) filter (where is_retry) / count(*) as retry_share,
+            quantile_cont(duration_ms, [0.5, 0.95, 0.99]) as latency, quantile_cont(ttft_ms, [0.5, 0.95]) as ttft,
+            sum(input_tokens)::bigint as input_tokens, sum(output_tokens)::bigint as output_tokens,
+            sum(cached_input_tokens)::bigint as cached_input_tokens,
+            sum(cost_usd::decimal(18, 9))::decimal(18, 9) as cost_usd,
+            count(*) filter (where cost_usd is null) as unpriced_requests,
+            count(*) filter (where cache_hit) as cache_hits, count(*) filter (where cache_hit) / count(cache_hit),
+            count(feedback_kind) as labelled_requests,
+            count(*) filter (where (feedback_kind = 'thumb' and feedback_value = 'up')
+                or (feedback_kind = 'review' and feedback_value = 'ok')) / count(feedback_kind)
+        from delta_scan('{lake}/dwd/request') where event_date = date '{day}' group by all""",
+    "ads.tenant_daily": """
+        with totals as (
+            select event_date, tenant_id, count(*) as requests, sum(input_tokens)::bigint as input_tokens,
+                sum(output_tokens)::bigint as output_tokens, sum(cached_input_tokens)::bigint as cached_input_tokens,
+                sum(cost_usd::decimal(18, 9))::decimal(18, 9) as cost_usd,
+                count(*) filter (where cost_usd is null) as unpriced_requests,
+                count(*) filter (where is_error) as errors,
+                count(*) filter (where error_type = 'rate_limited' or status_code = 429) as rate_limited,
+                count(distinct model) as models_used
+            from delta_scan('{lake}/dwd/request') where event_date = date '{day}' group by all),
+        per_model as (
+            select tenant_id, model, sum(cost_usd::decimal(18, 9)) as cost from delta_scan('{lake}/dwd/request')
+            where event_date = date '{day}' and cost_usd is not null group by tenant_id, model
+            qualify row_number() over (partition by tenant_id order by cost desc, model) = 1)
+        select totals.*, input_tokens + output_tokens as total_tokens, per_model.model, per_model.cost,
+            q.daily_request_quota, q.daily_token_quota, requests / q.daily_request_quota,
+            (input_tokens + output_tokens) / q.daily_token_quota,
+            coalesce(requests > q.daily_request_quota, false)
+                or coalesce(input_tokens + output_tokens > q.daily_token_quota, false) as is_over_quota
+        from totals left join per_model using (tenant_id)
+        asof left join delta_scan('{lake}/dwd/tenant_quota') q
+            on totals.tenant_id = q.tenant_id and totals.event_date >= q.effective_from""",
+    "ads.latency_breakdown": """
+        select event_date, model, count(*) as requests,
+            count(*) filter (where s) as staged_requests,
+            avg(queue_ms) filter (where s), quantile_cont(queue_ms, 0.95) filter (where s),
+            avg(preprocess_ms) filter (where s), quantile_cont(preprocess_ms, 0.95) filter (where s),
+            avg(inference_ms) filter (where s), quantile_cont(inference_ms, 0.95) filter (where s),
+            avg(postprocess_ms) filter (where s), quantile_cont(postprocess_ms, 0.95) filter (where s),
+            avg(duration_ms - queue_ms - preprocess_ms - inference_ms - postprocess_ms) filter (where s),
+            avg(duration_ms) filter (where s), quantile_cont(duration_ms, 0.95) filter (where s),
+            1 - sum(inference_ms) filter (where s) / sum(duration_ms) filter (where s) as share,
+            share > 0.2 as is_outside_inference_high
+        from (select *, duration_ms is not null and queue_ms is not null and preprocess_ms is not null
+                        and inference_ms is not null and postprocess_ms is not null as s
+              from delta_scan('{lake}/dwd/request') where event_date = date '{day}')
+        group by all""",
+    "ads.retry_storms": """
+        with minutes as (
+            select tenant_id, model, date_trunc('minute', ts) as m,
+                count(*) filter (where is_retry) as r, count(*) filter (where not is_retry) as f
+            from delta_scan('{lake}/dwd/request') where event_date = date '{day}' group by all),
+        stormy as (
+            select *, m - lag(m) over (partition by tenant_id, model order by m) > interval 5 minutes
+                or lag(m) over (partition by tenant_id, model order by m) is null as starts
+            from (select *, sum(r) over w as wr, sum(f) over w as wf from minutes
+                  window w as (partition by tenant_id, model order by m
+                               range between interval 2 minutes preceding and interval 2 minutes following))
+            where r > f and wr >= 8 and wr > wf),
+        windows as (
+            select tenant_id, model, min(m) as s, max(m) + interval 1 minute as e
+            from (select *, sum(starts::int) over (partition by tenant_id, model order by m) as n from stormy)
+            group by tenant_id, model, n)
+        select windows.tenant_id, windows.model, s, e, sum(r) as retries, sum(f) as first_attempts,
+            max(r) as peak_retries_per_minute
+        from windows join minutes on windows.tenant_id = minutes.tenant_id and windows.model = minutes.model
+            and m >= s and m < e
+        group by all having sum(r) >= 8 and sum(r) > sum(f)""",
+    "ads.version_mix": """
+        select model, sum(n) as requests, count(*) as versions_serving, list(v order by n desc, v) as versions,
+            list(n order by n desc, v) as version_requests,
+            list(n / total order by n desc, v) as version_shares, arg_max(v, n) as top_version,
+            max(n) / any_value(total) as top_version_share, count(*) > 1 as is_mixed,
+            coalesce(list(v order by v) filter (where t > 1), []), bool_or(t > 1),
+            coalesce(list(v order by v) filter (where p > 1), []), bool_or(p > 1)
+        from (select model, coalesce(model_version, '(none)') as v, count(*) as n,
+                     count(distinct prompt_template_version) as t, count(distinct pipeline_version) as p,
+                     sum(count(*)) over (partition by model) as total
+              from delta_scan('{lake}/dwd/request') where event_date = date '{day}' group by model, v)
+        group by model""",
+    "ads.data_quality": """
+        with attempts as (
+            select table_name, "partition", count(*) as attempts, count(*) filter (where status = 'failed'),
+                arg_max(status, started_at), arg_max(delta_version, started_at) filter (where status = 'published'),
+                arg_max(rows_in, started_at), arg_max(rows_published, started_at),
+                arg_max(rows_rejected, started_at), arg_max(rules_failed, started_at), arg_max(message, started_at),
+                min(started_at + to_microseconds(cast(round(duration_ms * 1000) as bigint)))
+                    filter (where status = 'published') as first_published_at
+            from delta_scan('{lake}/ops/audit_log')
+            where "partition" like 'event_date = ''{day}''%' group by all),
+        rules as (
+            select target_table, list(rule order by n desc, rule) as rules, list(n order by n desc, rule) as counts
+            from (select target_table, rule, count(*) as n
+                  from (select target_table, unnest(rules) as rule from delta_scan('{lake}/dwd/quarantine')
+                        where event_date = date '{day}') group by all)
+            group by all)
+        select attempts.*, books.ods_rows, books.duplicates, books.quarantined, books.malformed, books.balanced,
+            rules.rules, rules.counts,
+            (epoch(first_published_at) - epoch(date '{day}'::timestamp)) / 3600 as lag_hours
+        from attempts
+        left join (select * from delta_scan('{lake}/ops/books') where event_date = date '{day}') books
+            using (table_name)
+        left join rules on rules.target_table = attempts.table_name""",
+}
+
+
+def _cache() -> Path:
+    from contracts import load_contract
+    from warehouse.sources.generator import GENERATOR_VERSION
+
+    root = Path(os.environ.get("STRATA_BENCH_CACHE", Path(__file__).resolve().parents[1] / ".strata" / "bench-cache"))
+    version = load_contract("dwd.request").version
+    return root / f"ads-week-{DAYS}x{REQUESTS_PER_DAY}-seed{SEED}-gen{GENERATOR_VERSION}-dwd{version}"
+
+
+def _lake() -> tuple[Path, dict]:
+    """The week's lake, built to DWD (once: later runs reuse it)."""
+    home = _cache()
+    if not (home / "manifest.json").exists():
+        import shutil
+
+        shutil.rmtree(home, ignore_errors=True)
+        home.mkdir(parents=True)
+        subprocess.run([sys.executable, "-c", _BUILD_LAKE, str(home), str(DAYS), str(REQUESTS_PER_DAY), str(SEED),
+                        START.isoformat(), KEY], check=True)
+    return home, json.loads((home / "manifest.json").read_text())
+
+
+def _ours(home: Path, days: list[str]) -> list[dict]:
+    proc = subprocess.run([sys.executable, "-c", _OURS, str(home), KEY, *days], capture_output=True, text=True,
+                          check=False)
+    if proc.returncode:
+        raise RuntimeError(f"ADS build failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _baseline(lake: str, days: list[str]) -> dict[str, float]:
+    """Seconds per table, summed over the days, of the hand-written queries (each fetched to Arrow)."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("LOAD delta")
+    seconds = dict.fromkeys(_QUERIES, 0.0)
+    for day in days:
+        for name, sql in _QUERIES.items():
+            started = time.perf_counter()
+            con.execute(sql.format(lake=lake, day=day)).to_arrow_table()
+            seconds[name] += time.perf_counter() - started
+    return seconds
+
+
+#: What must agree per day between a published mart and its hand-written query.
+_SAME = {
+    "ads.model_daily": "count(*), sum(requests), sum(input_tokens), sum(cost_usd), sum(errors_timeout)",
+    "ads.tenant_daily": "count(*), sum(requests), sum(total_tokens), sum(cost_usd), count(*) filter (where is_over_quota)",
+    "ads.latency_breakdown": "count(*), sum(requests), sum(staged_requests)",
+    "ads.retry_storms": "count(*), sum(retries), sum(first_attempts)",
+    "ads.version_mix": "count(*), sum(requests), sum(versions_serving)",
+    # The ADS tables' own writes of the day are listed from the build after the one that made them.
+    "ads.data_quality": "count(*) filter (where table_name not like 'ads.%')",
+}
+
+
+def _same_tables(lake: str, days: list[str]) -> None:
+    """Both ways compute the same tables: per day, rows and the sums of counts, tokens and cost agree."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("LOAD delta")
+    for day in days:
+        for name, columns in _SAME.items():
+            layer, table = name.split(".")
+            mine = con.execute(f"select {columns} from delta_scan('{lake}/{layer}/{table}') "
+                               f"where event_date = date '{day}'").fetchone()
+            theirs = con.execute(f"select {columns} from ({_QUERIES[name].format(lake=lake, day=day)})").fetchone()
+            if mine != theirs:
+                raise AssertionError(f"{name} {day}: dbt's table {mine} differs from the hand-written query's {theirs}")
+
+
+def run(workdir: Path) -> list[Measurement]:
+    home, manifest = _lake()
+    days = sorted(manifest["days"])
+    lake = str(home / "lake")
+    before = _baseline(lake, days)
+    ours = _ours(home, days)
+    after = _baseline(lake, days)
+    _same_tables(lake, days)
+    baseline = {name: (before[name] + after[name]) / 2 for name in _QUERIES}
+    models = {name: sum(day["models"].get(name.split(".")[1], 0.0) for day in ours) for name in _QUERIES}
+    staging = sum(s for day in ours for name, s in day["models"].items() if name.startswith("stg_"))
+    publish = {name: sum(day["publish"][name] for day in ours) for name in _QUERIES}
+    ours_s = sum(models.values()) + staging + sum(publish.values())
+    baseline_s = sum(baseline.values())
+    results = [
+        Measurement(f"ADS for {len(days)} days × {REQUESTS_PER_DAY:,} requests: dbt models + publishing", ours_s, "s",
+                    "hand-written DuckDB queries, same six tables", baseline_s, higher_is_better=False,
+                    target_ratio=0.5),
+        Measurement("… dbt models alone (per-model timings, staging views included)", sum(models.values()) + staging,
+                    "s", "hand-written DuckDB queries, same six tables", baseline_s, higher_is_better=False),
+        Measurement("… publishing alone (row checks, audit, Delta commit, audit log)", sum(publish.values()), "s",
+                    "hand-written DuckDB queries, same six tables", baseline_s, higher_is_better=False),
+    ]
+    for name in _QUERIES:
+        results.append(Measurement(f"  {name}: dbt model + publishing", models[name] + publish[name], "s",
+                                   "its hand-written query", baseline[name], higher_is_better=False))
+    startup = [day["startup_s"] for day in ours]
+    results += [
+        Measurement("dbt fixed start-up, first build (import dbt, parse, connect)", startup[0], "s",
+                    "the day's models + publishing", sum(ours[0]["models"].values()) + sum(ours[0]["publish"].values()),
+                    higher_is_better=False),
+        Measurement("dbt fixed start-up, later builds (parse, connect), mean", sum(startup[1:]) / max(len(startup) - 1, 1),
+                    "s", "a day's models + publishing, mean", ours_s / len(days), higher_is_better=False),
+        Measurement("dbt data and unit tests, per build (mean)", sum(day["tests_s"] for day in ours) / len(days), "s",
+                    "a day's models + publishing, mean", ours_s / len(days), higher_is_better=False),
+        Measurement("wall time of the week's builds (everything)", sum(day["wall_s"] for day in ours), "s",
+                    "hand-written DuckDB queries, same six tables", baseline_s, higher_is_better=False),
+    ]
+    return results

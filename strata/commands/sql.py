@@ -1,0 +1,154 @@
+"""``strata sql``: read-only SQL over the lake's tables, one query or an interactive prompt."""
+
+from __future__ import annotations
+
+import enum
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+import typer
+from rich.markup import escape
+
+from strata.console import console, out
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from warehouse.settings import Settings
+    from warehouse.sql.sandbox import Session
+
+app = typer.Typer()
+_HELP = ("Tables are views named <layer>.<table> (ads.model_daily, dwd.request, …) of their current Delta "
+         "versions. End a statement with ';'. .tables lists the tables, .quit (or Ctrl-D) leaves.")
+
+
+class Format(str, enum.Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+    parquet = "parquet"
+
+
+@app.command("sql")
+def sql_cmd(
+    query: Optional[str] = typer.Argument(None, help="SQL to run; without it, an interactive prompt opens."),
+    fmt: Format = typer.Option(Format.table, "--format", "-f", help="How to print the result."),
+    out_file: Optional[Path] = typer.Option(None, "--out", "-o", dir_okay=False,
+                                            help="Write the result to this file (csv, json, parquet)."),
+    as_of: list[str] = typer.Option([], "--as-of", help="Read TABLE as of a Delta version or a time: "
+                                    "TABLE=VERSION or TABLE=TIMESTAMP (ISO 8601, UTC by default); repeatable."),
+    raw: bool = typer.Option(False, "--raw", help="Also read raw lines: the ODS and quarantine tables (they may "
+                             "hold personal data, prompts and responses)."),
+    max_rows: int = typer.Option(100, "--max-rows", min=1, help="Rows the table format shows."),
+) -> None:
+    """Run read-only SQL (DuckDB) on the lake's tables: ads.*, dws.*, dwd.*, ops.* (ods.* with --raw).
+
+    Writes, COPY, ATTACH, INSTALL/LOAD, SET and files outside the lake are refused.
+    """
+    from warehouse.settings import load_settings
+    from warehouse.sql.sandbox import Session, parse_as_of
+
+    if fmt is Format.parquet and out_file is None:
+        raise typer.BadParameter("parquet needs --out FILE", param_hint="--format")
+    if out_file is not None and fmt is Format.table:
+        raise typer.BadParameter("--out writes csv, json or parquet: choose one with --format", param_hint="--out")
+    settings = load_settings()
+    pins = dict(parse_as_of(text) for text in as_of)
+    with Session(settings, raw=raw, as_of=pins) as session:
+        for view in session.views:
+            if view.pinned:
+                console.print(f"{view.name} as of version {view.version}")
+        if query is None:
+            _prompt(session, settings, max_rows)
+            return
+        results = list(session.statements(query))  # every statement is checked before any runs
+        if fmt is not Format.table and len(results) != 1:
+            raise typer.BadParameter(f"--format {fmt.value} writes one result: give one statement")
+        for reader in session.execute(query):
+            if fmt is Format.table:
+                _print_table(reader, max_rows)
+            else:
+                _export(reader, fmt.value, out_file)
+
+
+def _export(reader: pa.RecordBatchReader, fmt: str, out_file: Path | None) -> None:
+    from warehouse.sql.export import write
+
+    if out_file is None:
+        sys.stdout.flush()
+        write(reader, fmt, sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+        return
+    with open(out_file, "wb") as handle:
+        rows = write(reader, fmt, handle)
+    console.print(f"wrote {rows:,} row(s) to {out_file}")
+
+
+def _print_table(reader: pa.RecordBatchReader, max_rows: int) -> None:
+    from rich.table import Table
+
+    table = Table(*reader.schema.names, show_lines=False)
+    shown = total = 0
+    for batch in reader:
+        total += batch.num_rows
+        if shown < max_rows:
+            for row in batch.slice(0, max_rows - shown).to_pylist():
+                table.add_row(*(escape("NULL" if v is None else str(v)) for v in row.values()))
+            shown = min(total, max_rows)
+    out.print(table)
+    more = f" (showing {shown:,}; --max-rows, or --format csv/json/parquet for all)" if total > shown else ""
+    out.print(f"{total:,} row(s){more}")
+
+
+def _prompt(session: Session, settings: Settings, max_rows: int) -> None:
+    """An interactive prompt with line editing and history (GNU readline, kept under STRATA_HOME)."""
+    import readline
+
+    import duckdb
+
+    from warehouse.sql.sandbox import QueryRefused
+
+    history = settings.home / "sql_history"
+    try:
+        readline.read_history_file(history)
+    except (FileNotFoundError, OSError):
+        pass
+    readline.set_history_length(1000)
+    readline.set_auto_history(False)  # history holds whole statements, not their lines
+    console.print(f"strata sql: {_HELP}")
+    lines: list[str] = []
+    try:
+        while True:
+            try:
+                line = input("   ...> " if lines else "strata> ")
+            except EOFError:
+                break
+            except KeyboardInterrupt:
+                lines = []
+                console.print()
+                continue
+            command = line.strip()
+            if not lines and command in (".quit", ".exit"):
+                break
+            if not lines and command == ".tables":
+                for view in session.views:
+                    pin = " (pinned)" if view.pinned else ""
+                    out.print(f"{view.name}  v{view.version}{pin}")
+                continue
+            lines.append(line)
+            text = "\n".join(lines).strip()
+            if not text.endswith(";"):
+                if not text:
+                    lines = []
+                continue
+            lines = []
+            readline.add_history(" ".join(part.strip() for part in text.splitlines()))
+            try:
+                for reader in session.execute(text):
+                    _print_table(reader, max_rows)
+            except (duckdb.Error, QueryRefused) as e:
+                console.print(f"[red]error:[/] {escape(str(e))}")
+    finally:
+        history.parent.mkdir(parents=True, exist_ok=True)
+        readline.write_history_file(history)

@@ -1,0 +1,80 @@
+"""`strata sql` and `strata quotas load` as an analyst runs them: formats, refusals, --as-of, the prompt."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+STRATA = [sys.executable, "-m", "strata.cli"]
+PRICES = "model,effective_from,input_price_per_1k,output_price_per_1k\nm,2026-01-01,{price},0.002\n"
+
+
+def _run(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(STRATA + list(args), env={**os.environ, "COLUMNS": "200", **env}, input=stdin,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    from warehouse.dwd.prices import load_prices
+    from warehouse.settings import load_settings
+
+    root = tmp_path_factory.mktemp("sqlcli")
+    env = {"STRATA_HOME": str(root / "home"), "STRATA_PSEUDONYM_KEY": "test-key-not-a-secret-0123456789"}
+    prices = root / "prices.csv"
+    for price in ("0.001", "0.005"):  # two versions of dwd.model_price
+        prices.write_text(PRICES.format(price=price))
+        load_prices(load_settings(env), prices)
+    quotas = root / "quotas.csv"
+    quotas.write_text("tenant_id,effective_from,daily_request_quota,daily_token_quota\n"
+                      "t1,2026-01-01,100,5000\nt2,2026-01-01,,\n")
+    loaded = _run(env, "quotas", "load", str(quotas))
+    assert loaded.returncode == 0 and "dwd.tenant_quota is now version 0" in loaded.stdout, loaded.stderr
+    return env
+
+
+def test_csv_to_stdout_and_parquet_to_a_file(env: dict[str, str], tmp_path: Path) -> None:
+    query = "select tenant_id, daily_request_quota from dwd.tenant_quota order by tenant_id"
+    csv = _run(env, "sql", query, "--format", "csv")
+    assert csv.returncode == 0, csv.stderr
+    assert csv.stdout == "tenant_id,daily_request_quota\nt1,100\nt2,\n"
+    out = tmp_path / "q.parquet"
+    written = _run(env, "sql", query, "--format", "parquet", "--out", str(out))
+    assert written.returncode == 0 and "wrote 2 row(s)" in written.stderr
+    assert pq.read_table(out).to_pylist() == [{"tenant_id": "t1", "daily_request_quota": 100},
+                                              {"tenant_id": "t2", "daily_request_quota": None}]
+
+
+def test_refusals_and_errors_are_one_clear_line(env: dict[str, str]) -> None:
+    lake = Path(env["STRATA_HOME"]) / "lake" / "dwd" / "model_price"
+    refused = _run(env, "sql", f"copy (select 1) to '{lake}/x.csv'")
+    assert refused.returncode == 1 and "COPY statements are refused" in refused.stderr
+    assert not (lake / "x.csv").exists()
+    parse = _run(env, "sql", "select * frm dwd.tenant_quota")
+    assert parse.returncode == 1 and "LINE 1:" in parse.stderr and "^" in parse.stderr
+    assert "Traceback" not in parse.stderr + refused.stderr
+
+
+def test_as_of_reads_an_older_version(env: dict[str, str]) -> None:
+    query = "select input_price_per_1k as price from dwd.model_price"
+    old = _run(env, "sql", query, "-f", "csv", "--as-of", "dwd.model_price=0")
+    assert old.returncode == 0 and old.stdout == "price\n0.001\n"
+    assert "dwd.model_price as of version 0" in old.stderr
+
+
+def test_the_prompt_runs_statements_and_keeps_history(env: dict[str, str]) -> None:
+    session = "select 6 * 7 as answer;\nselect\n  count(*) as quotas\nfrom dwd.tenant_quota;\ndelete from " \
+              "dwd.tenant_quota;\n.tables\n.quit\n"
+    result = _run(env, "sql", stdin=session)
+    assert result.returncode == 0, result.stderr
+    assert "42" in result.stdout and "dwd.tenant_quota" in result.stdout and "1 row(s)" in result.stdout
+    assert "DELETE statements are refused" in result.stderr  # an error does not end the session
+    history = (Path(env["STRATA_HOME"]) / "sql_history").read_text().splitlines()
+    assert history[-3:] == ["select 6 * 7 as answer;", "select count(*) as quotas from dwd.tenant_quota;",
+                            "delete from dwd.tenant_quota;"]

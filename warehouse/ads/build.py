@@ -1,0 +1,175 @@
+"""Build ADS for event dates: ``dbt build`` the marts, then publish each as a Delta table.
+
+dbt-duckdb computes the marts (and runs the project's data and unit tests) into the run's
+DuckDB file; it cannot write Delta. Each mart is then streamed out of that file as Arrow
+record batches into :func:`~warehouse.storage.publish.publish` — its contract's row checks,
+its audit, one atomic commit replacing exactly the built days' partitions. Nothing is
+published unless the whole ``dbt build`` passed (an enforced-contract error, a failed data
+test or unit test stops everything), and a mart row that breaks its contract stops that
+mart's publication instead of being set aside.
+
+The audit of a mart is that build, the row checks of every row against the contract, the
+row-count bounds and the rule that every row keeps its contract. The Great Expectations
+suite joins it only for a contract with a rule the row checks cannot enforce (a tolerance:
+a share of rows allowed to break a rule): on a mart — a few hundred rows, every one of them
+checked — it would check again, on the same rows, rules already enforced, and it is what
+would make publishing cost more than computing (``benchmarks/bench_ads.py``).
+
+A day DWD was built for can be built (a day with feedback only has empty request marts
+and its data-quality rows). The marts read ``dwd.request`` (and the quotas, the quarantine's
+rule ids, the audit log and the books) as they are when the build runs: late feedback or a rebuilt DWD day reaches
+ADS when the day is built again. ``ads.data_quality`` lists the ADS tables' own writes of a
+day from its next build on.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from warehouse.ads.project import PROJECT_DIR, DbtRun, RunDir, invoke, new_run
+from warehouse.progress import Progress
+from warehouse.settings import Settings
+from warehouse.storage import lake, locks
+from warehouse.storage.publish import keeps_every_row, publish
+from warehouse.tables import (
+    ADS_DATA_QUALITY, ADS_LATENCY_BREAKDOWN, ADS_MODEL_DAILY, ADS_RETRY_STORMS, ADS_TENANT_DAILY, ADS_VERSION_MIX,
+    DWD_QUARANTINE, DWD_REQUEST, DWD_TENANT_QUOTA, OPS_AUDIT_LOG, OPS_BOOKS, Table, all_tables,
+)
+
+#: The marts, in the order they are published (the tables others point to first).
+MARTS: tuple[Table, ...] = (ADS_MODEL_DAILY, ADS_TENANT_DAILY, ADS_LATENCY_BREAKDOWN, ADS_RETRY_STORMS,
+                            ADS_VERSION_MIX, ADS_DATA_QUALITY)
+#: Lake tables the staging models read; a missing one but dwd.request reads as empty.
+SOURCES: tuple[Table, ...] = (DWD_REQUEST, DWD_TENANT_QUOTA, DWD_QUARANTINE, OPS_AUDIT_LOG, OPS_BOOKS)
+#: Rows per record batch streamed from DuckDB into publish.
+BATCH_ROWS = 128 * 1024
+
+
+@dataclass(frozen=True)
+class Published:
+    """One mart's publication: its new Delta version, rows, and seconds spent publishing it."""
+
+    table: Table
+    version: int | None
+    rows: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class AdsBuild:
+    """What a build did: the dbt run (with its per-model timings) and each mart's publication."""
+
+    days: tuple[dt.date, ...]
+    dbt: DbtRun
+    published: list[Published]
+
+    @property
+    def publish_s(self) -> float:
+        return sum(p.seconds for p in self.published)
+
+
+def build(
+    settings: Settings,
+    days: Sequence[dt.date],
+    *,
+    progress: Progress | None = None,
+    storm_multiple: float | None = None,
+    project_dir: Path = PROJECT_DIR,
+) -> AdsBuild:
+    """Build and publish every mart for ``days`` (one dbt run, one commit per mart).
+
+    ``storm_multiple`` overrides the project's retry-storm threshold (retries must exceed
+    that multiple of first attempts). Refuses days DWD was never built for, and a project
+    whose marts' properties drifted from their contracts. The marts are published in the
+    order of :data:`MARTS`, each atomically: if one fails its checks, those before it stay
+    published (a re-run publishes them again, identical) and the run folder is kept.
+    """
+    from contracts import check_dbt_models
+    from contracts.audit_worker import warm_up
+
+    built = tuple(sorted(set(days)))
+    if not built:
+        raise ValueError("no event date to build")
+    if storm_multiple is not None and not storm_multiple > 0:
+        raise ValueError(f"storm_multiple must be a positive number, not {storm_multiple!r}")
+    drift = check_dbt_models(project_dir / "models" / "marts" / "_marts__models.yml")
+    if drift:
+        raise RuntimeError("the marts' dbt properties differ from their contracts (regenerate them with "
+                           "`python -m warehouse.ads.models_yml`):\n  " + "\n  ".join(drift))
+    # The days' partitions of every mart, and the tables dbt reads, from the first read to the last commit.
+    with locks.hold(settings, write=[(mart, {"event_date": d}) for mart in MARTS for d in built], read=SOURCES):
+        if lake.open_table(settings, DWD_REQUEST) is None:
+            raise FileNotFoundError(f"{DWD_REQUEST} does not exist: build DWD first (strata build dwd --date D)")
+        missing = sorted(set(built) - _dwd_days(settings, built))
+        if missing:
+            raise LookupError(f"DWD was never built for {', '.join(map(str, missing))}: build it first "
+                              "(strata build dwd --date D)")
+        if any(needs_expectations(mart) for mart in MARTS):
+            warm_up()  # the audit worker imports Great Expectations while dbt runs
+        run = new_run(settings, f"build-{built[0]}" + (f"-{built[-1]}" if len(built) > 1 else ""))
+        variables: dict[str, object] = {"days": [d.isoformat() for d in built],
+                                        "freshness_sla_hours": freshness_sla_hours(),
+                                        "empty_sources": empty_sources(settings)}
+        if storm_multiple is not None:
+            variables["storm_multiple"] = float(storm_multiple)
+        dbt_run = invoke(settings, ["build"], run, variables, project_dir=project_dir, progress=progress)
+        published = [_publish(settings, run, mart, built, progress, i) for i, mart in enumerate(MARTS)]
+        run.remove()
+        return AdsBuild(built, dbt_run, published)
+
+
+def _dwd_days(settings: Settings, days: Sequence[dt.date]) -> set[dt.date]:
+    """Those of ``days`` that a DWD build has kept the books of (requests, feedback, or both)."""
+    if lake.open_table(settings, OPS_BOOKS) is None:
+        return set()
+    kept = lake.read(settings, OPS_BOOKS, filters=[("event_date", "in", list(days))], columns=["event_date"])
+    return set(kept.column("event_date").to_pylist())
+
+
+def freshness_sla_hours() -> dict[str, float]:
+    """Every table contract's latency SLA, in hours, by table (for ``ads.data_quality``)."""
+    return {t.name: t.contract.freshness.max_latency.total_seconds() / 3600
+            for t in all_tables() if t.contract.freshness is not None}
+
+
+def empty_sources(settings: Settings) -> dict[str, dict[str, str]]:
+    """The optional sources that do not exist yet, with their contract's columns and DuckDB types."""
+    from contracts import dbt_columns
+
+    return {t.name: {c["name"]: c["data_type"] for c in dbt_columns(t.contract)}
+            for t in SOURCES if t != DWD_REQUEST and lake.open_table(settings, t) is None}
+
+
+def needs_expectations(mart: Table) -> bool:
+    """Whether a mart's contract has a rule only the expectation suite checks: a tolerance."""
+    return any(c.tolerances for c in mart.contract.columns)
+
+
+def _publish(settings: Settings, run: RunDir, mart: Table, days: tuple[dt.date, ...], progress: Progress | None,
+             index: int) -> Published:
+    """Stream one mart from the run's DuckDB file into its Delta table, replacing ``days``."""
+    import duckdb
+
+    started = time.perf_counter()
+    con = duckdb.connect(str(run.duckdb_path), read_only=True)
+    try:
+        con.execute("SET TimeZone = 'UTC'")  # timestamps come out as timestamp[us, tz=UTC]
+        reader = con.execute(f"select * from ads.{mart.name.split('.', 1)[1]}").fetch_record_batch(BATCH_ROWS)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            yield from reader
+
+        result = publish(settings, mart, batches(), partitions=[{"event_date": d} for d in days],
+                         invariants=[keeps_every_row(f"{mart.name}.rows_keep_their_contract")],
+                         expectations=needs_expectations(mart))
+    finally:
+        con.close()
+    if progress is not None:
+        progress("publish", index + 1, len(MARTS))
+    return Published(mart, result.version, result.rows_published, time.perf_counter() - started)

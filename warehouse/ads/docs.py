@@ -1,0 +1,49 @@
+"""The ADS documentation site: ``dbt docs generate`` as one static page under STRATA_HOME.
+
+The page (``$STRATA_HOME/ads/docs/index.html``, dbt's ``--static`` build: manifest and
+catalog inside, openable from disk) shows every model with its grain, its documented
+columns and their types, the tests, and the lineage from the lake's sources to the marts.
+When ``dwd.request`` exists, the models are first created empty (``dbt run --empty``, a few
+milliseconds each) so the catalog holds the database's own column types; the run itself
+happens in a run folder like a build's and is removed after.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from warehouse.ads.build import empty_sources, freshness_sla_hours
+from warehouse.ads.project import PROJECT_DIR, invoke, new_run
+from warehouse.settings import Settings
+from warehouse.storage import lake
+from warehouse.tables import DWD_REQUEST
+
+#: What the site is made of, copied next to the page (the page needs only itself).
+_SITE_FILES = ("manifest.json", "catalog.json")
+
+
+def docs_dir(settings: Settings) -> Path:
+    """Where the site lives: ``$STRATA_HOME/ads/docs``."""
+    return settings.home / "ads" / "docs"
+
+
+def generate(settings: Settings, *, project_dir: Path = PROJECT_DIR) -> Path:
+    """Generate the site and return the path of its page."""
+    run = new_run(settings, "docs")
+    variables: dict[str, object] = {"days": [], "freshness_sla_hours": freshness_sla_hours(),
+                                    "empty_sources": empty_sources(settings)}
+    if lake.open_table(settings, DWD_REQUEST) is not None:
+        invoke(settings, ["run", "--empty"], run, variables, project_dir=project_dir)
+    invoke(settings, ["docs", "generate", "--static"], run, variables, project_dir=project_dir)
+    target = docs_dir(settings)
+    target.mkdir(parents=True, exist_ok=True)
+    for name in _SITE_FILES:
+        shutil.copyfile(run.target_path / name, target / name)
+    page = target / "index.html"
+    staged = target / "index.html.tmp"
+    shutil.copyfile(run.target_path / "static_index.html", staged)
+    os.replace(staged, page)  # a reader never sees half a page
+    run.remove()
+    return page

@@ -1,0 +1,166 @@
+"""Running the ADS dbt project in-process (``dbtRunner``), each run in its own folder under STRATA_HOME.
+
+The project (this package's folder) holds only sources: its profile reads every value from
+``--vars``, which :func:`invoke` fills from the settings — the lake root, the DuckDB file of
+the run, the days to build. dbt's ``target/``, ``logs/`` and the DuckDB file go to
+``$STRATA_HOME/ads/runs/<run>/``, a folder per run, so two builds (two dates scheduled at
+once) never share a DuckDB file (one writer per file) and nothing is written into the source
+tree. A run's folder is removed when the run succeeded and kept for a week when it failed
+(its ``logs/dbt.log`` says what happened).
+
+dbt takes seconds to import: it is imported inside :func:`invoke`. dbt keeps global state, so
+one process runs one dbt command at a time (a lock); separate processes (Airflow tasks) run
+side by side.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import secrets
+import shutil
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from warehouse.progress import Progress
+from warehouse.settings import Settings
+
+#: The dbt project: dbt_project.yml, profiles.yml, models/, macros/, tests/.
+PROJECT_DIR = Path(__file__).resolve().parent
+#: Named so DuckDB's catalog (named after the file) differs from every schema of the project.
+DUCKDB_FILE = "build.duckdb"
+#: Failed runs' folders are kept this long for a person to read their logs.
+KEEP_FAILED = dt.timedelta(days=7)
+_lock = threading.Lock()
+
+
+class DbtFailed(RuntimeError):
+    """A dbt command failed: which nodes, with dbt's own messages, and where its logs are."""
+
+    def __init__(self, command: str, failures: Sequence[str], run_dir: Path):
+        self.failures = list(failures)
+        self.run_dir = run_dir
+        detail = "\n".join(f"  {f}" for f in self.failures) or "  (no node failed: see the log)"
+        super().__init__(f"dbt {command} failed, nothing published:\n{detail}\n"
+                         f"(dbt's log and compiled SQL: {run_dir})")
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """One dbt run's own folder: ``target/``, ``logs/`` and its DuckDB file."""
+
+    path: Path
+
+    @property
+    def duckdb_path(self) -> Path:
+        return self.path / DUCKDB_FILE
+
+    @property
+    def target_path(self) -> Path:
+        return self.path / "target"
+
+    @property
+    def log_path(self) -> Path:
+        return self.path / "logs"
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def new_run(settings: Settings, label: str) -> RunDir:
+    """A fresh run folder under ``$STRATA_HOME/ads/runs`` (old failed runs are cleared first)."""
+    root = settings.home / "ads" / "runs"
+    root.mkdir(parents=True, exist_ok=True)
+    cutoff = time.time() - KEEP_FAILED.total_seconds()
+    for old in root.iterdir():
+        if old.is_dir() and old.stat().st_mtime < cutoff:
+            shutil.rmtree(old, ignore_errors=True)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    path = root / f"{label}-{stamp}-{os.getpid()}-{secrets.token_hex(3)}"
+    path.mkdir()
+    return RunDir(path)
+
+
+@dataclass(frozen=True)
+class NodeTiming:
+    """One node of a dbt run: its kind (model, test, unit_test), status and execution time."""
+
+    name: str
+    resource_type: str
+    status: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class DbtRun:
+    """What one dbt command did, and where the time went."""
+
+    run_dir: RunDir
+    #: Seconds from the call to the first node: importing dbt, parsing the project, connecting.
+    startup_s: float
+    #: Seconds of the whole call.
+    total_s: float
+    nodes: list[NodeTiming] = field(default_factory=list)
+
+    def seconds(self, resource_type: str) -> float:
+        """Execution time summed over the nodes of one kind (``model``, ``test``, ``unit_test``)."""
+        return sum(n.seconds for n in self.nodes if n.resource_type == resource_type)
+
+
+def invoke(
+    settings: Settings,
+    command: Sequence[str],
+    run: RunDir,
+    variables: Mapping[str, Any],
+    *,
+    project_dir: Path = PROJECT_DIR,
+    progress: Progress | None = None,
+) -> DbtRun:
+    """Run ``dbt <command>`` on the project in-process; :class:`DbtFailed` when any node failed.
+
+    ``variables`` join the ones every run gets (the lake root and the run's DuckDB file).
+    dbt prints nothing: its log goes to the run folder, node progress to ``progress``.
+    """
+    started = time.perf_counter()
+    first_node: list[float] = []
+
+    def on_event(event: Any) -> None:
+        # An exception here would fail the node that logged the event: only read what is there.
+        name = event.info.name
+        if name == "LogStartLine" and not first_node:
+            first_node.append(time.perf_counter())
+        if progress is not None and name in ("LogModelResult", "LogTestResult"):
+            total = getattr(event.data, "total", 0) or getattr(event.data, "num_models", 0)
+            progress(f"dbt {command[0]}", int(event.data.index), int(total))
+
+    all_vars = {"lake": settings.lake_uri.rstrip("/"), "duckdb_path": str(run.duckdb_path), **variables}
+    args = [*command, "--project-dir", str(project_dir), "--profiles-dir", str(project_dir),
+            "--target-path", str(run.target_path), "--log-path", str(run.log_path),
+            "--vars", json.dumps(all_vars), "--log-level", "none", "--log-level-file", "debug",
+            "--no-use-colors", "--no-send-anonymous-usage-stats", "--no-partial-parse"]
+    with _lock:
+        from dbt.adapters.duckdb.connections import DuckDBConnectionManager
+        from dbt.cli.main import dbtRunner
+
+        try:
+            outcome = dbtRunner(callbacks=[on_event]).invoke(args)
+        finally:
+            # dbt-duckdb keeps its DuckDB instance open after the command; close it so the build
+            # can read the run's file (DuckDB refuses a second configuration of an open file).
+            DuckDBConnectionManager.close_all_connections()
+    total = time.perf_counter() - started
+    nodes = [NodeTiming(r.node.name, str(r.node.resource_type), str(r.status), float(r.execution_time or 0.0))
+             for r in getattr(outcome.result, "results", None) or []]
+    if not outcome.success:
+        failures = [f"{r.node.resource_type} {r.node.name}: {(r.message or '').strip()}"
+                    for r in getattr(outcome.result, "results", None) or []
+                    if str(r.status) in ("error", "fail", "runtime error")]
+        if outcome.exception is not None:
+            failures.append(f"{type(outcome.exception).__name__}: {outcome.exception}")
+        raise DbtFailed(command[0], failures, run.path)
+    return DbtRun(run, (first_node[0] if first_node else time.perf_counter()) - started, total, nodes)

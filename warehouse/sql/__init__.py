@@ -1,0 +1,1 @@
+"""SQL for analysts: a read-only, sandboxed DuckDB session over the lake."""

@@ -1,0 +1,56 @@
+"""Writing a query's result as CSV, JSON lines or Parquet, batch by batch (memory stays bounded)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, BinaryIO
+
+import polars as pl
+import pyarrow as pa
+
+#: Formats a result can be written in (``table`` is the console's, see strata/commands/sql.py).
+FILE_FORMATS = ("csv", "json", "parquet")
+
+
+def write(reader: pa.RecordBatchReader, fmt: str, out: BinaryIO) -> int:
+    """Write every batch of ``reader`` to ``out`` in ``fmt``; returns the rows written.
+
+    CSV has no nested values: a list or struct cell is written as its JSON text. JSON is
+    one object per line.
+    """
+    if fmt not in FILE_FORMATS:
+        raise ValueError(f"unknown format {fmt!r}: use one of {', '.join(FILE_FORMATS)}")
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        rows = 0
+        with pq.ParquetWriter(out, reader.schema) as writer:
+            for batch in reader:
+                writer.write_batch(batch)
+                rows += batch.num_rows
+        return rows
+    rows, first = 0, True
+    for batch in reader:
+        frame = pl.from_arrow(batch)
+        assert isinstance(frame, pl.DataFrame)
+        if fmt == "csv":
+            _flat(frame).write_csv(out, include_header=first)
+        else:
+            frame.write_ndjson(out)
+        rows += batch.num_rows
+        first = False
+    if first and fmt == "csv":  # no batch at all: still the header
+        out.write((",".join(reader.schema.names) + "\n").encode())
+    return rows
+
+
+def _flat(frame: pl.DataFrame) -> pl.DataFrame:
+    nested = [name for name, dtype in frame.schema.items() if dtype.is_nested()]
+    return frame.with_columns(
+        pl.col(name).map_elements(_json_text, return_dtype=pl.String) for name in nested)
+
+
+def _json_text(value: Any) -> str:
+    if isinstance(value, pl.Series):
+        value = value.to_list()
+    return json.dumps(value, default=str)
