@@ -2,7 +2,8 @@
 
 Two runs of the same dates must leave equal tables: every registered table that exists, its
 rows sorted, compared on every column except those that say when or in which batch a run
-wrote them. ``ops.audit_log`` records every attempt, so it is left out (it grows by design).
+wrote them. ``ops.audit_log`` records every attempt and ``ads.data_quality`` reports on them, so
+they are left out (they grow by design).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from warehouse.storage import lake
 from warehouse.tables import all_tables
 
 #: Columns that describe the run that wrote a row, not the data.
-RUN_METADATA = frozenset({"ingested_at", "landed_at", "quarantined_at", "started_at", "batch_id"})
-#: Tables that log runs rather than hold data.
-RUN_LOGS = frozenset({"ops.audit_log"})
+RUN_METADATA = frozenset({"ingested_at", "landed_at", "quarantined_at", "started_at", "batch_id", "scored_at",
+                          "first_published_at", "last_published_at"})
+#: Tables that log runs rather than hold data: every attempt, and ADS's report of them (attempts,
+#: Delta versions, publish lag).
+RUN_LOGS = frozenset({"ops.audit_log", "ads.data_quality"})
 
 
 def lake_rows(settings: Settings) -> dict[str, pl.DataFrame]:
