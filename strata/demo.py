@@ -1,4 +1,10 @@
-"""The end-to-end demo behind ``make demo``: generate, ingest, build, and check the books."""
+"""The end-to-end demo behind ``make demo``: a generated week run through the real DAGs, then the lake shown.
+
+The DAGs run through Airflow's ``dag.test()`` in a child process (the CLI never imports
+Airflow), day by day, as a scheduler would: each day's files arrive in the landing zone,
+``strata_ingest`` lands them, ``strata_daily`` builds that day's layers. The summary prints
+every section whose layer exists and one line for each that does not.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +15,14 @@ import os
 import secrets
 import shutil
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from warehouse.settings import Settings
 
-Echo = Callable[[str], None]
+if TYPE_CHECKING:
+    from strata.orchestration.dag_runs import Run
+
+Echo = Callable[[Any], None]
 
 
 def demo_key(settings: Settings, echo: Echo) -> Settings:
@@ -44,60 +53,166 @@ def demo_settings(settings: Settings, params: dict[str, int | str], echo: Echo) 
         shutil.rmtree(home)
     home.mkdir(parents=True, exist_ok=True)
     stamp.write_text(json.dumps(params))
-    return dataclasses.replace(settings, home=home, lake_uri=str(home / "lake"), landing_dir=home / "landing")
+    return dataclasses.replace(settings, home=home, lake_uri=str(home / "lake"), landing_dir=home / "landing",
+                               feast_dir=home / "feast", registry_dir=home / "models", airflow_home=home / "airflow")
+
+
+def arrive(generated: Path, landing: Path, day: str) -> int:
+    """Copy the files that arrive on ``day`` into the landing zone, as the AI service would
+    drop them (requests by their hour, feedback by its arrival day); returns how many."""
+    count = 0
+    for kind in ("requests", "feedback"):
+        source = generated / kind / f"date={day}"
+        if source.is_dir():
+            shutil.copytree(source, landing / kind / f"date={day}", dirs_exist_ok=True)
+            count += sum(1 for p in source.rglob("*") if p.is_file())
+    return count
+
+
+def daily_plan(days: list[str], last_traffic: str, *, trained: bool) -> list[Run]:
+    """The DAG runs of the demo: each day's last ingest run, then that day's layers. Then, with
+    every late label in, the weekly training up to the day before the last day of traffic, and
+    that last day's scores (scoring needs a model, and a model scores the days after it)."""
+    from strata.orchestration.dag_runs import Run
+
+    def midnight_after(day: str) -> dt.datetime:
+        return dt.datetime.combine(dt.date.fromisoformat(day) + dt.timedelta(days=1), dt.time(), dt.timezone.utc)
+
+    runs: list[Run] = []
+    for day in days:  # a day with feedback but no traffic: its DWD only (nothing above it to build)
+        layers = BEFORE_SCORES if day <= last_traffic else DWD_ONLY
+        runs += [Run("strata_ingest", midnight_after(day)), Run("strata_daily", midnight_after(day), tasks=layers)]
+    if trained:
+        last = midnight_after(last_traffic)
+        runs += [Run("strata_train", last - dt.timedelta(days=1)), Run("strata_daily", last, tasks=SCORES)]
+    return runs
+
+
+#: The daily DAG's task groups before scoring, and scoring (regular expressions on task ids).
+BEFORE_SCORES = r"^(dwd|dws|features|ads)\."
+SCORES = r"^scores\."
+DWD_ONLY = r"^dwd\."
 
 
 def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int, echo: Echo) -> bool:
-    """Run the pipeline on generated data; True when every DWD partition matches the manifest."""
-    from strata import pipeline
+    """Generate a week of logs and run the real DAGs through Airflow, day by day; True when every
+    day's DWD requests and duplicates match the generator's manifest and every DAG run succeeded."""
+    from strata import lake_report, pipeline
     from strata.console import progress
+    from strata.orchestration.dag_runs import RunReport, run_dags
+    from warehouse.privacy import pseudonym
     from warehouse.sources.generator import GENERATOR_VERSION, generate
-    from warehouse.tables import DWD_REQUEST, ODS_REQUESTS
 
     params = {"days": days, "requests_per_day": requests_per_day, "seed": seed, "generator": GENERATOR_VERSION}
     settings = demo_key(demo_settings(settings, params, echo), echo)
-    landing: Path = settings.landing_dir
+    generated = settings.home / "generated"
     start = dt.date(2026, 1, 1)
-    echo(f"[bold]1/4 generate[/] {days} day(s) × {requests_per_day:,} requests (1% faulty lines) → {landing}")
+    echo(f"[bold]1/3 generate[/] {days} day(s) × {requests_per_day:,} requests with faults (1% of lines), "
+         f"late duplicates and late feedback → {generated}")
     with progress("generating") as step:
-        manifest = generate(landing, days=days, requests_per_day=requests_per_day, seed=seed, start=start,
+        manifest = generate(generated, days=days, requests_per_day=requests_per_day, seed=seed, start=start,
                             fault_rate=0.01, progress=step)
     echo(f"  {len(manifest['abusive_user_ids'])} planted abusive users, "
-         f"{manifest['feedback']['lines']:,} feedback events")
+         f"{manifest['feedback']['lines']:,} feedback events arriving up to 3 days late")
 
-    echo(f"[bold]2/4 ingest[/] into ODS at {ODS_REQUESTS.uri(settings)}")
-    with progress("ingesting") as step:
-        landed = pipeline.land(settings, [landing / "requests", landing / "feedback"], progress=step)
-    echo(f"  landed {landed.counts['files_landed']} file(s), skipped {landed.counts['files_skipped']} already landed")
-    pipeline.load_prices(settings, landing / "prices.csv")
-    pipeline.load_quotas(settings, landing / "quotas.csv")
-
-    echo("[bold]3/4 build the layers, one after the other, for each day[/] (DWD: feedback first, so labels "
-         "reach earlier requests; the layers above: the days with traffic)")
+    all_days = sorted(set(manifest["feedback"]["days"]) | set(manifest["days"]))
+    trained = hasattr(pipeline, "train") and hasattr(pipeline, "build_dws")  # a model learns from DWS features
+    plan = daily_plan(all_days, max(manifest["days"]), trained=trained)
+    echo(f"[bold]2/3 run the DAGs through Airflow[/] ({len(plan)} runs with dag.test(), day by day: "
+         f"strata_ingest, then strata_daily{', then strata_train and the scores' if trained else ''}); "
+         f"Airflow's log: {settings.airflow_home / 'demo.log'}")
+    for reference in ("prices.csv", "quotas.csv"):
+        shutil.copy(generated / reference, _landing(settings) / reference)
+    for layer, step_name in (("DWS", "build_dws"), ("features", "materialize"), ("ADS", "build_ads"),
+                             ("training", "train"), ("scores", "score")):
+        if not hasattr(pipeline, step_name):
+            echo(f"  {layer}: not built yet (strata.pipeline has no {step_name}): its tasks are skipped")
+    if hasattr(pipeline, "train") and not trained:
+        echo("  training and scores: need the DWS features (strata.pipeline has no build_dws yet): skipped")
     all_ok = True
-    every_day = sorted(set(manifest["feedback"]["days"]) | set(manifest["days"]))
-    for step_fn in pipeline.DAILY:
-        for day in every_day if step_fn is pipeline.build_dwd else sorted(manifest["days"]):
-            with progress(f"{day}") as step:
-                result = step_fn(settings, dt.date.fromisoformat(day), progress=step)
-            if step_fn is not pipeline.build_dwd:
-                echo(f"  {result.step} {day}: " + ", ".join(f"{name.removesuffix('_rows')} {rows:,}"
-                                                           for name, rows in result.counts.items()) + " row(s)")
-                continue
-            for run in result.detail.values():
-                b = run.books
-                line = (f"  {b.table} {day}: ODS {b.ods_rows:,} = DWD {b.dwd_rows:,} + duplicates {b.duplicates:,}"
-                        f" + quarantined {b.quarantined:,} + malformed {b.malformed:,}")
-                if run.table == DWD_REQUEST:
-                    truth = manifest["days"][day]
-                    ok = b.dwd_rows == truth["requests"] and b.duplicates == truth["duplicates"]
-                    all_ok &= ok
-                    line += "  [green]= manifest[/]" if ok else "  [red]≠ manifest[/]"
-                echo(line)
+    reports: list[RunReport] = []
+    with progress("DAG runs") as step:
+        def finished(report: RunReport) -> None:
+            nonlocal all_ok
+            reports.append(report)
+            all_ok &= report.ok and _echo_run(report, manifest, echo)
+            step(f"{report.dag_id} {report.interval[0][:10]}", len(reports), len(plan))
 
-    echo("[bold]4/4 where to look[/]")
-    echo(f"  lake: {settings.lake_uri}  (Delta tables: ods/*, dwd/*, ads/*, ops/*)")
-    echo(f"  SQL: STRATA_HOME={settings.home} strata sql \"select * from ads.tenant_daily order by cost_usd desc\"")
-    echo("  e.g. python -c \"import deltalake; print(deltalake.DeltaTable("
-         f"'{DWD_REQUEST.uri(settings)}').to_pandas().head())\"")
+        def files_arrive(run: Run) -> None:
+            if run.dag_id == "strata_ingest":
+                arrive(generated, _landing(settings), _day_of(run))
+
+        step("starting Airflow", 0, len(plan))
+        run_dags(settings, plan, log=settings.airflow_home / "demo.log", before=files_arrive, on_run=finished)
+    if len(reports) < len(plan):
+        all_ok = False
+        echo(f"  [red]stopped after {len(reports)} of {len(plan)} runs[/]")
+
+    echo("[bold]3/3 what the lake holds[/]")
+    last = dt.date.fromisoformat(max(manifest["days"]))
+    lake_report.tables_section(settings, echo)
+    lake_report.quarantine_section(settings, echo)
+    lake_report.books_section(settings, echo)
+    lake_report.ads_section(settings, echo, last)
+    user = (manifest["abusive_user_ids"] or ["u_0"])[0]  # an abusive user, whose features stand out
+    lake_report.features_section(settings, echo, user)
+    key = settings.require_pseudonym_key()
+    planted = frozenset(pseudonym(key, u) for u in manifest["abusive_user_ids"])
+    lake_report.model_section(settings, echo, last, planted)
+    _next_commands(settings, echo, user)
     return all_ok
+
+
+def _landing(settings: Settings) -> Path:
+    settings.landing_dir.mkdir(parents=True, exist_ok=True)
+    return settings.landing_dir
+
+
+def _day_of(run: Run) -> str:
+    return (run.at - dt.timedelta(days=1)).date().isoformat()
+
+
+def _echo_run(report: RunReport, manifest: dict, echo: Echo) -> bool:
+    """One line per DAG run; for a daily run, its DWD counts against the manifest. True when they match."""
+    day = report.interval[0][:10]
+    states = list(report.tasks.values())
+    mark = "[green]✓[/]" if report.ok else "[red]✗[/]"
+    events = sum(map(len, report.events.values()))
+    line = (f"  {mark} {report.dag_id} {day}: {states.count('success')} task(s) ran, "
+            f"{states.count('skipped')} skipped, {events} asset event(s), {report.seconds:.1f} s")
+    ok = True
+    dwd = report.results.get("dwd.build_dwd")
+    if dwd and day in manifest["days"]:
+        counts, truth = dwd["counts"], manifest["days"][day]
+        ok = counts.get("request_published") == truth["requests"] and \
+            counts.get("request_duplicates") == truth["duplicates"]
+        line += (f"; DWD {counts.get('request_published', 0):,} requests, {counts.get('request_duplicates', 0):,} "
+                 f"duplicates" + ("  [green]= manifest[/]" if ok else "  [red]≠ manifest[/]"))
+    landed = report.results.get("land")
+    if landed:
+        line += f"; landed {landed['counts']['files_landed']} file(s)"
+    echo(line)
+    for task, error in report.errors.items():
+        echo(f"    [red]{task}: {error}[/]")
+    return ok
+
+
+def _next_commands(settings: Settings, echo: Echo, user_id: str) -> None:
+    from strata.cli import app
+
+    have = {c.name for c in app.registered_commands}
+    for group in app.registered_groups:  # a group added without a name adds its commands at the top
+        have |= {group.name} if group.name else {c.name for c in group.typer_instance.registered_commands}
+    home = f"STRATA_HOME={settings.home}"
+    key = f"STRATA_PSEUDONYM_KEY=$(cat {settings.home / 'secrets' / 'pseudonym.key'})"
+    suggestions = [
+        ("sql", f'{home} strata sql "SELECT tenant_id, sum(cost_usd) FROM dwd.request GROUP BY 1 ORDER BY 2 DESC"'),
+        ("features", f"{home} strata features get user={user_id}"),
+        ("airflow", f"{home} {key} strata airflow up   # the same DAGs on a schedule: http://127.0.0.1:8080"),
+        ("landed", f"{home} strata landed --last 5"),
+    ]
+    echo("[bold]next[/]")
+    for command, line in suggestions:
+        if command in have:
+            echo(f"  {line}")
+    echo(f"  lake: {settings.lake_uri}  (Delta tables: ods/*, dwd/*, ops/*, …; any Delta reader opens them)")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal, Mapping
 
 OnlineStore = Literal["sqlite", "redis"]
-_SECRET_FIELDS = frozenset({"pseudonym_key"})
+_SECRET_FIELDS = frozenset({"pseudonym_key", "s3_access_key_id", "s3_secret_access_key"})
 
 
 class ConfigError(ValueError):
@@ -43,6 +43,14 @@ class Settings:
     lock_wait: float = 0.0
     #: The earliest plausible request time; a record before it is quarantined (``ts.floor``).
     ts_floor: dt.datetime = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+    #: Scoring runs as this many shards (one mapped Airflow task each).
+    score_shards: int = 2
+    #: Object storage for an ``s3://`` lake: an endpoint for S3-compatible stores (MinIO, a test
+    #: server), the region, and credentials (else each client's default AWS credential chain).
+    s3_endpoint_url: str | None = None
+    s3_region: str | None = None
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: str | None = None
 
     def require_pseudonym_key(self) -> bytes:
         """The HMAC key for user pseudonyms; refuses to run without one."""
@@ -66,6 +74,26 @@ class Settings:
                 out[f.name] = str(value)
         return out
 
+    def to_env(self) -> dict[str, str]:
+        """The environment variables that give these settings back (for a child process or a worker)."""
+        env = {"STRATA_HOME": str(self.home), "STRATA_LAKE_URI": self.lake_uri,
+               "STRATA_LANDING_DIR": str(self.landing_dir), "AIRFLOW_HOME": str(self.airflow_home),
+               "STRATA_ONLINE_STORE": self.online_store, "STRATA_REDIS_URL": self.redis_url,
+               "STRATA_ODS_RETENTION_DAYS": str(self.ods_retention_days), "STRATA_LOCK_WAIT": str(self.lock_wait),
+               "STRATA_TS_FLOOR": self.ts_floor.date().isoformat(), "STRATA_SCORE_SHARDS": str(self.score_shards)}
+        optional = {"STRATA_PSEUDONYM_KEY": self.pseudonym_key, "STRATA_LOCK_URL": self.lock_url,
+                    "STRATA_S3_ENDPOINT_URL": self.s3_endpoint_url,
+                    "STRATA_S3_REGION": self.s3_region, "AWS_ACCESS_KEY_ID": self.s3_access_key_id,
+                    "AWS_SECRET_ACCESS_KEY": self.s3_secret_access_key}
+        return env | {k: v for k, v in optional.items() if v}
+
+
+def _positive(env: Mapping[str, str], name: str, default: str) -> int:
+    value = env.get(name, default)
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"{name} must be a whole number >= 1, not {value!r}")
+    return int(value)
+
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Read settings from ``env`` (default: the process environment)."""
@@ -80,9 +108,10 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     key = env.get("STRATA_PSEUDONYM_KEY") or None
     if key is not None and len(key) < 16:
         raise ConfigError("STRATA_PSEUDONYM_KEY must be at least 16 characters long")
-    retention = env.get("STRATA_ODS_RETENTION_DAYS", "90")
-    if not retention.isdigit() or int(retention) < 1:
-        raise ConfigError(f"STRATA_ODS_RETENTION_DAYS must be a whole number >= 1, not {retention!r}")
+    endpoint = env.get("STRATA_S3_ENDPOINT_URL") or env.get("AWS_ENDPOINT_URL") or None
+    if endpoint is not None and not re.match(r"https?://[^/]+", endpoint):
+        raise ConfigError(f"STRATA_S3_ENDPOINT_URL must be an http(s) URL such as http://127.0.0.1:9000, "
+                          f"not {endpoint!r}")
     lock_url = env.get("STRATA_LOCK_URL") or None
     if lock_url is not None and not lock_url.startswith(("postgresql://", "postgres://")):
         raise ConfigError(f"STRATA_LOCK_URL must be a postgresql:// URL (advisory locks), not {lock_url.split(':')[0]!r}")
@@ -108,8 +137,13 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         pseudonym_key=key,
         online_store=store,  # type: ignore[arg-type]
         redis_url=env.get("STRATA_REDIS_URL", "redis://127.0.0.1:6379/0"),
-        ods_retention_days=int(retention),
+        ods_retention_days=_positive(env, "STRATA_ODS_RETENTION_DAYS", "90"),
         lock_url=lock_url,
         lock_wait=lock_wait,
         ts_floor=floor,
+        score_shards=_positive(env, "STRATA_SCORE_SHARDS", "2"),
+        s3_endpoint_url=endpoint,
+        s3_region=env.get("STRATA_S3_REGION") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+        s3_access_key_id=env.get("AWS_ACCESS_KEY_ID") or None,
+        s3_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
     )

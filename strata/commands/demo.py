@@ -38,11 +38,12 @@ def generate_cmd(
 
 @app.command("demo")
 def demo_cmd(
-    days: int = typer.Option(2, "--days", min=1, help="Days of traffic to generate."),
-    requests_per_day: int = typer.Option(20_000, "--requests-per-day", min=1, help="Requests per day."),
+    days: int = typer.Option(7, "--days", min=1, help="Days of traffic to generate."),
+    requests_per_day: int = typer.Option(30_000, "--requests-per-day", min=1,
+                                         help="Requests per day (30,000 plants 11 abusive users in a week)."),
     seed: int = typer.Option(7, "--seed", help="Random seed."),
 ) -> None:
-    """Run the pipeline end to end on a small generated dataset under STRATA_HOME."""
+    """Generate a week of logs and run the real DAGs through Airflow, day by day, under STRATA_HOME/demo."""
     from strata.demo import run_demo
     from warehouse.settings import load_settings
 

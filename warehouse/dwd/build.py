@@ -62,9 +62,9 @@ def _build(settings: Settings, kind: Kind, day: dt.date, key: bytes, progress: P
         requests = RequestInputs(key, read_prices(settings), latest_labels(settings))
     transform = DwdTransform(
         kind, day, lambda source, kind: parser_for(settings, source, kind, checked_ok=True),
-        repeats=repeats(read_columns(files, key_columns(kind)), kind), now=pc.max(arrivals).as_py(), requests=requests,
-        floor=settings.ts_floor)
-    return run(settings, transform.target, transform, ods_batches(files, day), day=day, total=len(arrivals),
+        repeats=repeats(read_columns(settings, files, key_columns(kind)), kind), now=pc.max(arrivals).as_py(),
+        requests=requests, floor=settings.ts_floor)
+    return run(settings, transform.target, transform, ods_batches(settings, files, day), day=day, total=len(arrivals),
                progress=progress, now=transform.now)
 
 

@@ -16,6 +16,7 @@ from warehouse.ods import ODS_TABLES
 from warehouse.settings import Settings
 from warehouse.sources.canonical import Kind
 from warehouse.storage import lake
+from warehouse.storage.objectstore import filesystem
 
 #: ODS rows per batch of a DWD build: bounds memory on large days.
 BATCH_ROWS = 100_000
@@ -36,16 +37,15 @@ def ods_files(settings: Settings, kind: Kind, day: dt.date) -> list[str]:
     return [f"{root}/{path}" for path in paths]
 
 
-def ods_batches(files: list[str], day: dt.date) -> Iterator[pl.DataFrame]:
+def ods_batches(settings: Settings, files: list[str], day: dt.date) -> Iterator[pl.DataFrame]:
     """ODS rows of one event date, batch by batch, read with pyarrow alone.
 
     Plain pyarrow (not deltalake) because the batches feed a Delta write that is running.
     """
-    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
     for uri in files:
-        fs, path = pafs.FileSystem.from_uri(uri)
+        fs, path = filesystem(settings, uri)
         with fs.open_input_file(path) as handle:
             for batch in pq.ParquetFile(handle).iter_batches(batch_size=BATCH_ROWS):
                 if batch.num_rows:
@@ -54,15 +54,14 @@ def ods_batches(files: list[str], day: dt.date) -> Iterator[pl.DataFrame]:
                     yield frame.with_columns(event_date=pl.lit(day))
 
 
-def read_columns(files: list[str], columns: list[str]) -> pl.DataFrame:
+def read_columns(settings: Settings, files: list[str], columns: list[str]) -> pl.DataFrame:
     """A few columns of the ODS files, read with pyarrow alone (a cheap first pass over a day)."""
     import pyarrow as pa
-    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
     parts = []
     for uri in files:
-        fs, path = pafs.FileSystem.from_uri(uri)
+        fs, path = filesystem(settings, uri)
         with fs.open_input_file(path) as handle:
             parts.append(pq.read_table(handle, columns=columns))
     frame = pl.from_arrow(pa.concat_tables(parts)) if parts else pl.DataFrame()

@@ -15,6 +15,7 @@ from deltalake import DeltaTable
 from warehouse.settings import Settings
 from warehouse.storage import audit, lake, locks
 from warehouse.storage.boundaries import passed
+from warehouse.storage.objectstore import filesystem
 from warehouse.tables import PII, Table, all_tables
 
 
@@ -32,7 +33,7 @@ def vacuum_now(settings: Settings, table: Table, *, purge_log: bool = False) -> 
         return 0
     removed = delta.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
     passed(f"vacuum {table.name}")
-    if purge_log and _older_log_entries(delta):
+    if purge_log and _older_log_entries(settings, delta):
         retention = delta.metadata().configuration.get("delta.logRetentionDuration")
         delta.alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds"})
         delta.create_checkpoint()
@@ -42,11 +43,11 @@ def vacuum_now(settings: Settings, table: Table, *, purge_log: bool = False) -> 
     return len(removed)
 
 
-def _older_log_entries(delta: DeltaTable) -> bool:
+def _older_log_entries(settings: Settings, delta: DeltaTable) -> bool:
     """Whether the log holds commits older than the two a purge itself leaves behind."""
     import pyarrow.fs as pafs
 
-    fs, root = pafs.FileSystem.from_uri(delta.table_uri)
+    fs, root = filesystem(settings, delta.table_uri)
     entries = fs.get_file_info(pafs.FileSelector(f"{root.rstrip('/')}/_delta_log"))
     versions = [int(e.base_name.split(".")[0]) for e in entries if e.base_name.endswith(".json")]
     return any(v < delta.version() - 1 for v in versions)

@@ -19,6 +19,7 @@ from warehouse.settings import Settings
 from warehouse.sources.canonical import Kind, fields_for
 from warehouse.sources.jsonl import parse_json_lines
 from warehouse.sources.mapping import Mapping, parse_mapping
+from warehouse.storage.objectstore import filesystem
 from warehouse.storage.scratch import scratch_dir
 
 
@@ -38,7 +39,7 @@ _SOURCE = re.compile(r"^mapping:[A-Za-z0-9][A-Za-z0-9_-]{0,63}@[0-9a-f]{12}$")
 
 
 def _mapping_dir(settings: Settings) -> tuple[pafs.FileSystem, str]:
-    fs, root = pafs.FileSystem.from_uri(settings.lake_uri)
+    fs, root = filesystem(settings, settings.lake_uri)
     return fs, f"{root.rstrip('/')}/ods/_mappings"
 
 

@@ -24,6 +24,7 @@ import pyarrow.fs as pafs
 
 from warehouse.settings import Settings
 from warehouse.storage import lake
+from warehouse.storage.objectstore import filesystem
 from warehouse.tables import OPS_AUDIT_LOG, Table, table
 
 #: A note of an attempt on another machine is taken as abandoned after this long.
@@ -65,7 +66,7 @@ class Attempt:
 
 
 def _folder(settings: Settings) -> tuple[pafs.FileSystem, str]:
-    fs, root = pafs.FileSystem.from_uri(settings.lake_uri)
+    fs, root = filesystem(settings, settings.lake_uri)
     return fs, f"{root.rstrip('/')}/ops/_attempts"
 
 

@@ -1,49 +1,65 @@
-"""Install DuckDB's ``delta`` extension from its PyPI wheel, never from the internet.
+"""Install DuckDB's ``delta`` and ``httpfs`` extensions from their PyPI wheels, never from the internet.
 
 DuckDB downloads extensions at run time by default; this machine (and many production
-ones) cannot. The ``duckdb-extension-delta`` wheel ships the binary for our pinned
-DuckDB; installing it into DuckDB's extension directory lets every connection — ours,
-dbt-duckdb's and Feast's through ibis — ``LOAD delta`` offline.
+ones) cannot. The ``duckdb-extension-delta`` and ``duckdb-extension-httpfs`` wheels ship the
+binaries for our pinned DuckDB; installing them into DuckDB's extension directory lets every
+connection — ours, dbt-duckdb's and Feast's through ibis — ``LOAD delta`` (Delta tables through
+their log) and ``LOAD httpfs`` (a lake on ``s3://``) offline.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+#: Extension name → the wheel's Python package that ships it.
+BUNDLED = {"delta": "duckdb_extension_delta", "httpfs": "duckdb_extension_httpfs"}
 
-def bundled_delta_extension() -> Path:
-    """Path of the delta extension binary shipped for the installed DuckDB version."""
+
+def bundled_extension(name: str) -> Path:
+    """Path of an extension binary shipped for the installed DuckDB version."""
+    import importlib
+
     import duckdb
-    import duckdb_extension_delta
 
-    path = (Path(duckdb_extension_delta.__file__).parent / "extensions" / f"v{duckdb.__version__}"
-            / "delta.duckdb_extension")
+    package = importlib.import_module(BUNDLED[name])
+    path = Path(package.__file__).parent / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
     if not path.is_file():
         raise RuntimeError(
-            f"no delta extension for DuckDB {duckdb.__version__} in duckdb-extension-delta "
+            f"no {name} extension for DuckDB {duckdb.__version__} in {BUNDLED[name].replace('_', '-')} "
             f"(looked for {path}); pin duckdb to the release the extension wheel is built for"
         )
     return path
 
 
-def ensure_delta_extension() -> Path:
-    """Install the bundled delta extension (idempotent) and prove it loads; returns its install path."""
+def bundled_delta_extension() -> Path:
+    """Path of the delta extension binary shipped for the installed DuckDB version."""
+    return bundled_extension("delta")
+
+
+def ensure_extension(name: str) -> Path:
+    """Install a bundled extension (idempotent) and prove it loads; returns its install path."""
     import duckdb
 
     con = duckdb.connect()
     try:
         con.execute("SET autoinstall_known_extensions = false")
-        con.execute(f"INSTALL '{bundled_delta_extension()}'")
-        con.execute("LOAD delta")
+        con.execute(f"INSTALL '{bundled_extension(name)}'")
+        con.execute(f"LOAD {name}")
         row = con.execute(
-            "SELECT install_path FROM duckdb_extensions() WHERE extension_name = 'delta' AND loaded"
+            "SELECT install_path FROM duckdb_extensions() WHERE extension_name = ? AND loaded", [name]
         ).fetchone()
     finally:
         con.close()
     if row is None:
-        raise RuntimeError("the delta extension was installed but did not load")
+        raise RuntimeError(f"the {name} extension was installed but did not load")
     return Path(row[0])
 
 
+def ensure_delta_extension() -> Path:
+    """Install the bundled delta extension (idempotent) and prove it loads; returns its install path."""
+    return ensure_extension("delta")
+
+
 if __name__ == "__main__":
-    print(f"duckdb delta extension ready: {ensure_delta_extension()}")
+    for extension in BUNDLED:
+        print(f"duckdb {extension} extension ready: {ensure_extension(extension)}")

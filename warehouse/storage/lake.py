@@ -19,6 +19,7 @@ from deltalake import ColumnProperties, CommitProperties, DeltaTable, WriterProp
 
 from warehouse.settings import Settings
 from warehouse.storage.boundaries import passed
+from warehouse.storage.objectstore import filesystem, storage_options
 from warehouse.tables import Table
 
 
@@ -45,8 +46,8 @@ def writer_properties(schema: pa.Schema) -> WriterProperties:
 
 def open_table(settings: Settings, table: Table) -> DeltaTable | None:
     """The Delta table, or None when it was never written."""
-    location = table.uri(settings)
-    return DeltaTable(location) if DeltaTable.is_deltatable(location) else None
+    location, options = table.uri(settings), storage_options(settings)
+    return DeltaTable(location, storage_options=options) if DeltaTable.is_deltatable(location, options) else None
 
 
 def version(settings: Settings, table: Table) -> int | None:
@@ -80,15 +81,13 @@ def snapshot(settings: Settings, table: Table) -> ds.Dataset:
     Read with pyarrow alone (deltalake reads only the log, here and now), so it may feed a
     Delta write that is running: deltalake cannot read inside its own write.
     """
-    import pyarrow.fs as pafs
-
     from contracts import arrow_schema
 
     delta = open_table(settings, table)
     if delta is None:
         raise FileNotFoundError(f"table {table} does not exist yet at {table.uri(settings)}")
     actions = pa.table(delta.get_add_actions(flatten=True))
-    fs, root = pafs.FileSystem.from_uri(delta.table_uri)
+    fs, root = filesystem(settings, delta.table_uri)
     paths = [f"{root.rstrip('/')}/{path}" for path in actions.column("path").to_pylist()]
     values = [actions.column(f"partition.{c}").to_pylist() for c in table.partition_columns]
     partitions = []
@@ -107,7 +106,6 @@ def check_file_types(settings: Settings, table: Table, version: int | None) -> N
     Readers compare and join on these types: a file written with others (``string_view``
     for ``string``) breaks them later, far from the write that caused it.
     """
-    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
     from contracts import arrow_schema
@@ -116,8 +114,8 @@ def check_file_types(settings: Settings, table: Table, version: int | None) -> N
     if delta is None or version is None:
         return
     expected = {f.name: f.type for f in arrow_schema(table.contract) if f.name not in table.partition_columns}
-    fs, root = pafs.FileSystem.from_uri(delta.table_uri)
-    added = [unquote(action["add"]["path"]) for action in _commit_actions(delta, version) if "add" in action]
+    fs, root = filesystem(settings, delta.table_uri)
+    added = [unquote(action["add"]["path"]) for action in _commit_actions(settings, delta, version) if "add" in action]
     for path in added:
         with fs.open_input_file(f"{root.rstrip('/')}/{path}") as handle:
             schema = pq.read_schema(handle)
@@ -127,12 +125,10 @@ def check_file_types(settings: Settings, table: Table, version: int | None) -> N
             raise TypeError(f"{table} version {version} wrote {path} with types {wrong}, not the contract's")
 
 
-def _commit_actions(delta: DeltaTable, version: int) -> list[dict]:
+def _commit_actions(settings: Settings, delta: DeltaTable, version: int) -> list[dict]:
     import json
 
-    import pyarrow.fs as pafs
-
-    fs, root = pafs.FileSystem.from_uri(delta.table_uri)
+    fs, root = filesystem(settings, delta.table_uri)
     with fs.open_input_stream(f"{root.rstrip('/')}/_delta_log/{version:020d}.json") as stream:
         return [json.loads(line) for line in stream.read().decode().splitlines() if line.strip()]
 
@@ -196,9 +192,9 @@ def commit(
     ``overwrite`` replaces the whole table. ``attempt`` is stamped on the commit
     (``strata.attempt``), so the audit log can find it after a crash.
     """
-    location = table.uri(settings)
-    exists = DeltaTable.is_deltatable(location)
-    kwargs: dict[str, object] = {"partition_by": list(partition_by) or None,
+    location, options = table.uri(settings), storage_options(settings)
+    exists = DeltaTable.is_deltatable(location, options)
+    kwargs: dict[str, object] = {"storage_options": options, "partition_by": list(partition_by) or None,
                                  "writer_properties": writer_properties(data.schema),
                                  "target_file_size": TARGET_FILE_BYTES}
     if attempt is not None:
@@ -215,6 +211,6 @@ def commit(
         kwargs["predicate"] = " OR ".join(f"({partition_predicate(p)})" for p in parts)
     write_deltalake(location, data, mode="append" if mode == "append" else "overwrite",  # type: ignore[call-overload]
                     **kwargs)
-    version = DeltaTable(location).version()
+    version = DeltaTable(location, storage_options=options).version()
     passed(f"commit {table.name}")
     return version

@@ -1,0 +1,36 @@
+"""``strata_train``: every week, train and register the user-risk model on the week that ended."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from airflow.sdk import DeltaDataIntervalTimetable, dag, task
+
+from assets import USER_RISK_MODEL
+from steps import run_step
+
+
+@dag(
+    schedule=DeltaDataIntervalTimetable(dt.timedelta(weeks=1)),
+    start_date=dt.datetime(2026, 1, 5, tzinfo=dt.timezone.utc),  # a Monday: weeks run Monday to Monday
+    catchup=False,
+    max_active_runs=1,
+    default_args={"retries": 1, "retry_delay": dt.timedelta(minutes=5)},
+    tags=["strata", "models"],
+)
+def strata_train() -> None:
+    """### Weekly training
+
+    Trains the user-risk model from a point-in-time Feast training set up to the last day
+    of the run's week, checks ONNX parity and quality, and registers a new version (a
+    registered version is never changed). `strata_daily` scores with the latest version.
+    """
+
+    @task(outlets=[USER_RISK_MODEL])
+    def train(**context: object) -> dict[str, object]:
+        return run_step("train", context)
+
+    train()
+
+
+strata_train()

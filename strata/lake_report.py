@@ -1,0 +1,148 @@
+"""What the lake holds, as rich tables: every table's version and rows, the quarantine by rule,
+the books per day, a few analyst answers, an online feature lookup, the model and its riskiest users.
+
+A section whose layer has not been built yet (its table or step does not exist) is one line
+saying so — never a made-up table.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any, Callable
+
+from rich.table import Table as RichTable
+
+from warehouse.settings import Settings
+
+Echo = Callable[[Any], None]
+
+#: The analyst's first questions: (title, ADS table, columns to show (regex), column to sort by (regex)).
+ADS_ANSWERS = (
+    ("cost per tenant", "ads.tenant_daily", r"tenant|requests$|tokens|cost", r"cost"),
+    ("p95 latency by model version", "ads.model_daily", r"^model|version|requests$|p95", r"p95"),
+    ("retry storms", "ads.retry_storms", r".", r"retr"),
+)
+SCORES = "ads.user_risk_scores"
+MODEL = "user_risk"
+
+
+def _table(title: str, columns: list[str], rows: list[list[Any]]) -> RichTable:
+    out = RichTable(*columns, title=title, title_justify="left")
+    for row in rows:
+        out.add_row(*(_cell(v) for v in row))
+    return out
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, bool):
+        return "✓" if value else "✗"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.4g}"
+    return "" if value is None else str(value)
+
+
+def tables_section(settings: Settings, echo: Echo) -> None:
+    """Every table of the registry that exists: its Delta version and rows."""
+    from warehouse.storage import lake
+    from warehouse.tables import all_tables
+
+    rows = []
+    for table in all_tables():
+        delta = lake.open_table(settings, table)
+        if delta is not None:
+            rows.append([table.name, delta.version(), delta.to_pyarrow_dataset().count_rows()])
+    echo(_table("tables", ["table", "version", "rows"], rows))
+
+
+def quarantine_section(settings: Settings, echo: Echo) -> None:
+    """Quarantined rows per rule (a row may break several)."""
+    import polars as pl
+
+    from warehouse.storage import lake
+    from warehouse.tables import DWD_QUARANTINE
+
+    if lake.open_table(settings, DWD_QUARANTINE) is None:
+        echo("quarantine: nothing quarantined yet (dwd.quarantine does not exist)")
+        return
+    counts = (lake.read_frame(settings, DWD_QUARANTINE, columns=["target_table", "rules"]).explode("rules")
+              .group_by("target_table", "rules").len().sort(["len", "rules"], descending=[True, False]))
+    echo(_table("quarantined rows by rule", ["table", "rule", "rows"],
+                [list(r) for r in counts.select("target_table", "rules", pl.col("len")).iter_rows()]))
+
+
+def books_section(settings: Settings, echo: Echo) -> None:
+    """The books per table and day: ODS rows = DWD rows + duplicates + quarantined + malformed."""
+    from warehouse.storage import lake
+    from warehouse.tables import OPS_BOOKS
+
+    if lake.open_table(settings, OPS_BOOKS) is None:
+        echo("books: no DWD build yet (ops.books does not exist)")
+        return
+    books = lake.read_frame(settings, OPS_BOOKS).sort(["event_date", "table_name"])
+    columns = ["table_name", "event_date", "ods_rows", "dwd_rows", "duplicates", "quarantined", "malformed",
+               "balanced"]
+    echo(_table("the books per day: ODS rows = DWD rows + duplicates + quarantined + malformed",
+                ["table", "date", "ODS", "DWD", "dup.", "quar.", "malf.", "ok"],
+                [list(r) for r in books.select(columns).iter_rows()]))
+
+
+def ads_section(settings: Settings, echo: Echo, day: dt.date) -> None:
+    """A few analyst answers from the ADS tables, each only when its table has been built."""
+    from warehouse.storage import lake
+    from warehouse.tables import Table
+
+    for title, name, show, sort in ADS_ANSWERS:
+        table = Table(name)
+        if lake.open_table(settings, table) is None:
+            echo(f"ADS, {title}: not built yet ({name} does not exist) — skipped")
+            continue
+        frame = lake.read_frame(settings, table)
+        if "event_date" in frame.columns and (frame["event_date"] == day).any():
+            frame = frame.filter(frame["event_date"] == day)
+        columns = [c for c in frame.columns if re.search(show, c)] or frame.columns
+        order = next((c for c in columns if re.search(sort, c)), columns[0])
+        frame = frame.select(columns).sort(order, descending=True, nulls_last=True).head(5)
+        echo(_table(f"{title} ({name}, {day})", columns, [list(r) for r in frame.iter_rows()]))
+
+
+def features_section(settings: Settings, echo: Echo, user_id: str) -> None:
+    """One user's online features, through the pipeline's lookup (once the feature layer exists)."""
+    from strata import pipeline
+
+    lookup = getattr(pipeline, "get_online_features", None)
+    if lookup is None:
+        echo("online features: not built yet (strata.pipeline has no get_online_features) — skipped")
+        return
+    values: dict[str, Any] = lookup(settings, "user", user_id)
+    echo(_table(f"online features of user {user_id}", ["feature", "value"], [[k, v] for k, v in values.items()]))
+
+
+def model_section(settings: Settings, echo: Echo, day: dt.date, planted: frozenset[str] = frozenset()) -> None:
+    """The latest registered model's metrics and the day's riskiest users (marked when the generator
+    planted them as abusers: ``planted`` holds their pseudonyms)."""
+    import polars as pl
+
+    from batch_inference.registry import ModelError, get
+    from warehouse.storage import lake
+    from warehouse.tables import Table
+
+    try:
+        card = get(settings, MODEL).card
+    except ModelError as exc:
+        echo(f"model: {exc} — skipped")
+    else:
+        echo(_table(f"model {card.ref}, trained on {card.training_window[0]} … {card.training_window[1]}",
+                    ["metric", "value"], [[k, v] for k, v in card.metrics.items()]))
+    scores = Table(SCORES)
+    if lake.open_table(settings, scores) is None:
+        echo(f"riskiest users: not scored yet ({SCORES} does not exist) — skipped")
+        return
+    top = (lake.read_frame(settings, scores, filters=[("event_date", "=", day)])
+           .sort("score", descending=True).head(5)
+           .select("user_pseudonym", "score", "model_version",
+                   planted=pl.col("user_pseudonym").is_in(list(planted))))
+    echo(_table(f"riskiest users ({SCORES}, {day})", ["user (pseudonym)", "score", "model", "planted abuser"],
+                [list(r) for r in top.iter_rows()]))

@@ -1,0 +1,71 @@
+"""The lake on S3 (a moto server speaking the S3 protocol on 127.0.0.1): every place that touches
+the lake — deltalake, pyarrow (the ODS scan, the mapping registry, snapshots for forget), DuckDB's
+httpfs — reaches it through the same settings."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import json
+from pathlib import Path
+
+import polars as pl
+import pyarrow.fs as pafs
+import pytest
+
+from strata import pipeline
+from tests.conftest import AZURE_SAMPLE, SHIPPED_AZURE_MAPPING
+from tests.services import S3_KEYS, create_bucket, s3_server
+from warehouse.privacy import pseudonym
+from warehouse.settings import load_settings
+from warehouse.sources.generator import generate
+from warehouse.storage import lake
+from warehouse.storage.duck import connect
+from warehouse.storage.objectstore import configure_duckdb, filesystem
+from warehouse.tables import DWD_REQUEST, ODS_REQUESTS
+
+
+def test_ingest_build_forget_retention_and_duckdb_on_an_s3_lake(tmp_path: Path, strata_env: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    with s3_server(tmp_path / "moto.log") as endpoint:
+        create_bucket(endpoint, "lake")
+        for name, value in {"STRATA_LAKE_URI": "s3://lake/strata", "STRATA_S3_ENDPOINT_URL": endpoint,
+                            "STRATA_S3_REGION": "us-east-1", **S3_KEYS}.items():
+            monkeypatch.setenv(name, value)
+        settings = load_settings()
+        day = dt.date(2026, 1, 1)
+        manifest = generate(tmp_path / "gen", days=1, requests_per_day=200, seed=5, start=day, fault_rate=0.02)
+        pipeline.land(settings, [tmp_path / "gen" / "requests", tmp_path / "gen" / "feedback"])
+        pipeline.load_prices(settings, tmp_path / "gen" / "prices.csv")
+        built = pipeline.build_dwd(settings, day)
+        assert built.counts["request_published"] == manifest["days"][str(day)]["requests"]
+        assert DWD_REQUEST.uri(settings) == "s3://lake/strata/dwd/request"
+
+        # A mapped CSV: its mapping is kept beside ODS, in the bucket, and DWD reads it back from there.
+        pipeline.land(settings, [AZURE_SAMPLE], mapping=SHIPPED_AZURE_MAPPING)
+        fs, root = filesystem(settings, settings.lake_uri)
+        assert [i.base_name for i in fs.get_file_info(pafs.FileSelector(root + "/ods/_mappings"))]
+        azure_day = dt.date(2023, 11, 16)
+        assert pipeline.build_dwd(settings, azure_day).counts["request_published"] > 0
+
+        # forget reads snapshots with pyarrow's S3 filesystem and rewrites on S3.
+        with gzip.open(next((tmp_path / "gen" / "requests").rglob("*.jsonl.gz"))) as handle:
+            user = next(json.loads(line)["user_id"] for line in handle if b'"user_id"' in line)
+        victim = pseudonym(settings.require_pseudonym_key(), user)
+        assert lake.read_frame(settings, DWD_REQUEST).filter(pl.col("user_pseudonym") == victim).height > 0
+        removed = pipeline.forget(settings, user)
+        assert removed.counts["dwd.request_removed"] > 0
+        assert lake.read_frame(settings, DWD_REQUEST).filter(pl.col("user_pseudonym") == victim).height == 0
+
+        # DuckDB reads the Delta tables on S3 through the Delta log (httpfs from its wheel, a session secret).
+        con = connect()
+        configure_duckdb(con, settings)
+        con.execute("LOAD delta")
+        in_duckdb = con.execute(f"SELECT count(*) FROM delta_scan('{DWD_REQUEST.uri(settings)}')").fetchone()
+        assert in_duckdb == (lake.read(settings, DWD_REQUEST).num_rows,)
+
+        # Retention deletes and vacuums raw partitions on S3.
+        deleted = pipeline.apply_retention(settings, days=1, today=dt.date(2026, 3, 1))
+        assert deleted.counts["ods.request_log_raw_deleted"] > 0
+        assert lake.read(settings, ODS_REQUESTS).num_rows == 0
+

@@ -1,0 +1,61 @@
+"""The demo's summary: a section per layer that exists, read generically from its table; one line otherwise."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from rich.console import Console
+from rich.table import Table as RichTable
+
+from batch_inference.registry import ModelCard, register
+from strata import lake_report
+from warehouse.settings import load_settings
+from warehouse.tables import Table
+
+DAY = dt.date(2026, 1, 7)
+
+
+def _render(items: list[Any]) -> str:
+    console = Console(width=200, record=True)
+    for item in items:
+        console.print(item)
+    return console.export_text()
+
+
+def test_sections_of_layers_not_built_yet_are_one_line_each(strata_env: Path) -> None:
+    settings = load_settings()
+    said: list[Any] = []
+    lake_report.ads_section(settings, said.append, DAY)
+    lake_report.features_section(settings, said.append, "u_1")
+    lake_report.model_section(settings, said.append, DAY)
+    assert all(isinstance(line, str) and "— skipped" in line for line in said) and len(said) == 6
+
+
+def test_ads_answers_and_the_model_are_read_from_whatever_columns_their_tables_have(strata_env: Path) -> None:
+    settings = load_settings()
+    tenants = pl.DataFrame({"event_date": [DAY, DAY, DAY - dt.timedelta(days=1)], "tenant_id": ["t1", "t2", "t1"],
+                            "requests": [10, 20, 5], "cost_usd": [1.5, 9.25, 0.1], "unrelated": ["x", "y", "z"]})
+    tenants.write_delta(Table("ads.tenant_daily").uri(settings))
+    scores = pl.DataFrame({"event_date": [DAY] * 3, "user_pseudonym": ["a", "b", "c"], "score": [0.2, 0.97, 0.5],
+                           "model_version": ["v3"] * 3})
+    scores.write_delta(Table("ads.user_risk_scores").uri(settings))
+    register(settings, ModelCard(
+        name="user_risk", version="", features=(), feature_service="user_risk_v1", entity="user_pseudonym",
+        training_window=("2026-01-01", "2026-01-06"), metrics={"roc_auc": 0.93, "parity_max_abs": 1e-7}, sha256="",
+        libraries={}, threshold=0.5, created_at="2026-01-07T00:00:00Z"), b"not a real model")
+
+    said: list[Any] = []
+    lake_report.ads_section(settings, said.append, DAY)
+    lake_report.model_section(settings, said.append, DAY, planted=frozenset({"b"}))
+    tables = [s for s in said if isinstance(s, RichTable)]
+    assert [t.title for t in tables] == ["cost per tenant (ads.tenant_daily, 2026-01-07)",
+                                         "model user_risk@v1, trained on 2026-01-01 … 2026-01-06",
+                                         "riskiest users (ads.user_risk_scores, 2026-01-07)"]
+    text = _render(tables)
+    assert text.index("t2") < text.index("t1")  # the costliest tenant first, the day's rows only
+    assert "unrelated" not in text and "0.1" not in text
+    assert "roc_auc" in text and "0.93" in text
+    assert text.index("0.97") < text.index("0.5") and "✓" in text  # b, the planted abuser, comes first

@@ -1,0 +1,132 @@
+"""What a DAG task runs: the home check, step lookup, interval → arguments, and one-line errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from batch_inference.registry import ModelCard, register
+from strata import pipeline
+from strata.orchestration import tasks
+from strata.pipeline import StepResult
+
+UTC = dt.timezone.utc
+DAY = {"data_interval_start": dt.datetime(2026, 1, 4, tzinfo=UTC),
+       "data_interval_end": dt.datetime(2026, 1, 5, tzinfo=UTC)}
+WEEK = {"data_interval_start": dt.datetime(2026, 1, 5, tzinfo=UTC),
+        "data_interval_end": dt.datetime(2026, 1, 12, tzinfo=UTC)}
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch, strata_env: Path) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """Record what pipeline steps are given, standing in for steps that do not exist yet."""
+    seen: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def step(*args: Any, **kwargs: Any) -> StepResult:
+        seen.append((args[1:], kwargs))
+        return StepResult("recorded", {"rows": 3}, {"dwd.request": 7})
+
+    for name in ("train", "score", "build_dws", "apply_retention", "land"):
+        monkeypatch.setattr(pipeline, name, step, raising=False)
+    return seen
+
+
+@pytest.mark.parametrize(("home", "message"), [(None, "STRATA_HOME is not set"), ("rel/home", "is relative")])
+def test_a_task_refuses_to_run_without_an_explicit_absolute_home(monkeypatch: pytest.MonkeyPatch, home: str | None,
+                                                                  message: str) -> None:
+    if home is None:
+        monkeypatch.delenv("STRATA_HOME", raising=False)
+    else:
+        monkeypatch.setenv("STRATA_HOME", home)
+    with pytest.raises(tasks.StepRefused, match=message):
+        tasks.run_step("build_dwd", DAY)
+
+
+def test_a_step_the_pipeline_does_not_have_yet_is_a_skip_naming_it(strata_env: Path) -> None:
+    assert not hasattr(pipeline, "build_nothing_yet")
+    with pytest.raises(tasks.StepMissing, match="no step 'build_nothing_yet' yet"):
+        tasks.run_step("build_nothing_yet", DAY)
+    with pytest.raises(tasks.StepMissing):
+        tasks.shards("build_nothing_yet")
+
+
+def test_a_run_without_a_data_interval_is_refused(strata_env: Path) -> None:
+    with pytest.raises(tasks.StepRefused, match="no data interval"):
+        tasks.run_step("build_dwd", {"data_interval_start": None, "data_interval_end": None})
+
+
+def test_the_interval_becomes_each_steps_date(calls: list[tuple[tuple[Any, ...], dict[str, Any]]],
+                                              strata_env: Path) -> None:
+    assert tasks.run_step("build_dws", DAY) == {"step": "recorded", "counts": {"rows": 3},
+                                                "versions": {"dwd.request": 7}}
+    tasks.run_step("train", WEEK)
+    tasks.run_step("apply_retention", DAY)
+    tasks.run_step("score", DAY, shard=[1, 2])
+    tasks.run_step("land", DAY)
+    assert calls == [
+        ((dt.date(2026, 1, 4),), {}),  # a day's layer: the interval's first day
+        ((dt.date(2026, 1, 11),), {}),  # training: up to the week's last day
+        ((), {"today": dt.date(2026, 1, 5)}),  # retention counts back from the interval's end
+        ((dt.date(2026, 1, 4),), {"shard": (1, 2)}),
+        (([strata_env / "landing"],), {}),
+    ]
+
+
+def test_prices_load_only_when_a_price_list_is_there_and_changed(strata_env: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    prices = strata_env / "landing" / "prices.csv"
+    with pytest.raises(tasks.Skip, match="no prices.csv at"):
+        tasks.run_step("load_prices", DAY)
+    prices.parent.mkdir(parents=True)
+    prices.write_text("model,effective_from,input_price_per_1k,output_price_per_1k\nm1,2026-01-01,0.5,1.5\n")
+    assert tasks.run_step("load_prices", DAY)["versions"] == {"dwd.model_price": 0}
+    with pytest.raises(tasks.Skip, match="has not changed since dwd.model_price version 0"):
+        tasks.run_step("load_prices", DAY)
+    prices.write_text("model,effective_from,input_price_per_1k,output_price_per_1k\nm1,2026-01-01,0.6,1.5\n")
+    assert tasks.run_step("load_prices", DAY)["versions"] == {"dwd.model_price": 1}
+
+
+def test_scoring_waits_for_a_registered_model_then_shards_come_from_the_settings(
+        calls: list[tuple[tuple[Any, ...], dict[str, Any]]], strata_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(tasks.Skip, match="no model 'user_risk' is registered .* until strata_train registers one"):
+        tasks.shards("score")
+    settings = tasks.task_settings()
+    register(settings, ModelCard(
+        name="user_risk", version="", features=(), feature_service="user_risk_v1", entity="user_pseudonym",
+        training_window=("2026-01-01", "2026-01-06"), metrics={}, sha256="", libraries={}, threshold=0.5,
+        created_at="2026-01-07T00:00:00Z"), b"onnx bytes")
+    monkeypatch.setenv("STRATA_SCORE_SHARDS", "3")
+    assert tasks.shards("score") == [[0, 3], [1, 3], [2, 3]]
+
+
+def test_training_waits_for_the_features_layer(calls: list[tuple[tuple[Any, ...], dict[str, Any]]],
+                                               strata_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(pipeline, "build_dws")
+    with pytest.raises(tasks.StepMissing, match="train needs the DWS features .* no step 'build_dws' yet"):
+        tasks.run_step("train", WEEK)
+    assert calls == []
+
+
+def test_a_bad_input_is_a_one_line_refusal_and_anything_else_may_be_retried(
+        monkeypatch: pytest.MonkeyPatch, strata_env: Path) -> None:
+    def refuses(*_: Any) -> StepResult:
+        raise LookupError("no ODS rows with event_date 2026-01-04: nothing to build\n(check the date)")
+
+    def breaks(*_: Any) -> StepResult:
+        raise OSError("connection reset by peer")
+
+    monkeypatch.setattr(pipeline, "build_dws", refuses, raising=False)
+    with pytest.raises(tasks.StepRefused) as refused:
+        tasks.run_step("build_dws", DAY)
+    assert str(refused.value) == "build_dws for 2026-01-04: no ODS rows with event_date 2026-01-04: nothing to build"
+    monkeypatch.setattr(pipeline, "build_dws", breaks, raising=False)
+    with pytest.raises(tasks.StepFailed, match=r"^build_dws for 2026-01-04 failed \(OSError\): connection reset"):
+        tasks.run_step("build_dws", DAY)
+
+
+def test_the_real_dwd_step_without_data_is_refused_with_what_to_do(strata_env: Path) -> None:
+    with pytest.raises(tasks.StepRefused, match="run `strata ingest` first|ingest that day's files first"):
+        tasks.run_step("build_dwd", DAY)
