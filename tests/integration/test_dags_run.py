@@ -270,10 +270,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, landing: Path) -> Iterator
             node.stop()
 
 
-@pytest.mark.xfail(run=False, strict=True, reason=(
-    "since ADS landed, ads.build_ads fails on an s3:// lake: dbt-duckdb's profile (warehouse/ads/profiles.yml) "
-    "creates no S3 secret, so delta_scan asks the instance metadata service for credentials. Needs the secret "
-    "that warehouse.storage.objectstore.configure_duckdb makes, in the dbt profile. Passed before ADS landed."))
 def test_the_same_dags_on_postgres_celery_and_s3_where_a_backfill_of_three_days_equals_three_single_runs(
         cluster: tuple[Cluster, Settings], single_runs: SingleRuns, generated: tuple[Path, dict[str, Any]]) -> None:
     node, settings = cluster

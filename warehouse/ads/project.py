@@ -147,8 +147,11 @@ def invoke(
         from dbt.adapters.duckdb.connections import DuckDBConnectionManager
         from dbt.cli.main import dbtRunner
 
+        from warehouse.ads.lake_access import using
+
         try:
-            outcome = dbtRunner(callbacks=[on_event]).invoke(args)
+            with using(settings):
+                outcome = dbtRunner(callbacks=[on_event]).invoke(args)
         finally:
             # dbt-duckdb keeps its DuckDB instance open after the command; close it so the build
             # can read the run's file (DuckDB refuses a second configuration of an open file).
