@@ -5,7 +5,9 @@ The examples are (user, instant) pairs — each user at the end of each day they
 with the user's features as of that instant and a label: 1 when a ``dwd.feedback`` review
 marked one of the user's requests ``abusive`` by the label time (the end of the training
 window), else 0. The set is split by time: the model learns from the earlier days and is
-judged (ROC AUC) on the later ones. Before a version is registered, ONNX Runtime's scores of
+judged (ROC AUC) on the later ones. The features come through a ``Retrieve`` function the feature
+layer provides (``features.retrieval``; the pipeline hands it over, so neither package imports the
+other). Before a version is registered, ONNX Runtime's scores of
 the held-out rows must equal scikit-learn's within 1e-5; both figures are on its card.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import polars as pl
@@ -54,17 +57,29 @@ FEATURE_SERVICE = "user_risk_v1"
 TRAIN_SHARE = 0.7
 
 
-def training_set(settings: Settings, until: dt.date, days: int, service: str = FEATURE_SERVICE) -> TrainingSet:
+class RetrievedFeatures(Protocol):
+    """What a feature service gave for entity rows: the rows with its features, and how it is defined."""
+
+    @property
+    def frame(self) -> pl.DataFrame: ...
+    @property
+    def features(self) -> list[str]: ...
+    @property
+    def source_table(self) -> str: ...
+    @property
+    def ttl(self) -> dt.timedelta: ...
+
+
+class Retrieve(Protocol):
+    """Point-in-time features of entity rows from a feature service (the feature layer provides it)."""
+
+    def __call__(self, settings: Settings, entity_rows: pl.DataFrame, service: str) -> RetrievedFeatures: ...
+
+
+def training_set(settings: Settings, until: dt.date, days: int, retrieve: Retrieve,
+                 service: str = FEATURE_SERVICE) -> TrainingSet:
     """Every user active on each day of the window, at the day's end, with the feature service's
-    features from Feast's offline store (point in time) and the label as of the window's end."""
-    import pandas as pd
-
-    from features.store import applied_store
-
-    store, _ = applied_store(settings)
-    feature_service = store.get_feature_service(service)
-    projection = feature_service.feature_view_projections[0]
-    view = store.get_feature_view(projection.name)
+    features as of that instant (point in time) and the label as of the window's end."""
     first = until - dt.timedelta(days=days - 1)
     active = lake.read_frame(settings, DWD_REQUEST, columns=["user_pseudonym", "event_date"], filters=[
         ("event_date", ">=", first), ("event_date", "<=", until)]).drop_nulls().unique()
@@ -74,22 +89,18 @@ def training_set(settings: Settings, until: dt.date, days: int, service: str = F
             "UTC")).sort("event_timestamp", "user_pseudonym")
     if entity_rows.is_empty():
         raise ModelError(f"no user was active between {first} and {until}: nothing to learn from")
-    examples = pl.from_arrow(store.get_historical_features(
-        entity_df=pd.DataFrame(entity_rows.to_pandas()), features=feature_service).to_arrow())
-    assert isinstance(examples, pl.DataFrame)
+    found = retrieve(settings, entity_rows, service)
     end = dt.datetime.combine(until + dt.timedelta(days=1), dt.time(), dt.timezone.utc)
-    marked = labels(settings, end)
-    names = [f.name for f in projection.features]
-    frame = examples.with_columns(pl.col("event_timestamp").dt.convert_time_zone("UTC")).join(
-        marked, on="user_pseudonym", how="left").with_columns(label=pl.col("labelled_at").is_not_null().cast(pl.Int8))
-    source = view.batch_source.path.rstrip("/").split("/")
-    return TrainingSet(frame.select("user_pseudonym", "event_timestamp", *names, "label"), "user_pseudonym", names,
-                       service, f"{source[-2]}.{source[-1]}", view.ttl)
+    frame = found.frame.with_columns(pl.col("event_timestamp").dt.convert_time_zone("UTC")).join(
+        labels(settings, end), on="user_pseudonym", how="left").with_columns(
+        label=pl.col("labelled_at").is_not_null().cast(pl.Int8))
+    return TrainingSet(frame.select("user_pseudonym", "event_timestamp", *found.features, "label"), "user_pseudonym",
+                       found.features, service, found.source_table, found.ttl)
 
 
-def train(settings: Settings, name: str, until: dt.date, *, days: int = 7) -> ModelVersion:
+def train(settings: Settings, name: str, until: dt.date, retrieve: Retrieve, *, days: int = 7) -> ModelVersion:
     """Train ``name`` on the ``days`` ending with ``until``: the earlier days teach, the later judge."""
-    data = training_set(settings, until, days)
+    data = training_set(settings, until, days, retrieve)
     first = until - dt.timedelta(days=days - 1)
     split_day = first + dt.timedelta(days=max(1, round(days * TRAIN_SHARE)))
     return fit_and_register(settings, name, data, window=(first, until),

@@ -123,8 +123,9 @@ def forget(settings: Settings, user_id: str) -> StepResult:
 def train(settings: Settings, until: dt.date, *, name: str = "user_risk", days: int = 7) -> StepResult:
     """Train a model on the ``days`` ending with ``until`` and register a new version."""
     from batch_inference.training import train as fit
+    from features.retrieval import historical_features
 
-    model = fit(settings, name, until, days=days)
+    model = fit(settings, name, until, historical_features, days=days)
     return StepResult("train", {"features": len(model.card.features)}, {}, model)
 
 
