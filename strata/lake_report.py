@@ -140,8 +140,16 @@ def model_section(settings: Settings, echo: Echo, day: dt.date, planted: frozens
     if lake.open_table(settings, scores) is None:
         echo(f"riskiest users: not scored yet ({SCORES} does not exist) — skipped")
         return
-    top = (lake.read_frame(settings, scores, filters=[("event_date", "=", day)])
-           .sort("score", descending=True).head(5)
+    scored = lake.read_frame(settings, scores, filters=[("event_date", "=", day)])
+    if planted and scored.height:
+        truth = scored.get_column("user_pseudonym").is_in(list(planted)).to_numpy()
+        if 0 < truth.sum() < len(truth):
+            from sklearn.metrics import roc_auc_score
+
+            echo(f"ROC AUC of the {day} scores against the generator's planted abusers "
+                 f"({int(truth.sum())} of {len(truth):,} users scored): "
+                 f"{roc_auc_score(truth, scored.get_column('score').to_numpy()):.3f}")
+    top = (scored.sort("score", descending=True).head(5)
            .select("user_pseudonym", "score", "model_version",
                    planted=pl.col("user_pseudonym").is_in(list(planted))))
     echo(_table(f"riskiest users ({SCORES}, {day})", ["user (pseudonym)", "score", "model", "planted abuser"],
