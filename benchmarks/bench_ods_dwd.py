@@ -84,6 +84,24 @@ def _ours(workdir: Path, landing: Path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _lock_cost(workdir: Path, lock_url: str | None, rounds: int = 200) -> float:
+    """Seconds to take and release the locks of one day's DWD build (its partitions, its books
+    and audit log, a read lock on ODS) — the locking every build adds, against its backend."""
+    from warehouse.settings import load_settings
+    from warehouse.storage.locks import hold
+    from warehouse.tables import DWD_QUARANTINE, DWD_REQUEST, ODS_REQUESTS, OPS_AUDIT_LOG, OPS_BOOKS
+
+    env = {"STRATA_HOME": str(workdir / "lock-home"), **({"STRATA_LOCK_URL": lock_url} if lock_url else {})}
+    settings = load_settings(env)
+    day = {"event_date": DAY}
+    write = [(DWD_REQUEST, day), (DWD_QUARANTINE, day), (OPS_BOOKS, None), (OPS_AUDIT_LOG, None)]
+    started = time.perf_counter()
+    for _ in range(rounds):
+        with hold(settings, write=write, read=[ODS_REQUESTS]):
+            pass
+    return (time.perf_counter() - started) / rounds
+
+
 def cpu_s() -> float:
     """CPU seconds (user + system) this process and all its threads have used."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -179,6 +197,15 @@ def run(workdir: Path) -> list[Measurement]:
         Measurement("CPU seconds, GX worker alone (import + validation)", ours["worker_cpu_s"], "s",
                     "DuckDB read_json → Parquet", baseline_cpu_s, higher_is_better=False),
     ]
+    dwd_s = ours["dwd_s"]
+    results.append(Measurement("locks of a day's DWD build, file backend (share of the build)", _lock_cost(workdir, None),
+                               "s", "the DWD build itself", dwd_s, higher_is_better=False))
+    pg = os.environ.get("STRATA_BENCH_LOCK_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    try:
+        results.append(Measurement("locks of a day's DWD build, Postgres advisory locks", _lock_cost(workdir, pg),
+                                   "s", "the DWD build itself", dwd_s, higher_is_better=False))
+    except Exception as exc:  # no Postgres at hand: the file backend's figure stands alone
+        print(f"Postgres lock cost not measured ({type(exc).__name__}: {exc})")
     if os.environ.get("STRATA_BENCH_BIG_DAY", "1") != "0":
         big = workdir / "big"
         _generate(big / "landing", 5_000_000)
