@@ -45,6 +45,8 @@ SOURCE_COLUMNS = ["ts", "user_pseudonym", "tenant_id", "model", "model_version",
                   "is_error", "is_retry"]
 #: Windows with more values than this are selected one by one (np.partition), smaller ones sorted together.
 LARGE_WINDOW = 512
+#: Hours from the first hour a build reads (D-8 23:00) to D 00:00.
+_FIRST_HOUR = 7 * 24 + 1
 _SUMS = ("n", "err", "rty", "tmo", "rl", "night", "itok_n", "itok", "otok_n", "otok", "cost", "hit_n", "hit")
 
 
@@ -84,7 +86,7 @@ def day_bounds(day: dt.date) -> tuple[dt.datetime, dt.datetime]:
     counts from D+1 00:00.
     """
     start = dt.datetime.combine(day, dt.time(), dt.timezone.utc)
-    return start - dt.timedelta(days=8, hours=1), start + dt.timedelta(hours=23)
+    return start - dt.timedelta(days=7, hours=1), start + dt.timedelta(hours=23)
 
 
 def prepare(requests: pl.DataFrame | pl.LazyFrame, entity: Entity, day: dt.date) -> pl.DataFrame:
@@ -118,9 +120,9 @@ def features(requests: pl.DataFrame, entity: Entity, day: dt.date) -> pl.DataFra
     start_h = int(dt.datetime.combine(day, dt.time(), dt.timezone.utc).timestamp()) // 3600
     r = requests.with_columns(
         kid=(pl.col("k") != pl.col("k").shift()).fill_null(True).cum_sum().cast(pl.Int64) - 1,
-        hr=pl.col("t") // HOUR_US - (start_h - 8 * 24 - 1))  # hours since D-8 23:00: 0 … 215
+        hr=pl.col("t") // HOUR_US - (start_h - _FIRST_HOUR))  # hours since D-8 23:00: 0 … 191
     hours = _hourly(r)
-    probes = _probes(hours, day_h=8 * 24 + 1)
+    probes = _probes(hours, day_h=_FIRST_HOUR)
     pkid, pfh = probes["kid"].to_numpy(), probes["fh"].to_numpy()
     out: dict[str, object] = {}
     hour_key = _key(hours["kid"].to_numpy(), hours["hr"].to_numpy())
@@ -136,7 +138,7 @@ def features(requests: pl.DataFrame, entity: Entity, day: dt.date) -> pl.DataFra
         if seen is not None:
             out[f"distinct_models_{name}"] = _distinct_models(seen, pkid, pfh, wh)
     first = r.group_by("kid", maintain_order=True).first().select("kid", "k", *[n for n, _ in entity.extra])
-    feature_ts = pl.Series(((pfh + start_h - 8 * 24 - 1) * HOUR_US)).cast(pl.Datetime("us", "UTC"))
+    feature_ts = pl.Series(((pfh + start_h - _FIRST_HOUR) * HOUR_US)).cast(pl.Datetime("us", "UTC"))
     rows = pl.DataFrame({"kid": pkid}).join(first, on="kid", how="left", maintain_order="left")
     rows = rows.select(pl.col("k").alias(entity.key), *[n for n, _ in entity.extra]).with_columns(
         feature_ts=feature_ts, event_date=feature_ts.dt.date(), **{k: pl.Series(k, v) for k, v in out.items()})
