@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from strata import pipeline
+from warehouse.dws import build as dws_build
 from warehouse.dws.build import affected_days, build_entity
 from warehouse.dws.transform import USER
 from warehouse.settings import Settings, load_settings
@@ -220,8 +221,9 @@ def _rows_of(settings: Settings, name: str, key: str, entity: str) -> pl.DataFra
     return _CACHE[(name, "all")].filter(pl.col(key) == entity)
 
 
-def test_a_rebuild_is_idempotent_and_picks_up_a_dwd_change(built: Lake) -> None:
+def test_a_rebuild_is_idempotent_and_picks_up_a_dwd_change(built: Lake, monkeypatch: pytest.MonkeyPatch) -> None:
     settings, day = built.settings, START + dt.timedelta(days=1)
+    monkeypatch.setattr(dws_build, "BATCH_REQUESTS", 400)  # rebuilt in hash buckets, spilled to scratch files
     users = table("dws.user_features")
     before = dws(settings, users.name).filter(pl.col("event_date") == day).sort("user_pseudonym", "feature_ts")
     version = lake.version(settings, users)
@@ -244,3 +246,4 @@ def test_a_rebuild_is_idempotent_and_picks_up_a_dwd_change(built: Lake) -> None:
     after = dws(settings, users.name).filter(pl.col("user_pseudonym") == user)
     assert not after.filter(pl.col("event_date") == day).equals(before.filter(pl.col("user_pseudonym") == user))
     assert check_every_row(built, users.name, only=user) > 0
+    assert not list((settings.home / "tmp").rglob("dws-*"))  # the scratch buckets are gone

@@ -19,14 +19,14 @@ from typing import Iterator
 import polars as pl
 
 from contracts import split_rows
-from warehouse.dws.transform import ENTITIES, SOURCE_COLUMNS, Entity, day_bounds, features, prepare
+from warehouse.dws.transform import ENTITIES, SOURCE_COLUMNS, Entity, day_bounds, features, reduce
 from warehouse.progress import Progress
 from warehouse.runner import Batch, Counts, RunResult, claim, run
 from warehouse.settings import Settings
 from warehouse.storage import lake
 from warehouse.tables import DWD_REQUEST
 
-#: Requests per transform batch (whole entities per batch): bounds the transform's memory.
+#: Requests per transform batch (whole entities per batch, a bucket of the key's hash): bounds memory.
 BATCH_REQUESTS = 1_000_000
 #: Days after D whose DWS partitions count D's requests (D's own partition included: D..D+8).
 AFFECTED_DAYS = 8
@@ -64,33 +64,87 @@ def build(settings: Settings, day: dt.date, progress: Progress | None = None) ->
 def build_entity(settings: Settings, entity: Entity, day: dt.date, progress: Progress | None = None) -> RunResult:
     """Publish D's partition of one DWS table: read its requests, then stream batches of whole entities."""
     with claim(settings, entity.target, day, reads=[DWD_REQUEST], books=False, quarantine=False):
-        requests = prepare(read_requests(settings, day, entity), entity, day)
-        return run(settings, entity.target, DwsTransform(entity, day), _batches(requests), day=day,
-                   total=requests.height, progress=progress, books=False, quarantine=False)
+        with _Buckets(settings, entity, day) as buckets:
+            return run(settings, entity.target, DwsTransform(entity, day), buckets, day=day, total=buckets.rows,
+                       progress=progress, books=False, quarantine=False)
 
 
-def read_requests(settings: Settings, day: dt.date, entity: Entity) -> pl.LazyFrame:
-    """The ``dwd.request`` rows a build of ``day`` reads (only the columns ``entity`` needs)."""
-    lo, hi = day_bounds(day)
+class _Buckets:
+    """The requests of a build, reduced and split by a hash of the entity key into buckets of
+    about :data:`BATCH_REQUESTS`, each sorted by key and time when it is read.
+
+    One pass over DWD: each Arrow batch is reduced as it comes and, when there is more than
+    one bucket, appended to its bucket's file in the scratch folder (which holds pseudonyms:
+    it lives under ``STRATA_HOME`` and is removed on exit). Memory: one batch and one bucket.
+    """
+
+    def __init__(self, settings: Settings, entity: Entity, day: dt.date) -> None:
+        self.settings, self.entity, self.day = settings, entity, day
+        self.rows, self.folder, self.whole = 0, None, None  # type: ignore[var-annotated]
+
+    def __enter__(self) -> _Buckets:
+        import math
+
+        import pyarrow.compute as pc
+
+        lo, hi = day_bounds(self.day)
+        delta = lake.open_table(self.settings, DWD_REQUEST)
+        assert delta is not None
+        dataset = delta.to_pyarrow_dataset()
+        where = (pc.field("event_date") >= lo.date()) & (pc.field("event_date") <= hi.date())
+        self.count = math.ceil(dataset.count_rows(filter=where) / BATCH_REQUESTS) or 1
+        batches = dataset.to_batches(columns=_columns(self.entity), filter=where, batch_size=256 * 1024)
+        if self.count == 1:
+            parts = [reduce(pl.from_arrow(b), self.entity, self.day).collect() for b in batches]  # type: ignore[arg-type]
+            self.whole = pl.concat(parts) if parts else reduce(
+                pl.from_arrow(dataset.schema.empty_table().select(_columns(self.entity))),  # type: ignore[arg-type]
+                self.entity, self.day).collect()
+            self.rows = self.whole.height
+            return self
+        self._spill(batches)
+        return self
+
+    def _spill(self, batches: Iterator) -> None:
+        import uuid
+
+        import pyarrow.ipc as ipc
+
+        from warehouse.storage.scratch import scratch_dir
+
+        self.folder = scratch_dir(self.settings) / f"dws-{uuid.uuid4().hex}"
+        self.folder.mkdir()
+        writers: dict[int, ipc.RecordBatchFileWriter] = {}
+        try:
+            for batch in batches:
+                reduced = reduce(pl.from_arrow(batch), self.entity, self.day).with_columns(  # type: ignore[arg-type]
+                    _bucket=(pl.col("k").hash() % self.count).cast(pl.Int32)).collect()
+                self.rows += reduced.height
+                for (bucket,), part in reduced.partition_by("_bucket", as_dict=True, include_key=False).items():
+                    table = part.to_arrow()
+                    if bucket not in writers:
+                        writers[bucket] = ipc.new_file(str(self.folder / f"{bucket}.arrow"), table.schema)
+                    writers[bucket].write_table(table)
+        finally:
+            for writer in writers.values():
+                writer.close()
+
+    def __iter__(self) -> Iterator[pl.DataFrame]:
+        if self.whole is not None:
+            yield self.whole.sort("k", "t")
+            return
+        assert self.folder is not None
+        for path in sorted(self.folder.glob("*.arrow"), key=lambda p: int(p.stem)):
+            yield pl.read_ipc(path).sort("k", "t")
+            path.unlink()
+
+    def __exit__(self, *exc: object) -> None:
+        import shutil
+
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _columns(entity: Entity) -> list[str]:
+    """The dwd.request columns ``entity`` reads (not the other entities' keys)."""
     others = {e.key for e in ENTITIES} - {entity.key, "model_key"}
-    columns = [c for c in SOURCE_COLUMNS if c not in others or c == "model"]
-    table = lake.read(settings, DWD_REQUEST, columns=columns,
-                      filters=[("event_date", ">=", lo.date()), ("event_date", "<=", hi.date())])
-    frame = pl.from_arrow(table)
-    assert isinstance(frame, pl.DataFrame)
-    return frame.lazy()
-
-
-def _batches(requests: pl.DataFrame) -> Iterator[pl.DataFrame]:
-    """Slices of about :data:`BATCH_REQUESTS` rows that never split an entity's requests."""
-    if requests.is_empty():
-        yield requests
-        return
-    starts = requests.select(pl.arg_where(pl.col("k") != pl.col("k").shift())).to_series().to_list()
-    bounds = [0]
-    for start in starts:
-        if start - bounds[-1] >= BATCH_REQUESTS:
-            bounds.append(start)
-    bounds.append(requests.height)
-    for lo, hi in zip(bounds, bounds[1:]):
-        yield requests.slice(lo, hi - lo)
+    return [c for c in SOURCE_COLUMNS if c not in others or c == "model"]

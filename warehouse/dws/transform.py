@@ -15,7 +15,7 @@ the latest row at or before an instant t holds exactly the windows that end at t
 hour boundary at or before t.
 
 How. Counts, sums, rates and means come from hourly sums per entity and their running
-totals (a window is the difference of two totals). Distinct models come from the last hour
+totals (a window is the difference of two totals of its entity). Distinct models come from the last hour
 each (entity, model) was seen before ``feature_ts``. Percentiles are exact, from the raw
 values of each window: linear interpolation between the closest ranks (numpy's default
 ``linear`` method, DuckDB's ``quantile_cont``): position ``q·(n-1)`` in the sorted values.
@@ -90,8 +90,13 @@ def day_bounds(day: dt.date) -> tuple[dt.datetime, dt.datetime]:
 
 
 def prepare(requests: pl.DataFrame | pl.LazyFrame, entity: Entity, day: dt.date) -> pl.DataFrame:
-    """The requests ``entity``'s rows of ``day`` need, reduced to what the features read,
-    sorted by key and time (``k``, ``t`` in µs, the key's plain columns, the values)."""
+    """The requests ``entity``'s rows of ``day`` need, :func:`reduce` d and sorted by key and time."""
+    return reduce(requests, entity, day).sort("k", "t").collect()
+
+
+def reduce(requests: pl.DataFrame | pl.LazyFrame, entity: Entity, day: dt.date) -> pl.LazyFrame:
+    """The requests ``entity``'s rows of ``day`` need, reduced to what the features read
+    (``k``, ``t`` in µs, the key's plain columns, the values), in any order."""
     lo, hi = day_bounds(day)
     ts = pl.col("ts")
     return requests.lazy().filter((ts >= lo) & (ts < hi)).select(
@@ -107,7 +112,7 @@ def prepare(requests: pl.DataFrame | pl.LazyFrame, entity: Entity, day: dt.date)
         pl.when(pl.col("operation") == "chat").then(pl.col("ttft_ms")).alias("ttft"),
         pl.col("input_tokens").alias("itok"), pl.col("output_tokens").alias("otok"), pl.col("cost_usd").alias("cost"),
         pl.col("cache_hit").cast(pl.Int8).alias("hit"), pl.col("model").alias("_model"),
-    ).filter(pl.col("k").is_not_null()).sort("k", "t").collect()
+    ).filter(pl.col("k").is_not_null())
 
 
 def features(requests: pl.DataFrame, entity: Entity, day: dt.date) -> pl.DataFrame:
@@ -126,24 +131,32 @@ def features(requests: pl.DataFrame, entity: Entity, day: dt.date) -> pl.DataFra
     pkid, pfh = probes["kid"].to_numpy(), probes["fh"].to_numpy()
     out: dict[str, object] = {}
     hour_key = _key(hours["kid"].to_numpy(), hours["hr"].to_numpy())
-    totals = {c: np.concatenate([[0], np.cumsum(hours[c].to_numpy())]) for c in _SUMS}
+    # running totals per entity (not across entities: a float total then depends on the entity alone)
+    running = hours.select(pl.col(c).cum_sum().over("kid") for c in _SUMS)
+    totals = {c: running[c].to_numpy() for c in _SUMS}
+    first = np.searchsorted(hour_key, _key(pkid, np.zeros_like(pfh)))  # the entity's first hour row
     known = {c: _Values(r.select("kid", "hr", c).filter(pl.col(c).is_not_null())) for c in ("dur", "ttft")}
     seen = _model_hours(r) if entity.distinct_models else None
     for name, wh in WINDOWS.items():
         a = np.searchsorted(hour_key, _key(pkid, pfh - wh))
         b = np.searchsorted(hour_key, _key(pkid, pfh))
-        s = {c: totals[c][b] - totals[c][a] for c in _SUMS}
+        s = {c: _before(totals[c], b, first) - _before(totals[c], a, first) for c in _SUMS}
         out |= _window_columns(name, s)
         out |= _percentiles(known, name, pkid, pfh, wh)
         if seen is not None:
             out[f"distinct_models_{name}"] = _distinct_models(seen, pkid, pfh, wh)
-    first = r.group_by("kid", maintain_order=True).first().select("kid", "k", *[n for n, _ in entity.extra])
+    keys = r.group_by("kid", maintain_order=True).first().select("kid", "k", *[n for n, _ in entity.extra])
     feature_ts = pl.Series(((pfh + start_h - _FIRST_HOUR) * HOUR_US)).cast(pl.Datetime("us", "UTC"))
-    rows = pl.DataFrame({"kid": pkid}).join(first, on="kid", how="left", maintain_order="left")
+    rows = pl.DataFrame({"kid": pkid}).join(keys, on="kid", how="left", maintain_order="left")
     rows = rows.select(pl.col("k").alias(entity.key), *[n for n, _ in entity.extra]).with_columns(
         feature_ts=feature_ts, event_date=feature_ts.dt.date(), **{k: pl.Series(k, v) for k, v in out.items()})
     names = entity.target.contract.column_names
     return rows.select(names)
+
+
+def _before(running: np.ndarray, index: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """The entity's total over its hour rows before ``index`` (0 when none)."""
+    return np.where(index > first, running[np.maximum(index - 1, 0)], 0)
 
 
 def _key(kid: np.ndarray, hour: np.ndarray) -> np.ndarray:
