@@ -14,6 +14,7 @@ up by rebuilding D..D+8.
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 from typing import Iterator
 
 import polars as pl
@@ -80,7 +81,10 @@ class _Buckets:
 
     def __init__(self, settings: Settings, entity: Entity, day: dt.date) -> None:
         self.settings, self.entity, self.day = settings, entity, day
-        self.rows, self.folder, self.whole = 0, None, None  # type: ignore[var-annotated]
+        #: Requests read (after reduction), and the number of buckets.
+        self.rows, self.count = 0, 1
+        self.folder: Path | None = None
+        self.whole: pl.DataFrame | None = None
 
     def __enter__(self) -> _Buckets:
         import math
@@ -101,7 +105,11 @@ class _Buckets:
                 self.entity, self.day).collect()
             self.rows = self.whole.height
             return self
-        self._spill(batches)
+        try:
+            self._spill(batches)
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def _spill(self, batches: Iterator) -> None:

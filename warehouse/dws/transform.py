@@ -19,15 +19,16 @@ totals (a window is the difference of two totals of its entity). Distinct models
 each (entity, model) was seen before ``feature_ts``. Percentiles are exact, from the raw
 values of each window: linear interpolation between the closest ranks (numpy's default
 ``linear`` method, DuckDB's ``quantile_cont``): position ``q·(n-1)`` in the sorted values.
-Small windows are sorted all at once (one sort of every window's values, keyed by window);
-large ones are selected one at a time with ``np.partition``.
+Small windows are sorted all at once (one sort of every window's values, keyed by window,
+then by the value's rank); a large one is the entity's previous window, still sorted, less the
+values that left and plus those that entered.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import polars as pl
@@ -43,7 +44,7 @@ NIGHT_HOURS = (22, 6)
 SOURCE_COLUMNS = ["ts", "user_pseudonym", "tenant_id", "model", "model_version", "operation", "duration_ms",
                   "ttft_ms", "input_tokens", "output_tokens", "cost_usd", "cache_hit", "status_code", "error_type",
                   "is_error", "is_retry"]
-#: Windows with more values than this are selected one by one (np.partition), smaller ones sorted together.
+#: Windows with more values than this are slid hour by hour; smaller ones are sorted together.
 LARGE_WINDOW = 512
 #: Hours from the first hour a build reads (D-8 23:00) to D 00:00.
 _FIRST_HOUR = 7 * 24 + 1
@@ -129,7 +130,7 @@ def features(requests: pl.DataFrame, entity: Entity, day: dt.date) -> pl.DataFra
     hours = _hourly(r)
     probes = _probes(hours, day_h=_FIRST_HOUR)
     pkid, pfh = probes["kid"].to_numpy(), probes["fh"].to_numpy()
-    out: dict[str, object] = {}
+    out: dict[str, Any] = {}
     hour_key = _key(hours["kid"].to_numpy(), hours["hr"].to_numpy())
     # running totals per entity (not across entities: a float total then depends on the entity alone)
     running = hours.select(pl.col(c).cum_sum().over("kid") for c in _SUMS)
@@ -182,7 +183,7 @@ def _probes(hours: pl.DataFrame, day_h: int) -> pl.DataFrame:
             .unique().sort("kid", "fh"))
 
 
-def _window_columns(name: str, s: dict[str, np.ndarray]) -> dict[str, object]:
+def _window_columns(name: str, s: dict[str, np.ndarray]) -> dict[str, Any]:
     n = s["n"]
 
     def share(num: np.ndarray, den: np.ndarray) -> pl.Series:
@@ -216,12 +217,12 @@ def _percentiles(known: dict[str, _Values], name: str, pkid: np.ndarray, pfh: np
                  ) -> dict[str, pl.Series]:
     out = {}
     for column, label, qs in (("dur", "latency", (0.5, 0.95)), ("ttft", "ttft", (0.95,))):
-        v = known[column]
-        a = np.searchsorted(v.key, _key(pkid, pfh - wh))
-        b = np.searchsorted(v.key, _key(pkid, pfh))
-        found = window_quantiles(v.values, a, b, qs, v.order, v.rank)
-        for q, v in zip(qs, found):
-            out[f"{label}_p{round(q * 100)}_ms_{name}"] = pl.Series(v).fill_nan(None)
+        col = known[column]
+        a = np.searchsorted(col.key, _key(pkid, pfh - wh))
+        b = np.searchsorted(col.key, _key(pkid, pfh))
+        found = window_quantiles(col.values, a, b, qs, col.order, col.rank)
+        for q, values in zip(qs, found):
+            out[f"{label}_p{round(q * 100)}_ms_{name}"] = pl.Series(values).fill_nan(None)
     return out
 
 
