@@ -10,7 +10,8 @@ window functions — every row to write is a probe among the user's requests, ea
 aggregate over a RANGE frame (exact ``quantile_cont`` included) — writing nothing. It runs
 under a time cap (``STRATA_BENCH_DWS_CAP_S``, default 600 s); when it does not finish, the
 cap is its time (so the ratio is a lower bound). Target: ours (three tables, published) at
-least 0.5× its speed on the user table alone. A sample of its rows is compared with ours.
+least 0.5× its speed on the user table alone. A sample of its rows is compared with ours. Peak
+RSS (VmHWM) of both processes is reported; DuckDB runs with its default memory limit.
 """
 
 from __future__ import annotations
@@ -64,7 +65,9 @@ t0 = time.perf_counter()
 rows = con.execute(baseline_sql(day)).fetch_arrow_table()
 seconds = time.perf_counter() - t0
 pq.write_table(rows, sys.argv[3])
-print(json.dumps({"seconds": seconds, "rows": rows.num_rows}))
+with open("/proc/self/status") as status:
+    peak_kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+print(json.dumps({"seconds": seconds, "rows": rows.num_rows, "peak_kb": peak_kb}))
 """
 
 
@@ -180,6 +183,7 @@ def run(workdir: Path) -> list[Measurement]:
     compared = _compare(settings, workdir / "baseline.parquet") if theirs else 0
     requests = ours["requests"]
     peak_mb = (ours["peak_kb"] + ours["worker_kb"]) / 1024
+    print(f"  peak RSS: build process {ours['peak_kb'] / 1024:,.0f} MB, GX audit worker {ours['worker_kb'] / 1024:,.0f} MB")
     note = "" if theirs else f" (did not finish in {CAP_S:.0f}s: lower bound)"
     print(f"  ours: {ours['seconds']:.1f}s for {requests:,} requests read, rows {ours['rows']}, "
           f"peak RSS {peak_mb:,.0f} MB (process + audit worker); DuckDB user table: {baseline_s:.1f}s{note}; "
@@ -187,6 +191,7 @@ def run(workdir: Path) -> list[Measurement]:
     return [
         Measurement("DWS build, 1M-request day (3 tables, published)", requests / ours["seconds"], "requests/s",
                     "DuckDB window query, user table only" + note, requests / baseline_s, target_ratio=0.5),
-        Measurement("DWS build peak RSS (process + audit worker)", peak_mb, "MB", "1.5 GB budget", 1536.0,
-                    higher_is_better=False),
+        Measurement("DWS build peak RSS (process + audit worker)", peak_mb, "MB",
+                    "DuckDB window query's process, user table only" + note,
+                    theirs["peak_kb"] / 1024 if theirs else float("nan"), higher_is_better=False),
     ]

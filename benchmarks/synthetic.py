@@ -70,7 +70,7 @@ def dwd_requests(first: dt.date, days: int, per_day: int, *, users: int = 60_000
                  seed: int = 0) -> pa.Table:
     """``per_day`` ``dwd.request`` rows on each of ``days`` days from ``first``, in the contract's schema.
 
-    Skewed like the generator's traffic: user activity is Zipf-like, tenants group users, eleven
+    Skewed like the generator's traffic: user activity is log-normal, tenants group users, eleven
     model versions, chat requests carry a TTFT, ~3 % errors (timeouts, rate limits), 5 % retries.
     """
     from contracts import arrow_schema
@@ -80,7 +80,8 @@ def dwd_requests(first: dt.date, days: int, per_day: int, *, users: int = 60_000
     n = per_day * days
     t0 = int(dt.datetime.combine(first, dt.time(), dt.timezone.utc).timestamp() * 1_000_000)
     ts = np.sort(t0 + rng.integers(0, days * 86_400_000_000, n))
-    user = rng.zipf(1.3, n) % users
+    weights = rng.lognormal(0.0, 1.2, users)  # a long tail of heavy users, none a large share of traffic
+    user = rng.choice(users, n, p=weights / weights.sum())
     models = [("aurora-chat-8b", "v2.4"), ("gpt-4o-mini", "2024-07-18"), ("aurora-code-13b", "v1.3"),
               ("aurora-chat-70b", "v1"), ("aurora-chat-70b", "v2"), ("text-embedding-3-small", "1"),
               ("bge-reranker-v2", "v2.0"), ("safety-clf", "2024.05"), ("safety-clf", "2024.06"),

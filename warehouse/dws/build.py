@@ -97,7 +97,8 @@ class _Buckets:
         dataset = delta.to_pyarrow_dataset()
         where = (pc.field("event_date") >= lo.date()) & (pc.field("event_date") <= hi.date())
         self.count = math.ceil(dataset.count_rows(filter=where) / BATCH_REQUESTS) or 1
-        batches = dataset.to_batches(columns=_columns(self.entity), filter=where, batch_size=256 * 1024)
+        batches = dataset.to_batches(columns=_columns(self.entity), filter=where, batch_size=256 * 1024,
+                                     batch_readahead=2, fragment_readahead=1)
         if self.count == 1:
             parts = [reduce(pl.from_arrow(b), self.entity, self.day).collect() for b in batches]  # type: ignore[arg-type]
             self.whole = pl.concat(parts) if parts else reduce(
