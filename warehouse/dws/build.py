@@ -28,7 +28,7 @@ from warehouse.storage import lake
 from warehouse.tables import DWD_REQUEST
 
 #: Requests per transform batch (whole entities per batch, a bucket of the key's hash): bounds memory.
-BATCH_REQUESTS = 1_000_000
+BATCH_REQUESTS = 500_000
 #: Days after D whose DWS partitions count D's requests (D's own partition included: D..D+8).
 AFFECTED_DAYS = 8
 
