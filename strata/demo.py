@@ -116,7 +116,8 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
          f"{manifest['feedback']['lines']:,} feedback events arriving up to 3 days late")
 
     all_days = sorted(set(manifest["feedback"]["days"]) | set(manifest["days"]))
-    trained = hasattr(pipeline, "train") and hasattr(pipeline, "build_dws")  # a model learns from DWS features
+    # a model learns from the DWS features, read through the Feast repo that materialization applies
+    trained = all(hasattr(pipeline, step) for step in ("train", "build_dws", "materialize"))
     plan = daily_plan(all_days, max(manifest["days"]), trained=trained)
     echo(f"[bold]2/3 run the DAGs through Airflow[/] ({len(plan)} runs with dag.test(), day by day: "
          f"strata_ingest, then strata_daily{', then strata_train and the scores' if trained else ''}); "
@@ -128,7 +129,8 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
         if not hasattr(pipeline, step_name):
             echo(f"  {layer}: not built yet (strata.pipeline has no {step_name}): its tasks are skipped")
     if hasattr(pipeline, "train") and not trained:
-        echo("  training and scores: need the DWS features (strata.pipeline has no build_dws yet): skipped")
+        echo("  training and scores: need the DWS features and the Feast repo (strata.pipeline has no build_dws "
+             "or materialize yet): skipped")
     all_ok = True
     reports: list[RunReport] = []
     with progress("DAG runs") as step:

@@ -49,6 +49,7 @@ OUTLETS = {
     "dwd.load_prices": ["dwd.model_price"],
     "dwd.load_quotas": ["dwd.tenant_quota"],
     "dwd.build_dwd": ["dwd.feedback", "dwd.quarantine", "dwd.request", "ops.books"],
+    "dws.build_dws": ["dws.model_features", "dws.tenant_features", "dws.user_features"],
     "ads.build_ads": [f"ads.{mart}" for mart in ("data_quality", "latency_breakdown", "model_daily", "retry_storms",
                                                  "tenant_daily", "version_mix")],
     "apply_retention": ["dwd.quarantine", "ods.feedback_raw", "ods.request_log_raw"],
