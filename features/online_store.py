@@ -1,0 +1,163 @@
+"""Strata's writers into Feast's online stores, laid out exactly as Feast lays them out.
+
+SQLite: Feast's table ``{project}_{view}`` (``entity_key, feature_name, value, value_text,
+vector_value, event_ts, created_ts``; primary key ``(entity_key, feature_name)``), one row
+per entity and feature, ``event_ts`` in the epoch seconds Feast's adapter stores. Redis: one
+hash per entity at ``serialize_entity_key(…) + project``, a field per feature named by the
+murmur3 hash of ``{view}:{feature}`` and ``_ts:{view}`` holding a protobuf ``Timestamp``.
+Both writers batch (``executemany`` in one transaction per chunk; pipelined ``HSET``) and
+never replace a stored value with an older one (an equal time replaces: a rebuilt partition's
+new values win).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sqlite3
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+
+@dataclass
+class Chunk:
+    """Encoded rows of one view: entity keys, per feature (bytes, text) columns, their times."""
+
+    keys: list[bytes]
+    columns: list[tuple[list[bytes], list[str | None]]]
+    times: list[dt.datetime]
+
+
+class Writer(Protocol):
+    def write(self, chunk: Chunk) -> int: ...
+    def close(self) -> None: ...
+
+
+def table_name(project: str, view: str) -> str:
+    """Feast's SQLite table of a feature view (no view versioning)."""
+    return f"{project}_{view}"
+
+
+def sqlite_epoch(ts: dt.datetime) -> int:
+    """``event_ts`` as Feast's SQLite adapter stores it: the naive UTC time read as local time."""
+    return int(ts.astimezone(dt.timezone.utc).replace(tzinfo=None).timestamp())
+
+
+def connect_sqlite(path: Path) -> sqlite3.Connection:
+    """A connection to the online store file; WAL, so readers (the feature server) never wait."""
+    con = sqlite3.connect(path, timeout=60, check_same_thread=False)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=NORMAL")
+    return con
+
+
+class SqliteWriter:
+    """Upserts rows into Feast's table for one view; one transaction per chunk."""
+
+    def __init__(self, path: Path, project: str, view: str, features: Sequence[str]) -> None:
+        self.con = connect_sqlite(path)
+        self.features = list(features)
+        name = '"' + table_name(project, view).replace('"', '""') + '"'
+        found = self.con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
+                                 [table_name(project, view)]).fetchone()
+        if found is None:
+            raise LookupError(f"the online store {path} has no table {table_name(project, view)}: apply the "
+                              "Feast definitions first (strata features materialize does)")
+        self.sql = (f"INSERT INTO {name} (entity_key, feature_name, value, value_text, event_ts, created_ts) "
+                    "VALUES (?, ?, ?, ?, ?, NULL) ON CONFLICT(entity_key, feature_name) DO UPDATE SET "
+                    "value = excluded.value, value_text = excluded.value_text, event_ts = excluded.event_ts, "
+                    f"created_ts = excluded.created_ts WHERE excluded.event_ts >= {name}.event_ts")
+
+    def rows(self, chunk: Chunk) -> zip:
+        """The chunk's rows, entity by entity, features in view order (the table's key order)."""
+        n, width = len(chunk.keys), len(self.features)
+        epochs: dict[dt.datetime, int] = {}
+        stamps = [epochs.get(t) or epochs.setdefault(t, sqlite_epoch(t)) for t in chunk.times]
+        grid_values = np.empty((n, width), dtype=object)
+        grid_texts = np.empty((n, width), dtype=object)
+        for j, (encoded, texts) in enumerate(chunk.columns):
+            grid_values[:, j] = encoded
+            grid_texts[:, j] = texts
+        keys = np.repeat(np.array(chunk.keys, dtype=object), width).tolist()
+        times = np.repeat(np.array(stamps, dtype=np.int64), width).tolist()
+        return zip(keys, self.features * n, grid_values.ravel().tolist(), grid_texts.ravel().tolist(), times)
+
+    def write(self, chunk: Chunk) -> int:
+        with self.con:
+            self.con.executemany(self.sql, self.rows(chunk))
+        return len(chunk.keys) * len(self.features)
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def mmh3_field(view: str, feature: str) -> bytes:
+    """The Redis hash field of a feature: Feast's little-endian murmur3 of ``{view}:{feature}``."""
+    import mmh3
+
+    return struct.pack("<Q", mmh3.hash(f"{view}:{feature}", signed=False))[:4]
+
+
+def redis_timestamp(ts: dt.datetime) -> bytes:
+    """A protobuf ``Timestamp`` of ``ts``, serialized, as Feast stores it under ``_ts:{view}``."""
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    stamp = Timestamp()
+    stamp.FromDatetime(ts if ts.tzinfo else ts.replace(tzinfo=dt.timezone.utc))
+    return stamp.SerializeToString()
+
+
+def _nanos(stored: bytes | None) -> int:
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    if not stored:
+        return -1
+    stamp = Timestamp()
+    stamp.ParseFromString(stored)
+    return stamp.seconds * 1_000_000_000 + stamp.nanos
+
+
+def redis_client(url: str) -> Any:
+    import redis
+
+    return redis.Redis.from_url(url)
+
+
+class RedisWriter:
+    """Pipelined ``HSET``s of whole entity hashes for one view, after one pipelined read of their times."""
+
+    def __init__(self, url: str, project: str, view: str, features: Sequence[str]) -> None:
+        self.client = redis_client(url)
+        self.suffix = project.encode()
+        self.ts_field = f"_ts:{view}".encode()
+        self.fields = [mmh3_field(view, f) for f in features]
+
+    def write(self, chunk: Chunk) -> int:
+        keys = [k + self.suffix for k in chunk.keys]
+        stamps: dict[dt.datetime, tuple[bytes, int]] = {}
+        seen: dict[bytes, int] = {}
+        with self.client.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.hget(key, self.ts_field)
+            stored = pipe.execute()
+        written = 0
+        with self.client.pipeline(transaction=False) as pipe:
+            rows = zip(*(encoded for encoded, _ in chunk.columns))
+            for key, values, ts, before in zip(keys, rows, chunk.times, stored):
+                stamp = stamps.get(ts)
+                if stamp is None:
+                    raw = redis_timestamp(ts)
+                    stamp = stamps[ts] = (raw, _nanos(raw))
+                if before is not None and (seen.get(before) or seen.setdefault(before, _nanos(before))) > stamp[1]:
+                    continue  # the store holds a newer value
+                mapping = {self.ts_field: stamp[0], **dict(zip(self.fields, values))}
+                pipe.hset(key, mapping=mapping)
+                written += 1
+            pipe.execute()
+        return written * len(self.fields)
+
+    def close(self) -> None:
+        self.client.close()
