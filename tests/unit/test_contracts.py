@@ -80,7 +80,7 @@ def test_request_contract_view() -> None:
 def test_feature_contracts_have_rolling_windows() -> None:
     user, model = load_contract("dws.user_features"), load_contract("dws.model_features")
     assert user.primary_key == ("user_pseudonym", "feature_ts")
-    assert model.primary_key == ("model", "model_version", "feature_ts")
+    assert model.primary_key == ("model_key", "feature_ts")
     for window in ("1h", "24h", "7d"):
         assert user.column(f"request_count_{window}").arrow_type == pa.int64()
         rate = user.column(f"error_rate_{window}")
