@@ -23,6 +23,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from warehouse.progress import Progress
+
 import pyarrow as pa
 
 from features import encoding
@@ -154,7 +156,7 @@ def latest_rows(settings: Settings, table: Table, *, partitions: set[str] | None
         SELECT {columns} FROM {source} WHERE {" AND ".join(where)}
         QUALIFY row_number() OVER (PARTITION BY "{key}" ORDER BY feature_ts DESC) = 1
         ORDER BY "{key}" """, params)
-    return result.fetch_record_batch(BATCH_ENTITIES)
+    return result.to_arrow_reader(BATCH_ENTITIES)
 
 
 def encode(batch: pa.RecordBatch, key: str, features: list[str]) -> Chunk:
@@ -195,7 +197,7 @@ def writer(settings: Settings, view: str, features: list[str]) -> Writer:
 
 
 def write_view(settings: Settings, table: Table, reader: pa.RecordBatchReader, run: ViewRun,
-               progress: Any = None) -> None:
+               progress: Progress | None = None) -> None:
     """Stream ``reader``'s latest rows into the online store, counting into ``run``."""
     features = feature_names(table)
     sink = writer(settings, view_name(table), features)
@@ -204,13 +206,13 @@ def write_view(settings: Settings, table: Table, reader: pa.RecordBatchReader, r
             run.values_written += sink.write(chunk)
             run.entities += len(chunk.keys)
             if progress is not None:
-                progress.advance(len(chunk.keys))
+                progress(run.view, run.entities, run.entities)
     finally:
         sink.close()
 
 
 def materialize(settings: Settings, *, start: dt.datetime | None = None, end: dt.datetime | None = None,
-                full: bool = False, progress: Any = None) -> MaterializeReport:
+                full: bool = False, progress: Progress | None = None) -> MaterializeReport:
     """Bring the online store up to the DWS tables (see the module's docstring)."""
     applied_store(settings)  # the online tables exist, the registry knows the views
     state = _load_state(settings)

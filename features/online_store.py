@@ -42,8 +42,9 @@ def table_name(project: str, view: str) -> str:
 
 
 def sqlite_epoch(ts: dt.datetime) -> int:
-    """``event_ts`` as Feast's SQLite adapter stores it: the naive UTC time read as local time."""
-    return int(ts.astimezone(dt.timezone.utc).replace(tzinfo=None).timestamp())
+    """``event_ts`` as Feast's SQLite adapter stores it in a UTC process: epoch seconds. (Feast reads
+    the naive UTC time as local time both ways, so Strata runs Feast in UTC: see ``store.utc``.)"""
+    return int(ts.timestamp())
 
 
 def connect_sqlite(path: Path) -> sqlite3.Connection:

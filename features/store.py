@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -98,15 +99,26 @@ def _clear_meta(message: Any) -> None:
         if field.name == "meta":
             message.ClearField("meta")
         elif field.message_type is not None:
-            for item in (value if field.label == field.LABEL_REPEATED else [value]):
+            for item in (value if field.is_repeated else [value]):
                 if hasattr(item, "ListFields"):
                     _clear_meta(item)
+
+
+def utc() -> None:
+    """Run this process in UTC. Feast's SQLite store writes a naive UTC time as *local* epoch
+    seconds and reads it back as local time, so processes in different time zones (a
+    materialization, the feature server) would shift each other's times; in UTC it stores
+    true epoch seconds, which is what Strata's own writer and reader use."""
+    if os.environ.get("TZ") != "UTC":
+        os.environ["TZ"] = "UTC"
+        time.tzset()
 
 
 def open_store(settings: Settings) -> Any:
     """A ``FeatureStore`` over the generated config, without applying anything."""
     from feast import FeatureStore
 
+    utc()
     _lake_environment(settings)
     return FeatureStore(repo_path=str(write_config(settings)))
 
