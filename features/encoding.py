@@ -49,8 +49,10 @@ def _fixed(values: np.ndarray, tag: int, valid: np.ndarray) -> list[bytes | None
     return [buf[i * width:(i + 1) * width] if ok else b"" for i, ok in enumerate(valid.tolist())]
 
 
-def values(column: pa.Array | pa.ChunkedArray, value_type: Any) -> tuple[list[bytes], list[str | None]]:
-    """The serialized ``ValueProto`` and Feast's ``value_text`` (``str`` of the value) of each entry."""
+def values(column: pa.Array | pa.ChunkedArray, value_type: Any, *, texts: bool = True
+           ) -> tuple[list[bytes], list[str | None]]:
+    """The serialized ``ValueProto`` and Feast's ``value_text`` (``str`` of the value) of each entry
+    (``texts=False``: no texts, an empty list — Redis stores none)."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     kind = column.type
@@ -58,23 +60,24 @@ def values(column: pa.Array | pa.ChunkedArray, value_type: Any) -> tuple[list[by
         array = column.to_numpy(zero_copy_only=False)
         valid = ~np.isnan(array)
         encoded = _fixed(array, _DOUBLE_TAG if kind.bit_width == 64 else _FLOAT_TAG, valid)
-        texts = [str(x) if ok else None for x, ok in zip(array.tolist(), valid.tolist())]
-        return encoded, texts  # type: ignore[return-value]
+        if not texts:
+            return encoded, []  # type: ignore[return-value]
+        return encoded, [str(x) if ok else None for x, ok in zip(array.tolist(), valid.tolist())]  # type: ignore
     if pa.types.is_integer(kind) and kind.bit_width in (32, 64) and pa.types.is_signed_integer(kind):
         tag = bytes([_INT64_TAG if kind.bit_width == 64 else _INT32_TAG])
         cache: dict[int, bytes] = {}
-        encoded, texts = [], []
+        encoded, shown = [], []
         for x in column.to_pylist():
             if x is None:
                 encoded.append(b"")
-                texts.append(None)
+                shown.append(None)
                 continue
             b = cache.get(x)
             if b is None:
                 b = cache[x] = tag + _varint(x)
             encoded.append(b)
-            texts.append(str(x))
-        return encoded, texts
+            shown.append(str(x))
+        return encoded, shown if texts else []
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         out = [b"" if x is None else bytes([_STRING_TAG]) + _varint(len(e := x.encode())) + e
                for x in column.to_pylist()]

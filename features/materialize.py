@@ -159,15 +159,15 @@ def latest_rows(settings: Settings, table: Table, *, partitions: set[str] | None
     return result.to_arrow_reader(BATCH_ENTITIES)
 
 
-def encode(batch: pa.RecordBatch, key: str, features: list[str]) -> Chunk:
-    """One batch of latest rows as Feast's bytes."""
+def encode(batch: pa.RecordBatch, key: str, features: list[str], texts: bool = True) -> Chunk:
+    """One batch of latest rows as Feast's bytes (``texts``: with SQLite's ``value_text``)."""
     keys = encoding.entity_keys(key, batch.column(key))
-    columns = [encoding.values(batch.column(f), None) for f in features]
+    columns = [encoding.values(batch.column(f), None, texts=texts) for f in features]
     times = batch.column("feature_ts").to_pylist()
     return Chunk(keys, columns, times)
 
 
-def _encoded(reader: pa.RecordBatchReader, key: str, features: list[str]) -> Iterator[Chunk]:
+def _encoded(reader: pa.RecordBatchReader, key: str, features: list[str], texts: bool) -> Iterator[Chunk]:
     """Chunks encoded in a thread ahead of the writer (DuckDB and SQLite release the GIL)."""
     out: queue.Queue[Chunk | BaseException | None] = queue.Queue(maxsize=2)
 
@@ -175,7 +175,7 @@ def _encoded(reader: pa.RecordBatchReader, key: str, features: list[str]) -> Ite
         try:
             for batch in reader:
                 if batch.num_rows:
-                    out.put(encode(batch, key, features))
+                    out.put(encode(batch, key, features, texts))
             out.put(None)
         except BaseException as e:  # handed to the consumer, which raises it
             out.put(e)
@@ -202,7 +202,7 @@ def write_view(settings: Settings, table: Table, reader: pa.RecordBatchReader, r
     features = feature_names(table)
     sink = writer(settings, view_name(table), features)
     try:
-        for chunk in _encoded(reader, join_key(table), features):
+        for chunk in _encoded(reader, join_key(table), features, settings.online_store == "sqlite"):
             run.values_written += sink.write(chunk)
             run.entities += len(chunk.keys)
             if progress is not None:

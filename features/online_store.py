@@ -137,38 +137,72 @@ def redis_client(url: str) -> Any:
     return redis.Redis.from_url(url)
 
 
+#: Reads ``_ts:{view}`` (ARGV[1]) of many entity keys in one call (false where absent).
+_READ_TIMES_LUA = "local out = {} for i, k in ipairs(KEYS) do out[i] = redis.call('HGET', k, ARGV[1]) or false end return out"
+#: Entities per script call and per pipelined send: bounds memory and each call's time on the server.
+REDIS_BATCH = 4_096
+
+
 class RedisWriter:
-    """Pipelined ``HSET``s of whole entity hashes for one view, after one pipelined read of their times."""
+    """Whole entity hashes (``HSET key _ts:{view} ts f1 v1 …``, Feast's layout and field order),
+    packed by hiredis and pipelined in one send per batch, after one scripted read of the
+    batch's stored times: an entity whose stored time is newer is left alone. (Like Feast's
+    writer, the read and the write are separate steps: two concurrent materializations of one
+    view could race; Strata runs one at a time.)"""
 
     def __init__(self, url: str, project: str, view: str, features: Sequence[str]) -> None:
         self.client = redis_client(url)
         self.suffix = project.encode()
         self.ts_field = f"_ts:{view}".encode()
         self.fields = [mmh3_field(view, f) for f in features]
+        self.read_times = self.client.register_script(_READ_TIMES_LUA)
 
     def write(self, chunk: Chunk) -> int:
-        keys = [k + self.suffix for k in chunk.keys]
+        written = 0
+        for start in range(0, len(chunk.keys), REDIS_BATCH):
+            stop = start + REDIS_BATCH
+            written += self._write(chunk.keys[start:stop], [e[start:stop] for e, _ in chunk.columns],
+                                   chunk.times[start:stop])
+        return written * len(self.fields)
+
+    def _write(self, entity_keys: list[bytes], columns: list[list[bytes]], times: list[dt.datetime]) -> int:
+        import hiredis
+
+        keys = [k + self.suffix for k in entity_keys]
+        stored = self.read_times(keys=keys, args=[self.ts_field])
         stamps: dict[dt.datetime, tuple[bytes, int]] = {}
         seen: dict[bytes, int] = {}
-        with self.client.pipeline(transaction=False) as pipe:
-            for key in keys:
-                pipe.hget(key, self.ts_field)
-            stored = pipe.execute()
-        written = 0
-        with self.client.pipeline(transaction=False) as pipe:
-            rows = zip(*(encoded for encoded, _ in chunk.columns))
-            for key, values, ts, before in zip(keys, rows, chunk.times, stored):
-                stamp = stamps.get(ts)
-                if stamp is None:
-                    raw = redis_timestamp(ts)
-                    stamp = stamps[ts] = (raw, _nanos(raw))
-                if before is not None and (seen.get(before) or seen.setdefault(before, _nanos(before))) > stamp[1]:
-                    continue  # the store holds a newer value
-                mapping = {self.ts_field: stamp[0], **dict(zip(self.fields, values))}
-                pipe.hset(key, mapping=mapping)
-                written += 1
-            pipe.execute()
-        return written * len(self.fields)
+        keep, stamp_column = [], []
+        for i, (ts, before) in enumerate(zip(times, stored)):
+            stamp = stamps.get(ts)
+            if stamp is None:
+                raw = redis_timestamp(ts)
+                stamp = stamps[ts] = (raw, _nanos(raw))
+            if before and (seen.get(before) or seen.setdefault(before, _nanos(before))) > stamp[1]:
+                continue  # the store holds a newer value
+            keep.append(i)
+            stamp_column.append(stamp[0])
+        if not keep:
+            return 0
+        width = len(self.fields)
+        grid = np.empty((len(entity_keys), 4 + 2 * width), dtype=object)
+        grid[:, 0] = b"HSET"
+        grid[:, 1] = np.array([*keys, b""], dtype=object)[:-1]  # (a trailing item keeps bytes as objects)
+        grid[:, 2] = self.ts_field
+        grid[:, 4::2] = np.array([*self.fields, b""], dtype=object)[None, :-1]
+        for j, encoded in enumerate(columns):
+            grid[:, 5 + 2 * j] = encoded
+        grid = grid[keep]
+        grid[:, 3] = stamp_column
+        commands = list(map(hiredis.pack_command, map(tuple, grid.tolist())))
+        connection = self.client.connection_pool.get_connection()
+        try:
+            connection.send_packed_command([b"".join(commands)])
+            for _ in commands:
+                connection.read_response()
+        finally:
+            self.client.connection_pool.release(connection)
+        return len(keep)
 
     def close(self) -> None:
         self.client.close()

@@ -155,6 +155,10 @@ def test_redis_matches_feasts_layout_and_reads_back(world: dict) -> None:
         sdk = ours_store.get_online_features(features=[f"{view.name}:{f}" for f in view.features],
                                              entity_rows=[{view.key: k} for k in users]).to_dict()
         assert reader(ours).read(view, users)[0] == sdk
+        newest = reader(ours).read(view, users[:1])[1][0]
+        materialize(ours, start=START, end=dt.datetime.combine(DAY2, dt.time(), dt.timezone.utc))  # older rows
+        assert reader(ours).read(view, users[:1])[1][0] == newest
+        assert all(a.hgetall(k) == b.hgetall(k) for k in keys)
 
         # Forget reaches Redis: the user's hash is gone, nobody else's.
         from strata import pipeline
