@@ -23,14 +23,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from warehouse.progress import Progress
-
 import pyarrow as pa
 
 from features import encoding
 from features.online_store import Chunk, RedisWriter, SqliteWriter, Writer
 from features.repo.definitions import feature_names, feature_tables, join_key, view_name
 from features.store import PROJECT, applied_store, feast_dir, sqlite_path
+from warehouse.progress import Progress
 from warehouse.settings import Settings
 from warehouse.storage import lake
 from warehouse.tables import Table
@@ -96,12 +95,10 @@ def watermarks(settings: Settings) -> dict[str, dict[str, Any]]:
 def touched_partitions(settings: Settings, table: Table, after: int, upto: int) -> set[str] | None:
     """``event_date`` values that commits ``after+1..upto`` added or removed files in; None when the
     log no longer holds those commits (then everything is read again)."""
-    delta = lake.open_table(settings, table)
-    assert delta is not None
     dates: set[str] = set()
     for version in range(after + 1, upto + 1):
         try:
-            actions = lake._commit_actions(settings, delta, version)
+            actions = lake.commit_actions(settings, table, version)
         except (FileNotFoundError, OSError):
             return None
         for action in actions:
@@ -152,10 +149,13 @@ def latest_rows(settings: Settings, table: Table, *, partitions: set[str] | None
         where.append("feature_ts < ? AND event_date <= ?")
         params += [end, end.astimezone(dt.timezone.utc).date()]
     con = _connection(settings)
+    # A grouped max joined back (both spill to disk) rather than a window, which must hold it all.
+    rows = f'SELECT {columns} FROM {source} WHERE {" AND ".join(where)}'
     result = con.execute(f"""
-        SELECT {columns} FROM {source} WHERE {" AND ".join(where)}
-        QUALIFY row_number() OVER (PARTITION BY "{key}" ORDER BY feature_ts DESC) = 1
-        ORDER BY "{key}" """, params)
+        WITH candidate AS ({rows}),
+             latest AS (SELECT "{key}" AS k, max(feature_ts) AS ts FROM candidate GROUP BY "{key}")
+        SELECT c.* FROM candidate c JOIN latest l ON c."{key}" = l.k AND c.feature_ts = l.ts
+        ORDER BY c."{key}" """, params)
     return result.to_arrow_reader(BATCH_ENTITIES)
 
 

@@ -102,6 +102,9 @@ def check_consistency_cmd(
 
     result = pipeline.check_consistency(load_settings(), parse_date(day) if day else None, sample=sample)
     report = result.detail
+    if not report.views:
+        out.print("nothing is materialized yet: nothing to compare (run `strata features materialize`)")
+        return
     for v in report.views:
         skewed = sum(1 for n in v.mismatches.values() if n)
         out.print(f"{v.view} at {v.as_of.isoformat()}: {v.sampled:,} sampled, {v.entities_mismatched:,} mismatched, "

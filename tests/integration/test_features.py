@@ -198,6 +198,25 @@ def test_consistency_is_clean_then_finds_a_planted_skew(world: dict) -> None:
                                                                      ("tenant_features", "latency_p95_ms_24h")]
 
 
+def test_pipeline_steps_and_the_get_command(world: dict) -> None:
+    from typer.testing import CliRunner
+
+    from strata import pipeline
+    from strata.cli import app
+
+    settings = world["ours"]
+    unchanged = pipeline.materialize(settings, DAY2)
+    assert unchanged.counts["values_written"] == 0 and unchanged.versions["dws.user_features"] is not None
+    values = pipeline.get_online_features(settings, "user", "alice")
+    assert set(values) == set(feature_names(table("dws.user_features")))
+    assert values["request_count_1h"] is not None
+    result = CliRunner().invoke(app, ["features", "get", "user=alice", "-f", "request_count_1h,error_rate_7d"],
+                                env=settings.to_env())
+    assert result.exit_code == 0, result.output
+    assert str(values["request_count_1h"]) in result.output and "2026-03-0" in result.output
+    assert "alice" in result.output and ALICE not in result.output
+
+
 def test_forget_removes_the_users_online_rows(world: dict) -> None:
     from strata import pipeline
 
