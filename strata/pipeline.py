@@ -87,6 +87,18 @@ def build_dwd(settings: Settings, day: dt.date, *, progress: Progress | None = N
     return StepResult("build_dwd", counts, {run.table.name: run.version for run in runs.values()}, runs)
 
 
+def build_dws(settings: Settings, day: dt.date, *, progress: Progress | None = None) -> StepResult:
+    """Publish the day's DWS feature rows (user, tenant, model version) from ``dwd.request``.
+
+    D's rows read DWD from D-8 23:00 to D 23:00; after a late change of D's DWD, rebuild D..D+8.
+    """
+    from warehouse.dws.build import build
+
+    runs = build(settings, day, progress)
+    counts = {f"{name.split('.', 1)[1]}_rows": run.published for name, run in runs.items()}
+    return StepResult("build_dws", counts, {name: run.version for name, run in runs.items()}, runs)
+
+
 def build_ads(settings: Settings, day: dt.date, *, progress: Progress | None = None,
               storm_multiple: float | None = None) -> StepResult:
     """Publish the day's ADS marts: ``dbt build`` in-process, then each mart through the publish path."""
@@ -191,4 +203,4 @@ def summarize_scores(settings: Settings, day: dt.date, *, name: str = "user_risk
 
 Step = Callable[..., StepResult]
 #: The layers of one day, in the order they are built: each step takes (settings, day, progress=…).
-DAILY: tuple[Step, ...] = (build_dwd, materialize, check_consistency, build_ads)
+DAILY: tuple[Step, ...] = (build_dwd, build_dws, materialize, check_consistency, build_ads)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Optional
 
 import typer
@@ -30,6 +31,26 @@ def build_dwd_cmd(days: list[str] = DATES, wait: Optional[float] = WAIT) -> None
             if run.counts.incomplete:
                 out.print(f"  [yellow]{run.counts.incomplete:,} request(s) have no price in effect at their time[/]: "
                           "their cost_usd is null (load a price list with `strata prices load FILE`, then rebuild)")
+
+
+@app.command("dws")
+def build_dws_cmd(days: list[str] = DATES, wait: Optional[float] = WAIT) -> None:
+    """Publish the DWS feature tables for feature dates from dwd.request (idempotent), one date at a time.
+
+    Date D reads DWD from D-8 23:00 to D 23:00. A request counts in the rows of D..D+8, so after
+    DWD of D changed (late data, a rebuild), rebuild DWS for D..D+8.
+    """
+    from strata import pipeline
+
+    settings = for_writing(wait)
+    for day in dates(days):
+        with progress(f"building DWS {day}") as step:
+            result = pipeline.build_dws(settings, day, progress=step)
+        for name, run in result.detail.items():
+            out.print(f"{name} [{day}] v{run.version}: {run.published:,} feature row(s) from "
+                      f"{run.counts.records:,} request(s) of {day - dt.timedelta(days=8)} 23:00 … {day} 23:00")
+    out.print("After a change of DWD for date D, rebuild DWS for D..D+8 (a request leaves the 7-day window "
+              "at D+8 00:00 at the latest).")
 
 
 @app.command("ads")

@@ -19,6 +19,7 @@ from warehouse.dwd.build import build_day
 from warehouse.ods.ingest import ingest
 from warehouse.privacy import pseudonym
 from warehouse.ops.forget import forget_user
+from warehouse.dws.build import build as build_dws
 from warehouse.ops.retention import apply_retention
 
 DAY = dt.date(2026, 3, 1)
@@ -65,6 +66,10 @@ def test_forget_removes_a_user_from_every_layer_and_file(tmp_path: Path, strata_
                                     "value": "spam", "source": "trust"}) + "\n")
     ingest(settings, [requests, feedback])
     build_day(settings, DAY)
+    build_dws(settings, DAY)
+    users = table("dws.user_features")
+    victim_rows = lake.read_frame(settings, users).filter(pl.col("user_pseudonym") == pseudonym(
+        settings.require_pseudonym_key(), victim)).height
     lake_root = Path(settings.lake_uri)
     victim_key = pseudonym(settings.require_pseudonym_key(), victim)
     before = _every_file_text(lake_root)
@@ -76,6 +81,7 @@ def test_forget_removes_a_user_from_every_layer_and_file(tmp_path: Path, strata_
     assert report.rows["dwd.request"] == 7
     assert report.rows["dwd.quarantine"] == 1
     assert report.rows["dwd.feedback"] == 1
+    assert victim_rows and report.rows["dws.user_features"] == victim_rows  # the DWS features go too
     after = _every_file_text(lake_root)
     assert victim not in after
     assert victim_key not in after
