@@ -13,7 +13,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from strata.commands import airflow, build, contracts, demo, docs, ingest, models, ops, reference, sql
+from strata.commands import airflow, build, contracts, demo, docs, features, ingest, models, ops, reference, sql
 from strata.console import console, out
 
 app = typer.Typer(
@@ -53,6 +53,7 @@ app.add_typer(build.app, name="build")
 app.add_typer(reference.app)
 app.add_typer(ops.app)
 app.add_typer(models.app, name="model")
+app.add_typer(features.app, name="features")
 app.add_typer(contracts.app, name="contracts")
 app.add_typer(sql.app)
 app.add_typer(docs.app)

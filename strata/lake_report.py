@@ -116,7 +116,11 @@ def features_section(settings: Settings, echo: Echo, user_id: str) -> None:
     if lookup is None:
         echo("online features: not built yet (strata.pipeline has no get_online_features) — skipped")
         return
-    values: dict[str, Any] = lookup(settings, "user", user_id)
+    try:
+        values: dict[str, Any] = lookup(settings, "user", user_id)
+    except LookupError as exc:  # no online store yet
+        echo(f"online features: not materialized yet ({exc}) — skipped")
+        return
     echo(_table(f"online features of user {user_id}", ["feature", "value"], [[k, v] for k, v in values.items()]))
 
 

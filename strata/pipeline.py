@@ -125,11 +125,47 @@ def apply_retention(settings: Settings, *, days: int | None = None, today: dt.da
 
 
 def forget(settings: Settings, user_id: str) -> StepResult:
-    """Remove one user from every table that can hold them, then vacuum."""
+    """Remove one user from every table that can hold them (then vacuum), and from the online store."""
+    from features.forget import forget_user as forget_online
     from warehouse.ops.forget import forget_user
+    from warehouse.privacy import pseudonym
 
     report = forget_user(settings, user_id)
-    return StepResult("forget", {f"{table}_removed": rows for table, rows in report.rows.items()}, {}, report)
+    online = forget_online(settings, pseudonym(settings.require_pseudonym_key(), user_id))
+    counts = {f"{table}_removed": rows for table, rows in report.rows.items()}
+    return StepResult("forget", counts | {f"{store}_removed": n for store, n in online.items()}, {}, report)
+
+
+def materialize(settings: Settings, day: dt.date | None = None, *, start: dt.datetime | None = None,
+                end: dt.datetime | None = None, full: bool = False, progress: Progress | None = None) -> StepResult:
+    """Bring the online store up to the DWS tables: incremental (by their Delta versions) unless a
+    ``start``/``end`` range or ``full`` is given. ``day`` is the run's date; the watermark decides what is read."""
+    from features.materialize import materialize as run
+
+    report = run(settings, start=start, end=end, full=full, progress=progress)
+    counts = {f"{v.view}_entities": v.entities for v in report.views} | {
+        "values_written": sum(v.values_written for v in report.views)}
+    return StepResult("materialize", counts, {v.table: v.version for v in report.views}, report)
+
+
+def check_consistency(settings: Settings, day: dt.date | None = None, *, sample: int = 1_000,
+                      progress: Progress | None = None) -> StepResult:
+    """Compare sampled online values with Feast's offline point-in-time values; publish the rates to
+    ``ads.feature_consistency``."""
+    from features.consistency import TABLE
+    from features.consistency import check_consistency as check
+
+    report = check(settings, day, sample=sample)
+    counts = {"entities_sampled": sum(v.sampled for v in report.views), "mismatches": report.mismatches,
+              "missing": report.missing}
+    return StepResult("check_consistency", counts, {TABLE: report.version}, report)
+
+
+def get_online_features(settings: Settings, entity: str, raw_id: str) -> dict[str, object]:
+    """One entity's online features (``user``: a raw user id, pseudonymized with the configured key)."""
+    from features.online import get_online_features as lookup
+
+    return lookup(settings, entity, raw_id)
 
 
 def train(settings: Settings, until: dt.date, *, name: str = "user_risk", days: int = 7) -> StepResult:
@@ -168,4 +204,4 @@ def summarize_scores(settings: Settings, day: dt.date, *, name: str = "user_risk
 
 Step = Callable[..., StepResult]
 #: The layers of one day, in the order they are built: each step takes (settings, day, progress=…).
-DAILY: tuple[Step, ...] = (build_dwd, build_dws, build_ads)
+DAILY: tuple[Step, ...] = (build_dwd, build_dws, materialize, check_consistency, build_ads)

@@ -102,9 +102,13 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     lake = env.get("STRATA_LAKE_URI") or str(home / "lake")
     if "://" not in lake:
         lake = str(Path(lake).expanduser().resolve())
-    store = env.get("STRATA_ONLINE_STORE", "sqlite").lower()
+    store = env.get("STRATA_ONLINE_STORE", "sqlite")
+    redis_url = env.get("STRATA_REDIS_URL", "redis://127.0.0.1:6379/0")
+    if store.startswith(("redis://", "rediss://")):  # one setting: the store and where it is
+        store, redis_url = "redis", store
+    store = store.lower()
     if store not in ("sqlite", "redis"):
-        raise ConfigError(f"STRATA_ONLINE_STORE must be 'sqlite' or 'redis', not {store!r}")
+        raise ConfigError(f"STRATA_ONLINE_STORE must be 'sqlite', 'redis' or a redis:// URL, not {store!r}")
     key = env.get("STRATA_PSEUDONYM_KEY") or None
     if key is not None and len(key) < 16:
         raise ConfigError("STRATA_PSEUDONYM_KEY must be at least 16 characters long")
@@ -136,7 +140,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         airflow_home=Path(env.get("AIRFLOW_HOME", home / "airflow")).expanduser().resolve(),
         pseudonym_key=key,
         online_store=store,  # type: ignore[arg-type]
-        redis_url=env.get("STRATA_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        redis_url=redis_url,
         ods_retention_days=_positive(env, "STRATA_ODS_RETENTION_DAYS", "90"),
         lock_url=lock_url,
         lock_wait=lock_wait,

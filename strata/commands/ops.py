@@ -38,7 +38,12 @@ def forget_cmd(user: str = typer.Option(..., "--user", help="The user id (as the
     """Remove one user from every table that can hold them (raw lines included) and vacuum."""
     from strata import pipeline
 
-    report = pipeline.forget(for_writing(wait), user).detail
+    result = pipeline.forget(for_writing(wait), user)
+    report = result.detail
     for table, rows in report.rows.items():
         out.print(f"{table}: removed {rows:,} row(s)")
     out.print(f"removed {report.total:,} row(s) in all; old files and log entries vacuumed")
+    for store in ("online_sqlite", "online_redis"):
+        if f"{store}_removed" in result.counts:
+            unit = "key(s)" if store == "online_redis" else "row(s)"
+            out.print(f"online store ({store.split('_')[1]}): removed {result.counts[f'{store}_removed']:,} {unit}")

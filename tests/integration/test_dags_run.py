@@ -50,6 +50,8 @@ OUTLETS = {
     "dwd.load_quotas": ["dwd.tenant_quota"],
     "dwd.build_dwd": ["dwd.feedback", "dwd.quarantine", "dwd.request", "ops.books"],
     "dws.build_dws": ["dws.model_features", "dws.tenant_features", "dws.user_features"],
+    "features.materialize": ["features.online_store"],
+    "features.check_consistency": ["ads.feature_consistency"],
     "ads.build_ads": [f"ads.{mart}" for mart in ("data_quality", "latency_breakdown", "model_daily", "retry_storms",
                                                  "tenant_daily", "version_mix")],
     "apply_retention": ["dwd.quarantine", "ods.feedback_raw", "ods.request_log_raw"],

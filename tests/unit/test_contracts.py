@@ -27,7 +27,7 @@ TABLES = {
     "ods.request_log_raw", "ods.feedback_raw", "dwd.request", "dwd.feedback", "dwd.quarantine",
     "ops.audit_log", "ops.books", "ops.landed_files", "dwd.model_price", "dws.user_features", "dws.tenant_features", "dws.model_features",
     "dwd.tenant_quota", "ads.model_daily", "ads.tenant_daily", "ads.latency_breakdown", "ads.retry_storms",
-    "ads.version_mix", "ads.data_quality", "ads.user_risk_scores", "ads.score_daily",
+    "ads.version_mix", "ads.data_quality", "ads.user_risk_scores", "ads.score_daily", "ads.feature_consistency",
 }
 TS = pa.timestamp("us", tz="UTC")
 VERSION_LINE = f"version: {read_contract(CONTRACTS_DIR / 'dwd.request.yaml').version}"

@@ -54,3 +54,14 @@ def test_the_registry_reads_layer_partitioning_and_classification_from_the_contr
     assert DWD_REQUEST.layer == "dwd" and DWD_REQUEST.partition_columns == ("event_date",)
     assert [c.name for c in DWD_REQUEST.classified("pseudonymous")] == ["user_pseudonym"]
     assert [c.name for c in ODS_REQUESTS.classified("pii")] == ["raw_line"]
+
+
+def test_one_setting_moves_the_online_store_to_redis(tmp_path: Path) -> None:
+    s = load_settings({"STRATA_HOME": str(tmp_path), "STRATA_ONLINE_STORE": "redis://:pw@10.0.0.5:6380/3"})
+    assert (s.online_store, s.redis_url) == ("redis", "redis://:pw@10.0.0.5:6380/3")
+    assert "pw" not in s.masked()["redis_url"]
+    from features.store import online_store_config
+
+    assert online_store_config(s) == {"type": "redis", "connection_string": "10.0.0.5:6380,db=3,password=pw"}
+    assert online_store_config(load_settings({"STRATA_HOME": str(tmp_path)}))["path"] == str(
+        tmp_path / "feast" / "online_store.db")

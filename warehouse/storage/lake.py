@@ -125,6 +125,15 @@ def check_file_types(settings: Settings, table: Table, version: int | None) -> N
             raise TypeError(f"{table} version {version} wrote {path} with types {wrong}, not the contract's")
 
 
+def commit_actions(settings: Settings, table: Table, version: int) -> list[dict]:
+    """The actions (``add``, ``remove``, ``commitInfo`` …) of one commit of ``table``, from its log;
+    ``FileNotFoundError`` once the log no longer holds that commit (log retention)."""
+    delta = open_table(settings, table)
+    if delta is None:
+        raise FileNotFoundError(f"{table} does not exist")
+    return _commit_actions(settings, delta, version)
+
+
 def _commit_actions(settings: Settings, delta: DeltaTable, version: int) -> list[dict]:
     import json
 

@@ -1,0 +1,159 @@
+"""Online/offline consistency, measured: the online values against Feast's point-in-time values.
+
+For each materialized view: sample entities with a row within the view's TTL before the
+materialization time (``as_of``, the latest ``feature_ts`` the online store reflects), read
+their online values (the store Feast serves from), recompute their offline values at
+``as_of`` with Feast's ``get_historical_features`` (the ``duckdb`` offline store over the Delta
+log), and count per feature the entities whose values differ and those the online store
+lacks. The rates go to ``ads.feature_consistency`` through the one publish path.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from features.materialize import _connection, watermarks
+from features.online import View, reader
+from features.repo.definitions import TTL, feature_names, feature_tables, join_key, view_name
+from features.store import applied_store
+from warehouse.settings import Settings
+from warehouse.tables import table as registry_table
+
+TABLE = "ads.feature_consistency"
+#: Entities sampled per view by default.
+SAMPLE = 1_000
+
+
+@dataclass
+class ViewCheck:
+    """One view's comparison: sampled entities, and per feature the entities that differ."""
+
+    view: str
+    as_of: dt.datetime
+    sampled: int
+    missing: int
+    mismatches: dict[str, int]
+    #: Feature → a few (entity, online value, offline value) that differ, for a person to look at.
+    examples: dict[str, list[tuple[str, Any, Any]]] = field(default_factory=dict)
+    entities_mismatched: int = 0
+
+
+@dataclass
+class ConsistencyReport:
+    day: dt.date
+    views: list[ViewCheck]
+    version: int | None = None
+
+    @property
+    def mismatches(self) -> int:
+        return sum(sum(v.mismatches.values()) for v in self.views)
+
+    @property
+    def missing(self) -> int:
+        return sum(v.missing for v in self.views)
+
+    def skewed(self) -> list[tuple[str, str, int]]:
+        """(view, feature, mismatches) of every feature that differs anywhere."""
+        return [(v.view, f, n) for v in self.views for f, n in sorted(v.mismatches.items()) if n]
+
+
+def _same(online: Any, offline: Any) -> bool:
+    absent_on = online is None or (isinstance(online, float) and math.isnan(online))
+    absent_off = offline is None or (isinstance(offline, float) and math.isnan(offline))
+    if absent_on or absent_off:
+        return absent_on and absent_off
+    return bool(online == offline)
+
+
+def sample_entities(settings: Settings, source: Any, as_of: dt.datetime, n: int, seed: int) -> list[str]:
+    """Up to ``n`` entities with a row in ``(as_of - TTL, as_of]``, sampled reproducibly, sorted."""
+    key = join_key(source)
+    con = _connection(settings)
+    rows = con.execute(f"""
+        SELECT k FROM (SELECT DISTINCT "{key}" AS k FROM delta_scan('{source.uri(settings)}')
+                       WHERE feature_ts > ? AND feature_ts <= ? AND event_date >= ? AND event_date <= ?)
+        USING SAMPLE reservoir({int(n)} ROWS) REPEATABLE ({int(seed)}) ORDER BY k""",
+                       [as_of - TTL, as_of, (as_of - TTL).date(), as_of.date()]).fetchall()
+    return [r[0] for r in rows]
+
+
+def check_view(settings: Settings, store: Any, source: Any, as_of: dt.datetime, n: int, seed: int) -> ViewCheck:
+    """Compare one view's online and offline values for a sample of its entities at ``as_of``."""
+    import pandas as pd
+
+    name, key, features = view_name(source), join_key(source), feature_names(source)
+    keys = sample_entities(settings, source, as_of, n, seed)
+    check = ViewCheck(name, as_of, len(keys), 0, dict.fromkeys(features, 0))
+    if not keys:
+        return check
+    online, times = reader(settings).read(View(name, key, tuple(features)), keys)
+    entity_df = pd.DataFrame({key: keys, "event_timestamp": pd.Timestamp(as_of)})
+    offline = pl.from_arrow(store.get_historical_features(
+        entity_df=entity_df, features=[f"{name}:{f}" for f in features]).to_arrow())
+    assert isinstance(offline, pl.DataFrame)
+    by_key = {row[key]: row for row in offline.iter_rows(named=True)}
+    for i, entity in enumerate(keys):
+        if times[i] is None:
+            check.missing += 1
+            continue
+        want = by_key.get(entity, {})
+        differs = False
+        for feature in features:
+            if not _same(online[feature][i], want.get(feature)):
+                check.mismatches[feature] += 1
+                differs = True
+                shown = check.examples.setdefault(feature, [])
+                if len(shown) < 3:
+                    shown.append((entity, online[feature][i], want.get(feature)))
+        check.entities_mismatched += differs
+    return check
+
+
+def check_consistency(settings: Settings, day: dt.date | None = None, *, sample: int = SAMPLE, seed: int = 0,
+                      publish_rows: bool = True) -> ConsistencyReport:
+    """Check every materialized view and (unless told not to) publish the day's rates."""
+    marks = watermarks(settings)
+    if not any(mark.get("as_of") for mark in marks.values()):  # nothing materialized yet: nothing to compare
+        return ConsistencyReport(day or dt.datetime.now(dt.timezone.utc).date(), [])
+    store, _ = applied_store(settings)
+    checks = []
+    for source in feature_tables():
+        mark = marks.get(view_name(source))
+        if not mark or not mark.get("as_of"):
+            continue
+        as_of = dt.datetime.fromisoformat(mark["as_of"])
+        checks.append(check_view(settings, store, source, as_of, sample, seed))
+    day = day or max((c.as_of.date() for c in checks), default=dt.datetime.now(dt.timezone.utc).date())
+    report = ConsistencyReport(day, checks)
+    if publish_rows and checks:
+        report.version = _publish(settings, report)
+    return report
+
+
+def rows(settings: Settings, report: ConsistencyReport) -> pl.DataFrame:
+    """The report as ``ads.feature_consistency`` rows."""
+    now = dt.datetime.now(dt.timezone.utc)
+    out = []
+    for check in report.views:
+        counts = [*check.mismatches.items(), ("*", check.entities_mismatched)]
+        for feature, mismatches in counts:
+            n = check.sampled
+            out.append({"event_date": report.day, "feature_view": check.view, "feature": feature,
+                        "as_of": check.as_of, "checked_at": now, "online_store": settings.online_store,
+                        "entities_sampled": n, "mismatches": mismatches, "missing": check.missing,
+                        "mismatch_rate": mismatches / n if n else None, "missing_rate": check.missing / n if n else None})
+    return pl.DataFrame(out, schema_overrides={"as_of": pl.Datetime("us", "UTC"), "checked_at": pl.Datetime("us", "UTC"),
+                                               "mismatch_rate": pl.Float64, "missing_rate": pl.Float64})
+
+
+def _publish(settings: Settings, report: ConsistencyReport) -> int | None:
+    from warehouse.storage.publish import publish
+
+    result = publish(settings, registry_table(TABLE), rows(settings, report),
+                     partitions=[{"event_date": report.day}])
+    return result.version

@@ -1,0 +1,253 @@
+"""Materialization: the latest DWS row of each entity into the online store, fast and in bounded memory.
+
+Incremental by default, with the DWS tables' Delta versions as the watermark (not a time):
+the partitions that commits after the watermark added or removed files in are read again,
+and for every entity in them the latest row of the whole table is written — so a rebuilt
+past partition reaches the online store, and a rebuilt partition's new values replace the
+old ones. A first run (or a new online store) reads everything. With ``start``/``end``, the
+latest row per entity with ``start <= feature_ts < end`` is written, as Feast's
+``materialize(start, end)`` does.
+
+DuckDB computes the latest rows (``QUALIFY`` over the Delta log, within a memory limit, and
+spilling under ``STRATA_HOME``); batches of rows stream to an encoder thread and then to the
+writer, so memory stays flat however many entities there are. The bytes written are Feast's
+(``features.encoding``); the layout is Feast's (``features.online_store``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import pyarrow as pa
+
+from features import encoding
+from features.online_store import Chunk, RedisWriter, SqliteWriter, Writer
+from features.repo.definitions import feature_names, feature_tables, join_key, view_name
+from features.store import PROJECT, applied_store, feast_dir, sqlite_path
+from warehouse.progress import Progress
+from warehouse.settings import Settings
+from warehouse.storage import lake
+from warehouse.tables import Table
+
+#: Entities per encoded batch: bounds memory (about 20 features × 8 k entities in flight at once).
+BATCH_ENTITIES = 16_384
+#: DuckDB's memory for finding the latest rows; beyond it DuckDB spills to disk.
+DUCKDB_MEMORY = "512MB"
+_STATE = "materialized.json"
+
+
+@dataclass
+class ViewRun:
+    """What materializing one view did."""
+
+    view: str
+    table: str
+    #: "full", "incremental", "range" or "unchanged".
+    mode: str
+    version: int | None
+    entities: int = 0
+    values_written: int = 0
+    partitions: list[str] = field(default_factory=list)
+
+
+@dataclass
+class MaterializeReport:
+    views: list[ViewRun]
+    store: str
+
+    @property
+    def entities(self) -> int:
+        return sum(v.entities for v in self.views)
+
+
+def store_id(settings: Settings) -> str:
+    """Which online store a watermark belongs to (a new store starts from nothing)."""
+    if settings.online_store == "redis":
+        from urllib.parse import urlsplit
+
+        url = urlsplit(settings.redis_url)
+        return f"redis://{url.hostname}:{url.port or 6379}{url.path or '/0'}"
+    return f"sqlite:{sqlite_path(settings)}"
+
+
+def _load_state(settings: Settings) -> dict[str, Any]:
+    path = feast_dir(settings) / _STATE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _save_state(settings: Settings, state: dict[str, Any]) -> None:
+    path = feast_dir(settings) / _STATE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
+    tmp.replace(path)
+
+
+def watermarks(settings: Settings) -> dict[str, dict[str, Any]]:
+    """Per view, what the current online store was last materialized from (version, as_of, at)."""
+    return dict(_load_state(settings).get(store_id(settings), {}))
+
+
+def touched_partitions(settings: Settings, table: Table, after: int, upto: int) -> set[str] | None:
+    """``event_date`` values that commits ``after+1..upto`` added or removed files in; None when the
+    log no longer holds those commits (then everything is read again)."""
+    dates: set[str] = set()
+    for version in range(after + 1, upto + 1):
+        try:
+            actions = lake.commit_actions(settings, table, version)
+        except (FileNotFoundError, OSError):
+            return None
+        for action in actions:
+            change = action.get("add") or action.get("remove")
+            if change is not None:
+                value = (change.get("partitionValues") or {}).get("event_date")
+                if value is None:
+                    return None  # a file without its partition: read everything
+                dates.add(value)
+    return dates
+
+
+def _connection(settings: Settings) -> Any:
+    from warehouse.storage.duck import connect
+    from warehouse.storage.objectstore import configure_duckdb
+    from warehouse.storage.scratch import scratch_dir
+
+    con = connect()
+    configure_duckdb(con, settings)
+    con.execute("LOAD delta")
+    con.execute(f"SET memory_limit = '{DUCKDB_MEMORY}'")
+    con.execute(f"SET temp_directory = '{scratch_dir(settings) / 'duckdb'}'")
+    con.execute("SET preserve_insertion_order = false")
+    return con
+
+
+def latest_rows(settings: Settings, table: Table, *, partitions: set[str] | None = None,
+                start: dt.datetime | None = None, end: dt.datetime | None = None) -> pa.RecordBatchReader:
+    """The latest row per entity (key, features, ``feature_ts``), sorted by key, as a stream.
+
+    ``partitions``: only entities with a row in these ``event_date`` partitions (their latest row
+    anywhere at or after the earliest of them). ``start``/``end``: only rows in that time range.
+    """
+    key = join_key(table)
+    columns = ", ".join(f'"{c}"' for c in [key, *feature_names(table), "feature_ts"])
+    source = f"delta_scan('{table.uri(settings)}')"
+    where, params = ["TRUE"], []
+    if partitions is not None:
+        first = min(dt.date.fromisoformat(p) for p in partitions)
+        days = sorted(dt.date.fromisoformat(p) for p in partitions)
+        where.append(f'event_date >= ? AND "{key}" IN (SELECT "{key}" FROM {source} WHERE event_date IN '
+                     f'({", ".join("?" for _ in days)}))')
+        params += [first, *days]
+    if start is not None:
+        where.append("feature_ts >= ? AND event_date >= ?")
+        params += [start, start.astimezone(dt.timezone.utc).date()]
+    if end is not None:
+        where.append("feature_ts < ? AND event_date <= ?")
+        params += [end, end.astimezone(dt.timezone.utc).date()]
+    con = _connection(settings)
+    # A grouped max joined back (both spill to disk) rather than a window, which must hold it all.
+    rows = f'SELECT {columns} FROM {source} WHERE {" AND ".join(where)}'
+    result = con.execute(f"""
+        WITH candidate AS ({rows}),
+             latest AS (SELECT "{key}" AS k, max(feature_ts) AS ts FROM candidate GROUP BY "{key}")
+        SELECT c.* FROM candidate c JOIN latest l ON c."{key}" = l.k AND c.feature_ts = l.ts
+        ORDER BY c."{key}" """, params)
+    return result.to_arrow_reader(BATCH_ENTITIES)
+
+
+def encode(batch: pa.RecordBatch, key: str, features: list[str], texts: bool = True) -> Chunk:
+    """One batch of latest rows as Feast's bytes (``texts``: with SQLite's ``value_text``)."""
+    keys = encoding.entity_keys(key, batch.column(key))
+    columns = [encoding.values(batch.column(f), None, texts=texts) for f in features]
+    times = batch.column("feature_ts").to_pylist()
+    return Chunk(keys, columns, times)
+
+
+def _encoded(reader: pa.RecordBatchReader, key: str, features: list[str], texts: bool) -> Iterator[Chunk]:
+    """Chunks encoded in a thread ahead of the writer (DuckDB and SQLite release the GIL)."""
+    out: queue.Queue[Chunk | BaseException | None] = queue.Queue(maxsize=2)
+
+    def produce() -> None:
+        try:
+            for batch in reader:
+                if batch.num_rows:
+                    out.put(encode(batch, key, features, texts))
+            out.put(None)
+        except BaseException as e:  # handed to the consumer, which raises it
+            out.put(e)
+
+    thread = threading.Thread(target=produce, name="features-encode", daemon=True)
+    thread.start()
+    while (item := out.get()) is not None:
+        if isinstance(item, BaseException):
+            raise item
+        yield item
+    thread.join()
+
+
+def writer(settings: Settings, view: str, features: list[str]) -> Writer:
+    """The configured online store's writer for one view."""
+    if settings.online_store == "redis":
+        return RedisWriter(settings.redis_url, PROJECT, view, features)
+    return SqliteWriter(sqlite_path(settings), PROJECT, view, features)
+
+
+def write_view(settings: Settings, table: Table, reader: pa.RecordBatchReader, run: ViewRun,
+               progress: Progress | None = None) -> None:
+    """Stream ``reader``'s latest rows into the online store, counting into ``run``."""
+    features = feature_names(table)
+    sink = writer(settings, view_name(table), features)
+    try:
+        for chunk in _encoded(reader, join_key(table), features, settings.online_store == "sqlite"):
+            run.values_written += sink.write(chunk)
+            run.entities += len(chunk.keys)
+            if progress is not None:
+                progress(run.view, run.entities, run.entities)
+    finally:
+        sink.close()
+
+
+def materialize(settings: Settings, *, start: dt.datetime | None = None, end: dt.datetime | None = None,
+                full: bool = False, progress: Progress | None = None) -> MaterializeReport:
+    """Bring the online store up to the DWS tables (see the module's docstring)."""
+    applied_store(settings)  # the online tables exist, the registry knows the views
+    state = _load_state(settings)
+    marks = state.setdefault(store_id(settings), {})
+    runs = []
+    for table in feature_tables():
+        view = view_name(table)
+        version = lake.version(settings, table)
+        run = ViewRun(view, table.name, "unchanged", version)
+        runs.append(run)
+        if version is None:
+            continue
+        mark = marks.get(view) or {}
+        if start is not None or end is not None:
+            run.mode = "range"
+            write_view(settings, table, latest_rows(settings, table, start=start, end=end), run, progress)
+            continue
+        before = mark.get("version")
+        if before == version and mark.get("table") == table.uri(settings) and not full:
+            continue
+        partitions = None
+        if before is not None and not full and mark.get("table") == table.uri(settings) and before < version:
+            partitions = touched_partitions(settings, table, before, version)
+        run.mode = "full" if partitions is None else "incremental"
+        run.partitions = sorted(partitions or [])
+        if partitions is None or partitions:
+            write_view(settings, table, latest_rows(settings, table, partitions=partitions), run, progress)
+        marks[view] = {"version": version, "table": table.uri(settings), "as_of": _as_of(settings, table),
+                       "at": dt.datetime.now(dt.timezone.utc).isoformat()}
+        _save_state(settings, state)
+    return MaterializeReport(runs, store_id(settings))
+
+
+def _as_of(settings: Settings, table: Table) -> str | None:
+    """The latest ``feature_ts`` of the table: the instant the online store now reflects."""
+    con = _connection(settings)
+    row = con.execute(f"SELECT max(feature_ts) FROM delta_scan('{table.uri(settings)}')").fetchone()
+    return row[0].astimezone(dt.timezone.utc).isoformat() if row and row[0] is not None else None

@@ -1,0 +1,1 @@
+"""The Feast repo: definitions only (``feast apply`` imports every module of a repo folder)."""

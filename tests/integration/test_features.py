@@ -1,0 +1,295 @@
+"""The feature layer against the real Feast SDK, real SQLite and Redis, and a real feature server.
+
+Nothing of Feast is mocked: Feast's own ``materialize`` is the reference our writer must equal
+byte for byte, Feast's SDK reads what we wrote, and the consistency check uses Feast's offline
+store over the Delta log.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sqlite3
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from features.encoding import entity_keys
+from features.materialize import materialize, watermarks
+from features.online import get_online_features, reader, views_of
+from features.repo.definitions import feature_names, feature_tables, join_key, view_name
+from features.store import PROJECT, applied_store, sqlite_path
+from tests import feature_lake
+from tests.feature_lake import DAY1, DAY2
+from tests.services import free_port, redis_databases, stop_tree
+from warehouse.privacy import pseudonym
+from warehouse.settings import Settings, load_settings
+from warehouse.storage import lake
+from warehouse.storage.publish import republish
+from warehouse.tables import table
+
+KEY = "test-key-not-a-secret-0123456789"
+START = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
+END = dt.datetime(2026, 3, 5, tzinfo=dt.timezone.utc)
+ALICE = pseudonym(KEY.encode(), "alice")
+BOB = pseudonym(KEY.encode(), "bob")
+
+
+def _settings(home: Path, lake_dir: Path, **env: str) -> Settings:
+    return load_settings({"STRATA_HOME": str(home), "STRATA_LAKE_URI": str(lake_dir), "STRATA_PSEUDONYM_KEY": KEY,
+                          **env})
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One lake, our store materialized (home "ours") and Feast's own materialize (home "feast")."""
+    root = tmp_path_factory.mktemp("features")
+    ours = _settings(root / "ours", root / "lake")
+    keys = feature_lake.build(ours, extra_users=(ALICE, BOB))
+    report = materialize(ours)
+    theirs = _settings(root / "feast", root / "lake")
+    store, _ = applied_store(theirs)
+    store.materialize(START, END)
+    return {"root": root, "ours": ours, "feast": theirs, "keys": keys, "report": report}
+
+
+def _rows(path: Path, view: str) -> list[tuple]:
+    with sqlite3.connect(path) as con:
+        return con.execute(f'SELECT entity_key, feature_name, value, value_text, vector_value, event_ts, created_ts '
+                           f'FROM "{PROJECT}_{view}" ORDER BY entity_key, feature_name').fetchall()
+
+
+def test_our_sqlite_rows_are_byte_identical_to_feasts(world: dict) -> None:
+    assert {v.mode for v in world["report"].views} == {"full"}
+    for source in feature_tables():
+        ours, theirs = _rows(sqlite_path(world["ours"]), view_name(source)), _rows(sqlite_path(world["feast"]),
+                                                                                  view_name(source))
+        assert len(ours) == len(world["keys"][source.name]) * len(feature_names(source))
+        assert ours == theirs
+        assert any(r[2] == b"" and r[3] is None for r in ours)  # nulls are stored as Feast stores them
+
+
+def test_applying_again_is_a_no_op(world: dict) -> None:
+    started = time.perf_counter()
+    _, applied = applied_store(world["ours"])
+    assert not applied and time.perf_counter() - started < 1
+
+
+def test_batched_reader_returns_what_the_sdk_returns(world: dict) -> None:
+    store, _ = applied_store(world["ours"])
+    for source in feature_tables():
+        view = views_of(view_name(source))[0]
+        keys = world["keys"][source.name][:40] + ["nobody-at-all"]
+        features = list(view.features[:20])
+        sdk = store.get_online_features(features=[f"{view.name}:{f}" for f in features],
+                                        entity_rows=[{view.key: k} for k in keys]).to_dict()
+        ours, times = reader(world["ours"]).read(view, keys, features)
+        assert ours == sdk
+        assert times[-1] is None and times[0] is not None and times[0].tzinfo is not None
+    values = get_online_features(world["ours"], "user", "alice")
+    assert values == {f: v[0] for f, v in reader(world["ours"]).read(views_of("user")[0], [ALICE])[0].items()
+                      if f != "user_pseudonym"}
+
+
+def test_a_rebuilt_partition_is_materialized_again_and_read_offline(world: dict) -> None:
+    settings = world["ours"]
+    source = table("dws.user_features")
+    keys = world["keys"][source.name]
+    only_day1, both_days = keys[-2], keys[0]  # the first half has a newer row on day 2
+    before = reader(settings).read(views_of("user")[0], [only_day1, both_days], ["request_count_24h"])[0]
+    republish(settings, source, lambda f: f.with_columns(pl.col("request_count_24h") + 1000),
+              partitions=[{"event_date": DAY1}])
+    report = materialize(settings)
+    run = next(v for v in report.views if v.view == "user_features")
+    assert (run.mode, run.partitions, run.entities) == ("incremental", [DAY1.isoformat()], len(keys))
+    assert next(v for v in report.views if v.view == "tenant_features").mode == "unchanged"
+    after = reader(settings).read(views_of("user")[0], [only_day1, both_days], ["request_count_24h"])[0]
+    assert after["request_count_24h"] == [before["request_count_24h"][0] + 1000, before["request_count_24h"][1]]
+    assert watermarks(settings)["user_features"]["version"] == lake.version(settings, source)
+
+    # Offline, through Feast's duckdb store over the Delta log: only the new values, and an entity
+    # row with nothing within the TTL comes back with nulls, not dropped.
+    import pandas as pd
+
+    store, _ = applied_store(settings)
+    at = pd.Timestamp(dt.datetime.combine(DAY1, dt.time(23, 59), dt.timezone.utc))
+    frame = store.get_historical_features(
+        entity_df=pd.DataFrame({"user_pseudonym": [only_day1, "nobody"], "event_timestamp": [at, at]}),
+        features=["user_features:request_count_24h"]).to_df().set_index("user_pseudonym")
+    assert frame.loc[only_day1, "request_count_24h"] == after["request_count_24h"][0]
+    assert pd.isna(frame.loc["nobody", "request_count_24h"]) and len(frame) == 2
+
+
+def test_an_older_row_never_replaces_a_newer_online_value(world: dict) -> None:
+    settings = world["ours"]
+    source = table("dws.user_features")
+    key = world["keys"][source.name][0]
+    newest = reader(settings).read(views_of("user")[0], [key])[1][0]
+    materialize(settings, start=START, end=dt.datetime.combine(DAY2, dt.time(), dt.timezone.utc))  # day 1 only
+    assert reader(settings).read(views_of("user")[0], [key])[1][0] == newest
+
+
+def test_redis_matches_feasts_layout_and_reads_back(world: dict) -> None:
+    import redis
+
+    with redis_databases(10, 11) as (ours_url, feast_url):
+        ours = _settings(world["root"] / "ours-redis", world["root"] / "lake", STRATA_ONLINE_STORE=ours_url)
+        theirs = _settings(world["root"] / "feast-redis", world["root"] / "lake", STRATA_ONLINE_STORE=feast_url)
+        materialize(ours)
+        store, _ = applied_store(theirs)
+        store.materialize(START, END)
+        a, b = redis.Redis.from_url(ours_url), redis.Redis.from_url(feast_url)
+        keys = sorted(a.keys())
+        assert keys == sorted(b.keys()) and len(keys) == sum(len(k) for k in world["keys"].values())
+        assert all(a.hgetall(k) == b.hgetall(k) for k in keys)
+        view = views_of("user")[0]
+        users = world["keys"]["dws.user_features"][:30] + ["nobody"]
+        ours_store, _ = applied_store(ours)
+        sdk = ours_store.get_online_features(features=[f"{view.name}:{f}" for f in view.features],
+                                             entity_rows=[{view.key: k} for k in users]).to_dict()
+        assert reader(ours).read(view, users)[0] == sdk
+        newest = reader(ours).read(view, users[:1])[1][0]
+        materialize(ours, start=START, end=dt.datetime.combine(DAY2, dt.time(), dt.timezone.utc))  # older rows
+        assert reader(ours).read(view, users[:1])[1][0] == newest
+        assert all(a.hgetall(k) == b.hgetall(k) for k in keys)
+
+        # Forget reaches Redis: the user's hash is gone, nobody else's.
+        from strata import pipeline
+
+        assert BOB.encode() in b"".join(keys)
+        result = pipeline.forget(ours, "bob")
+        assert result.counts["online_redis_removed"] == 1
+        left = a.keys()
+        assert len(left) == len(keys) - 1 and not any(BOB.encode() in k for k in left)
+
+
+def test_consistency_is_clean_then_finds_a_planted_skew(world: dict) -> None:
+    settings = world["ours"]
+    from features.consistency import check_consistency
+
+    clean = check_consistency(settings, DAY2, sample=10_000)
+    assert clean.mismatches == 0 and clean.missing == 0
+    assert {v.view: v.sampled for v in clean.views} == {
+        view_name(t): lake.read_frame(settings, t)[join_key(t)].n_unique() for t in feature_tables()}
+    written = lake.read_frame(settings, table("ads.feature_consistency"))
+    assert written.height == sum(len(feature_names(t)) + 1 for t in feature_tables())
+    assert written["mismatches"].sum() == 0 and written["mismatch_rate"].max() == 0.0
+
+    # Plant a skew: one value of one entity changed in the online store.
+    view = views_of("tenant")[0]
+    victim = world["keys"]["dws.tenant_features"][0]
+    ek = entity_keys(view.key, pa.array([victim]))[0]
+    with sqlite3.connect(sqlite_path(settings)) as con:
+        changed = con.execute(f'UPDATE "{PROJECT}_{view.name}" SET value = ? WHERE entity_key = ? AND feature_name = ?',
+                              [b")" + struct.pack("<d", 123.25), ek, "latency_p95_ms_24h"]).rowcount
+    assert changed == 1
+    skewed = check_consistency(settings, DAY2, sample=10_000)
+    assert skewed.skewed() == [("tenant_features", "latency_p95_ms_24h", 1)]
+    assert skewed.views[1].examples["latency_p95_ms_24h"][0][:2] == (victim, 123.25)
+    rows = lake.read_frame(settings, table("ads.feature_consistency")).filter(pl.col("mismatches") > 0)
+    assert sorted(rows.select("feature_view", "feature").rows()) == [("tenant_features", "*"),
+                                                                     ("tenant_features", "latency_p95_ms_24h")]
+
+
+def test_pipeline_steps_and_the_get_command(world: dict) -> None:
+    from typer.testing import CliRunner
+
+    from strata import pipeline
+    from strata.cli import app
+
+    settings = world["ours"]
+    pipeline.materialize(settings, DAY2)  # whatever earlier tests changed (forgetting bob rewrote a partition)
+    unchanged = pipeline.materialize(settings, DAY2)
+    assert unchanged.counts["values_written"] == 0 and unchanged.versions["dws.user_features"] is not None
+    values = pipeline.get_online_features(settings, "user", "alice")
+    assert set(values) == set(feature_names(table("dws.user_features")))
+    assert values["request_count_1h"] is not None
+    result = CliRunner().invoke(app, ["features", "get", "user=alice", "-f", "request_count_1h,error_rate_7d"],
+                                env=settings.to_env())
+    assert result.exit_code == 0, result.output
+    assert str(values["request_count_1h"]) in result.output and "2026-03-0" in result.output
+    assert "alice" in result.output and ALICE not in result.output
+
+
+def test_forget_removes_the_users_online_rows(world: dict) -> None:
+    from strata import pipeline
+
+    settings = world["ours"]
+    path = sqlite_path(settings)
+    assert ALICE.encode() in path.read_bytes()
+    result = pipeline.forget(settings, "alice")
+    assert result.counts["online_sqlite_removed"] == len(feature_names(table("dws.user_features")))
+    assert result.counts["dws.user_features_removed"] >= 1
+    with sqlite3.connect(path) as con:
+        left = con.execute(f'SELECT count(*) FROM "{PROJECT}_user_features" WHERE instr(entity_key, ?) > 0',
+                           [ALICE.encode()]).fetchone()[0]
+        others = con.execute(f'SELECT count(DISTINCT entity_key) FROM "{PROJECT}_user_features"').fetchone()[0]
+    assert left == 0 and others == len(world["keys"]["dws.user_features"]) - 1
+    wal = Path(f"{path}-wal")
+    assert ALICE.encode() not in path.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+    assert all(v is None for v in get_online_features(settings, "user", "alice").values())
+
+
+def test_the_feature_server_serves_over_http(world: dict) -> None:
+    settings = world["ours"]
+    port = free_port()
+    env = {**settings.to_env(), "PATH": str(Path(sys.executable).parent)}
+    log = open(world["root"] / "serve.log", "wb")
+    server = subprocess.Popen([str(Path(sys.executable).parent / "strata"), "features", "serve", "--port", str(port)],
+                              env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        view = views_of("model_version")[0]
+        keys = world["keys"]["dws.model_features"][:3]
+        body = json.dumps({"features": [f"{view.name}:{f}" for f in view.features[:5]],
+                           "entities": {view.key: keys}}).encode()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                request = urllib.request.Request(f"http://127.0.0.1:{port}/get-online-features", data=body,
+                                                 headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    answer = json.loads(response.read())
+                break
+            except OSError:
+                assert server.poll() is None, (world["root"] / "serve.log").read_text()[-2000:]
+                assert time.monotonic() < deadline, "the feature server did not answer within 60 s"
+                time.sleep(0.3)
+        names = answer["metadata"]["feature_names"]
+        served = {name: result["values"] for name, result in zip(names, answer["results"])}
+        ours = reader(settings).read(view, keys, list(view.features[:5]))[0]
+        assert served == ours
+    finally:
+        stop_tree(server)
+        log.close()
+
+
+def test_end_to_end_from_generated_logs(tmp_path: Path) -> None:
+    """Generated logs → ODS → DWD → DWS → materialize → lookups and a clean consistency check."""
+    from strata import pipeline
+    from warehouse.sources.generator import generate
+
+    settings = _settings(tmp_path / "home", tmp_path / "home" / "lake")
+    landing = tmp_path / "landing"
+    manifest = generate(landing, days=2, requests_per_day=400, seed=5, start=dt.date(2026, 1, 1), fault_rate=0.0)
+    pipeline.land(settings, [landing / "requests", landing / "feedback"])
+    pipeline.load_prices(settings, landing / "prices.csv")
+    days = [dt.date.fromisoformat(d) for d in manifest["days"]]
+    for day in days:
+        pipeline.build_dwd(settings, day)
+        pipeline.build_dws(settings, day)
+    result = pipeline.materialize(settings, days[-1])
+    users = lake.read_frame(settings, table("dws.user_features"))
+    assert result.counts["user_features_entities"] == users["user_pseudonym"].n_unique() > 0
+    latest = users.sort("feature_ts").group_by("user_pseudonym").last()
+    row = latest.row(0, named=True)
+    online = get_online_features(settings, "user", row["user_pseudonym"], pseudonymize=False)
+    assert online == {f: row[f] for f in feature_names(table("dws.user_features"))}
+    check = pipeline.check_consistency(settings, days[-1])
+    assert check.counts["mismatches"] == 0 and check.counts["missing"] == 0 and check.counts["entities_sampled"] > 0
