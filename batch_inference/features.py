@@ -80,4 +80,4 @@ def read_as_of(settings: Settings, source: Table, entity: str, columns: list[str
         FROM wanted w LEFT JOIN recent f USING (entity)
         ORDER BY w.position"""
     since = at - ttl
-    return con.execute(query, [at, since, since.date(), at.date()]).fetch_record_batch(batch_rows)
+    return con.execute(query, [at, since, since.date(), at.date()]).to_arrow_reader(batch_rows)

@@ -160,7 +160,7 @@ def _publish(settings: Settings, run: RunDir, mart: Table, days: tuple[dt.date, 
     con = duckdb.connect(str(run.duckdb_path), read_only=True)
     try:
         con.execute("SET TimeZone = 'UTC'")  # timestamps come out as timestamp[us, tz=UTC]
-        reader = con.execute(f"select * from ads.{mart.name.split('.', 1)[1]}").fetch_record_batch(BATCH_ROWS)
+        reader = con.execute(f"select * from ads.{mart.name.split('.', 1)[1]}").to_arrow_reader(BATCH_ROWS)
 
         def batches() -> Iterator[pa.RecordBatch]:
             yield from reader

@@ -184,7 +184,7 @@ class Session:
         """Run every statement of ``sql`` (each checked first), yielding each one's result as batches."""
         for statement in self.statements(sql):
             try:
-                yield self.con.execute(statement.query).fetch_record_batch(BATCH_ROWS)
+                yield self.con.execute(statement.query).to_arrow_reader(BATCH_ROWS)
             except duckdb.PermissionException as e:
                 hint = "" if self.raw else "; raw lines (ODS, quarantine) need --raw"
                 raise duckdb.PermissionException(f"{e}\n(strata sql reads only the lake's tables{hint})") from None
