@@ -88,7 +88,7 @@ def strata_daily() -> None:
     @task_group
     def scores() -> None:
         """Every active user scored by the latest registered model, one mapped task per shard, then
-        the day's summary (skipped, with its shards, until a model is registered)."""
+        the day's summary and the scores online (skipped, with its shards, until a model is registered)."""
 
         @task
         def score_shards() -> list[list[int]]:
@@ -98,7 +98,7 @@ def strata_daily() -> None:
         def score(shard: list[int], **context: object) -> dict[str, object]:
             return run_step("score", context, shard=shard)
 
-        @task(outlets=[ADS_SCORE_DAILY], trigger_rule="all_success")
+        @task(outlets=[ADS_SCORE_DAILY, ONLINE_FEATURES], trigger_rule="all_success")
         def summarize_scores(**context: object) -> dict[str, object]:
             return run_step("summarize_scores", context)
 

@@ -19,7 +19,7 @@ import polars as pl
 
 from features.materialize import _connection, watermarks
 from features.online import View, reader
-from features.repo.definitions import TTL, feature_names, feature_tables, join_key, view_name
+from features.repo.definitions import TTL, feature_names, feature_tables, join_key, timestamp_column, view_name
 from features.store import applied_store
 from warehouse.settings import Settings
 from warehouse.tables import table as registry_table
@@ -72,11 +72,11 @@ def _same(online: Any, offline: Any) -> bool:
 
 def sample_entities(settings: Settings, source: Any, as_of: dt.datetime, n: int, seed: int) -> list[str]:
     """Up to ``n`` entities with a row in ``(as_of - TTL, as_of]``, sampled reproducibly, sorted."""
-    key = join_key(source)
+    key, ts = join_key(source), timestamp_column(source)
     con = _connection(settings)
     rows = con.execute(f"""
         SELECT k FROM (SELECT DISTINCT "{key}" AS k FROM delta_scan('{source.uri(settings)}')
-                       WHERE feature_ts > ? AND feature_ts <= ? AND event_date >= ? AND event_date <= ?)
+                       WHERE "{ts}" > ? AND "{ts}" <= ? AND event_date >= ? AND event_date <= ?)
         USING SAMPLE reservoir({int(n)} ROWS) REPEATABLE ({int(seed)}) ORDER BY k""",
                        [as_of - TTL, as_of, (as_of - TTL).date(), as_of.date()]).fetchall()
     return [r[0] for r in rows]

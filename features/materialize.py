@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from features import encoding
 from features.online_store import Chunk, RedisWriter, SqliteWriter, Writer
-from features.repo.definitions import feature_names, feature_tables, join_key, view_name
+from features.repo.definitions import feature_names, feature_tables, join_key, timestamp_column, view_name
 from features.store import PROJECT, applied_store, feast_dir, sqlite_path
 from warehouse.progress import Progress
 from warehouse.settings import Settings
@@ -132,8 +132,8 @@ def latest_rows(settings: Settings, table: Table, *, partitions: set[str] | None
     ``partitions``: only entities with a row in these ``event_date`` partitions (their latest row
     anywhere at or after the earliest of them). ``start``/``end``: only rows in that time range.
     """
-    key = join_key(table)
-    columns = ", ".join(f'"{c}"' for c in [key, *feature_names(table), "feature_ts"])
+    key, ts = join_key(table), timestamp_column(table)
+    columns = ", ".join([*(f'"{c}"' for c in [key, *feature_names(table)]), f'"{ts}" AS feature_ts'])
     source = f"delta_scan('{table.uri(settings)}')"
     where, params = ["TRUE"], []
     if partitions is not None:
@@ -143,10 +143,10 @@ def latest_rows(settings: Settings, table: Table, *, partitions: set[str] | None
                      f'({", ".join("?" for _ in days)}))')
         params += [first, *days]
     if start is not None:
-        where.append("feature_ts >= ? AND event_date >= ?")
+        where.append(f'"{ts}" >= ? AND event_date >= ?')
         params += [start, start.astimezone(dt.timezone.utc).date()]
     if end is not None:
-        where.append("feature_ts < ? AND event_date <= ?")
+        where.append(f'"{ts}" < ? AND event_date <= ?')
         params += [end, end.astimezone(dt.timezone.utc).date()]
     con = _connection(settings)
     # A grouped max joined back (both spill to disk) rather than a window, which must hold it all.
@@ -247,7 +247,7 @@ def materialize(settings: Settings, *, start: dt.datetime | None = None, end: dt
 
 
 def _as_of(settings: Settings, table: Table) -> str | None:
-    """The latest ``feature_ts`` of the table: the instant the online store now reflects."""
+    """The latest timestamp (``feature_ts``) of the table: the instant the online store now reflects."""
     con = _connection(settings)
-    row = con.execute(f"SELECT max(feature_ts) FROM delta_scan('{table.uri(settings)}')").fetchone()
+    row = con.execute(f"SELECT max(\"{timestamp_column(table)}\") FROM delta_scan('{table.uri(settings)}')").fetchone()
     return row[0].astimezone(dt.timezone.utc).isoformat() if row and row[0] is not None else None

@@ -181,7 +181,8 @@ def score(settings: Settings, day: dt.date, *, name: str = "user_risk", version:
           shard: tuple[int, int] = (0, 1), batch_rows: int = 65_536,
           provider: Literal["auto", "cuda", "cpu"] = "auto", progress: Progress | None = None) -> StepResult:
     """Score the entities active on ``day`` (one shard of them) with a registered model; an
-    unsharded run also writes the day's ``ads.score_daily`` row (sharded runs: :func:`summarize_scores`)."""
+    unsharded run also writes the day's ``ads.score_daily`` row and brings the scores to the online
+    store (sharded runs: :func:`summarize_scores`, once every shard is done)."""
     from batch_inference.scoring import score as run
 
     report = run(settings, name, day, version=version, shard=shard, batch_rows=batch_rows, provider=provider,
@@ -194,12 +195,15 @@ def score(settings: Settings, day: dt.date, *, name: str = "user_risk", version:
 
 def summarize_scores(settings: Settings, day: dt.date, *, name: str = "user_risk", version: str | None = None
                      ) -> StepResult:
-    """Write the day's ``ads.score_daily`` row of a model version (the latest by default)."""
+    """Write the day's ``ads.score_daily`` row of a model version (the latest by default), and
+    materialize the scores to the online store (the ``user_risk_scores`` view, beside the features)."""
     from batch_inference.registry import get
     from batch_inference.summary import summarize
 
     row = summarize(settings, day, name, version or get(settings, name).card.version)
-    return StepResult("summarize_scores", {"users_scored": int(row["users_scored"])}, {}, row)
+    online = materialize(settings, day)
+    return StepResult("summarize_scores", {"users_scored": int(row["users_scored"]),
+                                           "values_written": online.counts["values_written"]}, {}, row)
 
 
 Step = Callable[..., StepResult]

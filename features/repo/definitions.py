@@ -3,7 +3,9 @@
 Everything is derived from the DWS table contracts: one feature view per ``dws.*`` table,
 its entity found by the table's key column, its fields typed by :func:`contracts.feast_fields`,
 its source the table's Delta log read by the ``duckdb`` offline store. Nothing here names a
-feature column, so a contract change reaches Feast on the next apply.
+DWS feature column, so a contract change reaches Feast on the next apply. Tables of other
+layers that services read online (the batch scores) are listed in :data:`SERVED` with their
+key, timestamp and features.
 """
 
 from __future__ import annotations
@@ -25,17 +27,28 @@ ENTITIES: dict[str, tuple[str, str]] = {
 TTL = dt.timedelta(days=8)
 #: Columns of a DWS table that are not features.
 TIME_COLUMNS = ("feature_ts", "event_date")
+#: Tables outside DWS served online too: table → (entity key, timestamp column, features).
+SERVED: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "ads.user_risk_scores": ("user_pseudonym", "scored_at", ("score", "model_name", "model_version")),
+}
 #: Feature service → the view whose every feature it serves (one per consuming model).
 SERVICES: dict[str, str] = {"user_risk_v1": "user_features"}
 
 
 def feature_tables() -> list[Table]:
-    """The DWS tables Feast serves: every ``dws.*`` table with a contract."""
-    return [t for t in all_tables() if t.layer == "dws"]
+    """The tables Feast serves: every ``dws.*`` table with a contract, and the :data:`SERVED` ones."""
+    return [t for t in all_tables() if t.layer == "dws" or t.name in SERVED]
+
+
+def timestamp_column(table: Table) -> str:
+    """The column that says when a row's values became known (point-in-time joins use it)."""
+    return SERVED[table.name][1] if table.name in SERVED else "feature_ts"
 
 
 def join_key(table: Table) -> str:
     """The table's entity key: its one primary-key column besides ``feature_ts``."""
+    if table.name in SERVED:
+        return SERVED[table.name][0]
     keys = [k for k in table.contract.primary_key if k not in TIME_COLUMNS]
     if len(keys) != 1 or keys[0] not in ENTITIES:
         raise ValueError(f"{table} is keyed by {keys}: a feature view needs exactly one entity key of "
@@ -45,6 +58,8 @@ def join_key(table: Table) -> str:
 
 def feature_names(table: Table) -> list[str]:
     """The table's feature columns: everything but its key and time columns."""
+    if table.name in SERVED:
+        return list(SERVED[table.name][2])
     key = join_key(table)
     return [c.name for c in table.contract.columns if c.name != key and c.name not in TIME_COLUMNS]
 
@@ -68,7 +83,7 @@ def definitions(settings: Settings) -> list[Any]:
     for table in tables:
         name = view_name(table)
         source = FileSource(name=f"{name}_source", path=table.uri(settings), file_format=DeltaFormat(),
-                            timestamp_field="feature_ts", s3_endpoint_override=settings.s3_endpoint_url or None,
+                            timestamp_field=timestamp_column(table), s3_endpoint_override=settings.s3_endpoint_url or None,
                             description=f"The Delta table {table.name}")
         views[name] = FeatureView(
             name=name, entities=[entities[join_key(table)]], ttl=TTL, source=source, online=True,

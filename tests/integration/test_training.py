@@ -3,7 +3,8 @@
 The generator plants ~1.5% of its users as abusers and has reviewers mark some of their
 requests ``abusive`` (late, like real feedback). The model learns only from those reviews,
 through Feast's point-in-time training set; the manifest's list of planted users is used
-to check the scores of the day after training, never to train.
+to check the scores of the day after training, never to train. The scores reach the online
+store beside the features, and `forget` removes them from both.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ REQUESTS_PER_DAY = 28_000
 
 
 @pytest.mark.timeout(300)
-def test_a_model_trained_on_three_days_ranks_the_planted_abusers_of_the_fourth(strata_env: Path,
+def test_a_model_trained_on_three_days_ranks_the_planted_abusers_of_the_fourth_online_too(strata_env: Path,
                                                                                 tmp_path: Path) -> None:
     manifest = generate(tmp_path / "generated", days=DAYS, requests_per_day=REQUESTS_PER_DAY, seed=21, start=START)
     settings = load_settings()
@@ -55,6 +56,17 @@ def test_a_model_trained_on_three_days_ranks_the_planted_abusers_of_the_fourth(s
     auc = roc_auc_score(truth, scores.get_column("score").to_numpy())
     assert auc >= 0.9, f"ROC AUC {auc:.3f} over {scores.height} users ({int(truth.sum())} planted abusers)"
     assert np.isfinite(scores.get_column("score").to_numpy()).all()
+
+    # The scores are online beside the user's features; forget removes them from the table and the store.
+    user = next(u for u in manifest["abusive_user_ids"] if pseudonym(key, u) in set(scores["user_pseudonym"]))
+    online = pipeline.get_online_features(settings, "user", user)
+    mine = scores.filter(scores["user_pseudonym"] == pseudonym(key, user))
+    assert online["score"] == pytest.approx(mine["score"][0]) and online["model_version"] == card.version
+    assert online["request_count_7d"] is not None
+    pipeline.forget(settings, user)
+    assert lake.read_frame(settings, ADS_USER_RISK_SCORES).filter(
+        lake.read_frame(settings, ADS_USER_RISK_SCORES)["user_pseudonym"] == pseudonym(key, user)).is_empty()
+    assert all(v is None for v in pipeline.get_online_features(settings, "user", user).values())
 
     again = pipeline.train(settings, days[2], days=3).detail  # a re-train registers a new version
     assert again.card.version != card.version and get(settings, "user_risk", card.version).card == card
