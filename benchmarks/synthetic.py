@@ -26,7 +26,7 @@ def pseudonyms(n: int, seed: int = 0) -> pl.Series:
 
 
 def feature_rows(table: Table, keys: pl.Series, day: dt.date, seed: int = 0) -> pl.DataFrame:
-    """One row of ``table`` (a DWS feature table) per key, ``feature_ts`` within ``day``."""
+    """One row of ``table`` (a table served as features) per key, its timestamps within ``day``."""
     rng = np.random.default_rng(seed)
     n = len(keys)
     first_hour_us = int(dt.datetime.combine(day, dt.time(1), dt.timezone.utc).timestamp() * 1_000_000)
@@ -35,7 +35,7 @@ def feature_rows(table: Table, keys: pl.Series, day: dt.date, seed: int = 0) -> 
         kind = column.arrow_type
         if column.name == keys.name:
             columns[column.name] = keys
-        elif column.name == "feature_ts":
+        elif pa.types.is_timestamp(kind):
             hours = rng.integers(0, 23, n)  # the end of an hour of the day
             columns[column.name] = pl.Series(first_hour_us + hours * 3_600_000_000).cast(pl.Datetime("us", "UTC"))
         elif column.name == "event_date":

@@ -1,4 +1,4 @@
-"""A small lake of DWS tables shaped by their contracts, for the feature-layer tests."""
+"""A small lake of the tables served as features (DWS, the scores), shaped by their contracts."""
 
 from __future__ import annotations
 
@@ -25,15 +25,15 @@ def rows(table: Table, keys: pl.Series, day: dt.date, seed: int) -> pl.DataFrame
 
 
 def build(settings: Settings, n: int = 120, extra_users: tuple[str, ...] = ()) -> dict[str, list[str]]:
-    """Two days of rows per DWS table: every key on day 1, the first half again on day 2. Returns the keys."""
+    """Two days of rows per served table: every key on day 1, the first half again on day 2. Returns the keys."""
     keys: dict[str, list[str]] = {}
     for i, table in enumerate(feature_tables()):
         series = pseudonyms(n, seed=10 + i)
         if join_key(table) == "user_pseudonym" and extra_users:
             series = pl.concat([series, pl.Series("user_pseudonym", list(extra_users))])
         keys[table.name] = series.to_list()
-        publish(settings, table, rows(table, series, DAY1, 1), partitions=[{"event_date": DAY1}],
-                expectations=False, checked=True)
-        publish(settings, table, rows(table, series.head(n // 2), DAY2, 2), partitions=[{"event_date": DAY2}],
-                expectations=False, checked=True)
+        for day, part, seed in ((DAY1, series, 1), (DAY2, series.head(n // 2), 2)):
+            frame = rows(table, part, day, seed)
+            partitions = frame.select(table.partition_columns).unique().to_dicts()
+            publish(settings, table, frame, partitions=partitions, expectations=False, checked=True)
     return keys

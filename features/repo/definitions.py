@@ -37,7 +37,8 @@ SERVICES: dict[str, str] = {"user_risk_v1": "user_features"}
 
 def feature_tables() -> list[Table]:
     """The tables Feast serves: every ``dws.*`` table with a contract, and the :data:`SERVED` ones."""
-    return [t for t in all_tables() if t.layer == "dws" or t.name in SERVED]
+    tables = all_tables()
+    return [t for t in tables if t.layer == "dws"] + [t for t in tables if t.name in SERVED]
 
 
 def timestamp_column(table: Table) -> str:
