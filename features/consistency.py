@@ -71,15 +71,16 @@ def _same(online: Any, offline: Any) -> bool:
 
 
 def sample_entities(settings: Settings, source: Any, as_of: dt.datetime, n: int, seed: int) -> list[str]:
-    """Up to ``n`` entities with a row in ``(as_of - TTL, as_of]``, sampled reproducibly, sorted."""
+    """Up to ``n`` entities with a row in ``(as_of - TTL, as_of]``, chosen by a hash of their key (the
+    same lake gives the same sample, so a re-run writes the same rows), sorted."""
     key = join_key(source)
     con = _connection(settings)
-    rows = con.execute(f"""
+    rows = con.execute(f"""  -- a hash order, not a reservoir sample: the same data gives the same sample
         SELECT k FROM (SELECT DISTINCT "{key}" AS k FROM delta_scan('{source.uri(settings)}')
                        WHERE feature_ts > ? AND feature_ts <= ? AND event_date >= ? AND event_date <= ?)
-        USING SAMPLE reservoir({int(n)} ROWS) REPEATABLE ({int(seed)}) ORDER BY k""",
+        ORDER BY hash(k, {int(seed)}) LIMIT {int(n)}""",
                        [as_of - TTL, as_of, (as_of - TTL).date(), as_of.date()]).fetchall()
-    return [r[0] for r in rows]
+    return sorted(r[0] for r in rows)
 
 
 def check_view(settings: Settings, store: Any, source: Any, as_of: dt.datetime, n: int, seed: int) -> ViewCheck:
