@@ -22,6 +22,7 @@ from features.online import View, reader
 from features.repo.definitions import TTL, feature_names, feature_tables, join_key, timestamp_column, view_name
 from features.store import applied_store
 from warehouse.settings import Settings
+from warehouse.storage.objectstore import is_object_store
 from warehouse.tables import table as registry_table
 
 TABLE = "ads.feature_consistency"
@@ -71,15 +72,16 @@ def _same(online: Any, offline: Any) -> bool:
 
 
 def sample_entities(settings: Settings, source: Any, as_of: dt.datetime, n: int, seed: int) -> list[str]:
-    """Up to ``n`` entities with a row in ``(as_of - TTL, as_of]``, sampled reproducibly, sorted."""
+    """Up to ``n`` entities with a row in ``(as_of - TTL, as_of]``, chosen by a hash of their key (the
+    same lake gives the same sample, so a re-run writes the same rows), sorted."""
     key, ts = join_key(source), timestamp_column(source)
     con = _connection(settings)
-    rows = con.execute(f"""
+    rows = con.execute(f"""  -- a hash order, not a reservoir sample: the same data gives the same sample
         SELECT k FROM (SELECT DISTINCT "{key}" AS k FROM delta_scan('{source.uri(settings)}')
                        WHERE "{ts}" > ? AND "{ts}" <= ? AND event_date >= ? AND event_date <= ?)
-        USING SAMPLE reservoir({int(n)} ROWS) REPEATABLE ({int(seed)}) ORDER BY k""",
+        ORDER BY hash(k, {int(seed)}) LIMIT {int(n)}""",
                        [as_of - TTL, as_of, (as_of - TTL).date(), as_of.date()]).fetchall()
-    return [r[0] for r in rows]
+    return sorted(r[0] for r in rows)
 
 
 def check_view(settings: Settings, store: Any, source: Any, as_of: dt.datetime, n: int, seed: int) -> ViewCheck:
@@ -92,9 +94,12 @@ def check_view(settings: Settings, store: Any, source: Any, as_of: dt.datetime, 
     if not keys:
         return check
     online, times = reader(settings).read(View(name, key, tuple(features)), keys)
-    entity_df = pd.DataFrame({key: keys, "event_timestamp": pd.Timestamp(as_of)})
-    offline = pl.from_arrow(store.get_historical_features(
-        entity_df=entity_df, features=[f"{name}:{f}" for f in features]).to_arrow())
+    if is_object_store(settings.lake_uri):
+        offline = _offline_as_of(settings, source, keys, as_of)
+    else:
+        entity_df = pd.DataFrame({key: keys, "event_timestamp": pd.Timestamp(as_of)})
+        offline = pl.from_arrow(store.get_historical_features(
+            entity_df=entity_df, features=[f"{name}:{f}" for f in features]).to_arrow())
     assert isinstance(offline, pl.DataFrame)
     by_key = {row[key]: row for row in offline.iter_rows(named=True)}
     for i, entity in enumerate(keys):
@@ -112,6 +117,24 @@ def check_view(settings: Settings, store: Any, source: Any, as_of: dt.datetime, 
                     shown.append((entity, online[feature][i], want.get(feature)))
         check.entities_mismatched += differs
     return check
+
+
+def _offline_as_of(settings: Settings, source: Any, keys: list[str], as_of: dt.datetime) -> pl.DataFrame:
+    """Feast's point-in-time rule computed by DuckDB over the Delta log, for a lake on ``s3://``:
+    there Feast's ``duckdb`` offline store fails (ibis hands ``storage_options`` to ``delta_scan``,
+    which takes none). The latest row per entity with ``as_of - TTL < feature_ts <= as_of``."""
+    key, ts = join_key(source), timestamp_column(source)
+    con = _connection(settings)
+    con.register("wanted", pl.DataFrame({"k": keys}).to_arrow())
+    columns = ", ".join(f'"{c}"' for c in feature_names(source))
+    frame = pl.from_arrow(con.execute(f"""
+        SELECT "{key}", {columns} FROM delta_scan('{source.uri(settings)}')
+        WHERE "{ts}" <= ? AND "{ts}" > ? AND event_date BETWEEN ? AND ?
+          AND "{key}" IN (SELECT k FROM wanted)
+        QUALIFY row_number() OVER (PARTITION BY "{key}" ORDER BY "{ts}" DESC) = 1""",
+        [as_of, as_of - TTL, (as_of - TTL).date(), as_of.date()]).to_arrow_table())
+    assert isinstance(frame, pl.DataFrame)
+    return frame
 
 
 def check_consistency(settings: Settings, day: dt.date | None = None, *, sample: int = SAMPLE, seed: int = 0,

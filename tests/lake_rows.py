@@ -16,7 +16,7 @@ from warehouse.tables import all_tables
 
 #: Columns that describe the run that wrote a row, not the data.
 RUN_METADATA = frozenset({"ingested_at", "landed_at", "quarantined_at", "started_at", "batch_id", "scored_at",
-                          "first_published_at", "last_published_at"})
+                          "first_published_at", "last_published_at", "checked_at"})
 #: Tables that log runs rather than hold data: every attempt, and ADS's report of them (attempts,
 #: Delta versions, publish lag).
 RUN_LOGS = frozenset({"ops.audit_log", "ads.data_quality"})
