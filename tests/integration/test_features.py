@@ -299,3 +299,27 @@ def test_end_to_end_from_generated_logs(tmp_path: Path) -> None:
         f: None for f in feature_names(table("ads.user_risk_scores"))}  # nothing scored yet
     check = pipeline.check_consistency(settings, days[-1])
     assert check.counts["mismatches"] == 0 and check.counts["missing"] == 0 and check.counts["entities_sampled"] > 0
+
+
+def test_training_sets_by_duckdb_equal_feasts(world: dict) -> None:
+    """The as-of join an object-store lake uses gives what Feast's offline store gives."""
+    from features.retrieval import historical_features
+
+    keys = world["keys"]["dws.user_features"][:40] + ["nobody"]
+    instants = [dt.datetime.combine(DAY1, dt.time(12), dt.timezone.utc),
+                dt.datetime.combine(DAY2, dt.time(23, 59), dt.timezone.utc),
+                dt.datetime.combine(DAY2 + dt.timedelta(days=9), dt.time(6), dt.timezone.utc)]  # past the TTL
+    rows = pl.DataFrame({"user_pseudonym": [k for k in keys for _ in instants],
+                         "event_timestamp": [t for _ in keys for t in instants]})
+    feast = historical_features(world["ours"], rows, "user_risk_v1", engine="feast")
+    duck = historical_features(world["ours"], rows, "user_risk_v1", engine="duckdb")
+    assert feast.features == duck.features and feast.source_table == duck.source_table == "dws.user_features"
+    order = ["user_pseudonym", "event_timestamp"]
+    a = feast.frame.with_columns(pl.col("event_timestamp").dt.convert_time_zone("UTC")).sort(order)
+    b = duck.frame.sort(order)
+    assert a.height == b.height == rows.height
+    assert b["request_count_24h"].null_count() > len(keys)  # the third instant (and "nobody") found nothing
+    for name in feast.features:
+        left, right = a[name].cast(pl.Float64).to_list(), b[name].cast(pl.Float64).to_list()
+        assert [x is None for x in left] == [x is None for x in right], name
+        assert [x for x in left if x is not None] == pytest.approx([x for x in right if x is not None]), name

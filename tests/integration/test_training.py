@@ -30,7 +30,6 @@ DAYS = 4  # three to train on, the fourth to score
 REQUESTS_PER_DAY = 28_000
 
 
-@pytest.mark.timeout(300)
 def test_a_model_trained_on_three_days_ranks_the_planted_abusers_of_the_fourth_online_too(strata_env: Path,
                                                                                 tmp_path: Path) -> None:
     manifest = generate(tmp_path / "generated", days=DAYS, requests_per_day=REQUESTS_PER_DAY, seed=21, start=START)
