@@ -43,9 +43,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     data = root / "data"
     generate(data, days=2, requests_per_day=60, seed=4, start=DAYS[0], fault_rate=0.05)
     landing = [data / "requests", data / "feedback"]
-    first = next((data / "requests").rglob("*.jsonl.gz"))
-    victim = next(json.loads(line)["user_id"] for line in gzip.decompress(first.read_bytes()).splitlines()
-                  if line.startswith(b"{") and b'"user_id"' in line and line.endswith(b"}"))
+    # The first user in the hourly files, in name order (an hour may hold only service accounts' requests).
+    victim = next(json.loads(line)["user_id"] for path in sorted((data / "requests").rglob("*.jsonl.gz"))
+                  for line in gzip.decompress(path.read_bytes()).splitlines()
+                  if line.startswith(b"{") and b'"user_id"' in line and line.endswith(b"}")
+                  and json.loads(line).get("user_id"))
     ingested = root / "ingested"
     pipeline.land(_settings(ingested), landing)
     pipeline.load_prices(_settings(ingested), data / "prices.csv")
