@@ -64,8 +64,10 @@ def _check_inputs(card: ModelCard) -> None:
 
 
 def _matrix(batch: pa.RecordBatch, card: ModelCard) -> np.ndarray:
-    """The batch's features as the model's float32 input (nulls as NaN)."""
-    columns = [pc.cast(batch.column(f.name), pa.float32()).to_numpy(zero_copy_only=False) for f in card.features]
+    """The batch's features as the model's float32 input (nulls as NaN). Large integers (token sums
+    beyond 2**24) round to the nearest float32, as they did in training."""
+    columns = [pc.cast(batch.column(f.name), pa.float32(), safe=False).to_numpy(zero_copy_only=False)
+               for f in card.features]
     rows = np.column_stack(columns).astype(np.float32, copy=False) if columns else np.empty((batch.num_rows, 0))
     if not card.extra.get("accepts_missing", False) and np.isnan(rows).any():
         bad = card.features[int(np.argwhere(np.isnan(rows))[0][1])].name

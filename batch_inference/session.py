@@ -55,6 +55,7 @@ def open_session(model: bytes, provider: Provider = "auto", *, threads: int | No
     request that would run on the CPU."""
     import onnxruntime as ort
 
+    ort.set_default_logger_severity(3)  # a CUDA library that will not load is said once, by us, below
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3  # CUDA's "not available, falling back" goes through our own message

@@ -79,7 +79,7 @@ def _bare(settings, provider: str, out: Path) -> tuple[float, int, str]:
     rows = 0
     with pq.ParquetWriter(out, pa.schema([("user_pseudonym", pa.string()), ("score", pa.float32())])) as writer:
         for batch in reader:
-            x = np.column_stack([pc.cast(batch.column(n), pa.float32()).to_numpy(zero_copy_only=False)
+            x = np.column_stack([pc.cast(batch.column(n), pa.float32(), safe=False).to_numpy(zero_copy_only=False)
                                  for n in names])
             scores = session.session.run([session.output_name], {session.input_name: x})[0][:, 1]
             writer.write_batch(pa.record_batch({"user_pseudonym": batch.column(0), "score": pa.array(scores)}))

@@ -26,11 +26,13 @@ USERS = 400
 
 @pytest.fixture
 def scored_lake(strata_env: Path) -> tuple[Settings, list[str]]:
-    """Features of 400 users on DAY, 300 of them active, and a model trained on them."""
+    """Features of 400 users on DAY, 300 of them active (one with a token sum float32 only rounds), and a
+    model trained on them."""
     settings = load_settings()
     source = table("dws.user_features")
     keys = pseudonyms(USERS, seed=1)
-    features = feature_rows(source, keys, DAY, seed=2)
+    features = feature_rows(source, keys, DAY, seed=2).with_columns(  # a heavy user: beyond float32's exact ints
+        input_tokens_sum_7d=pl.when(pl.int_range(pl.len()) == 0).then(17_701_118).otherwise("input_tokens_sum_7d"))
     publish(settings, source, features, partitions=[{"event_date": DAY}], expectations=False)
     active = publish(settings, DWD_REQUEST, request_rows(keys.head(300), DAY), partitions=[{"event_date": DAY}],
                      expectations=False)
