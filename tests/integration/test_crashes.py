@@ -26,6 +26,7 @@ import pytest
 
 from lake_compare import assert_no_trace, contents, differences
 from strata import pipeline
+from tests.conftest import REPO
 from warehouse.settings import Settings, load_settings
 from warehouse.sources.generator import generate
 
@@ -74,16 +75,22 @@ def _stopped(pid: int) -> bool:
         return stat.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
+def _kept(outside: Path) -> list[Path]:
+    """The folders under /tmp the isolated process still needs where they were: the test's own, and
+    the checkout with its virtualenv when it lives under /tmp (a CI clone may)."""
+    needed = [outside, REPO, Path(sys.prefix)]
+    return sorted({Path("/tmp", p.relative_to("/tmp").parts[0]) for p in needed if p.is_relative_to("/tmp")})
+
+
 def _isolated(args: list[str], outside: Path) -> list[str]:
     """``args`` run with /tmp and /dev/shm of their own (empty folders under ``outside``, bind-mounted
     in a private mount namespace), so what the process writes there is seen — and nothing another
-    process on the machine writes is mistaken for it. The test's own folder stays reachable."""
+    process on the machine writes is mistaken for it. The test's own folder and the checkout stay reachable."""
     tmp, shm = outside / "tmp", outside / "dev-shm"
     tmp.mkdir(parents=True)
     shm.mkdir(parents=True)
-    top = Path("/tmp", outside.relative_to("/tmp").parts[0]) if outside.is_relative_to("/tmp") else None
     script = f'mount --bind "{shm}" /dev/shm && '
-    if top is not None:  # keep the test's own folder (under /tmp) where it was
+    for top in _kept(outside):  # keep them where they were
         (tmp / top.name).mkdir()
         script += f'mount --bind "{top}" "{tmp / top.name}" && '
     script += f'mount --rbind "{tmp}" /tmp && exec "$@"'
@@ -92,7 +99,8 @@ def _isolated(args: list[str], outside: Path) -> list[str]:
 
 def _written_outside(outside: Path) -> list[str]:
     """What the isolated processes left in their /tmp, /dev/shm and home."""
-    found = [p for p in outside.rglob("*") if p.relative_to(outside).parts[:2] != ("tmp", "pytest-of-root")]
+    kept = {("tmp", top.name) for top in _kept(outside)}
+    found = [p for p in outside.rglob("*") if p.relative_to(outside).parts[:2] not in kept]
     return sorted(str(p) for p in found if p.is_file() or (p.is_dir() and not any(p.iterdir())
                                                              and p.name not in ("tmp", "dev-shm", "home")))
 
