@@ -201,21 +201,15 @@ def _echo_run(report: RunReport, manifest: dict, echo: Echo) -> bool:
 
 
 def _next_commands(settings: Settings, echo: Echo, user_id: str) -> None:
-    from strata.cli import app
-
-    have = {c.name for c in app.registered_commands}
-    for group in app.registered_groups:  # a group added without a name adds its commands at the top
-        have |= {group.name} if group.name else {c.name for c in group.typer_instance.registered_commands}
     home = f"STRATA_HOME={settings.home}"
     key = f"STRATA_PSEUDONYM_KEY=$(cat {settings.home / 'secrets' / 'pseudonym.key'})"
-    suggestions = [
-        ("sql", f'{home} strata sql "SELECT tenant_id, sum(cost_usd) FROM dwd.request GROUP BY 1 ORDER BY 2 DESC"'),
-        ("features", f"{home} strata features get user={user_id}"),
-        ("airflow", f"{home} {key} strata airflow up   # the same DAGs on a schedule: http://127.0.0.1:8080"),
-        ("landed", f"{home} strata landed --last 5"),
-    ]
     echo("[bold]next[/]")
-    for command, line in suggestions:
-        if command in have:
-            echo(f"  {line}")
+    for line in (
+        f'{home} strata sql "SELECT tenant_id, sum(cost_usd) FROM dwd.request GROUP BY 1 ORDER BY 2 DESC"',
+        f"{home} {key} strata features get user={user_id}",
+        f"{home} strata model show user_risk",
+        f"{home} {key} strata airflow up   # the same DAGs on a schedule: http://127.0.0.1:8080",
+        f"{home} strata landed --last 5",
+    ):
+        echo(f"  {line}")
     echo(f"  lake: {settings.lake_uri}  (Delta tables: ods/*, dwd/*, ops/*, …; any Delta reader opens them)")
