@@ -32,7 +32,7 @@ demo: setup
 
 test: setup
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" --durations=15
 
 test-all: setup
 	$(BIN)/lint-imports

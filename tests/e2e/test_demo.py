@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from strata.demo import demo_settings
 from warehouse.settings import load_settings
 
@@ -19,9 +21,10 @@ def _demo(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "STRATA_HOME": str(home), "COLUMNS": "200"}
     env.pop("STRATA_PSEUDONYM_KEY", None)
     return subprocess.run([sys.executable, "-m", "strata.cli", "demo", "--days", "1", "--requests-per-day", "800",
-                           *args], env=env, capture_output=True, text=True, timeout=600)
+                           *args], env=env, capture_output=True, text=True, timeout=1800)
 
 
+@pytest.mark.timeout(1800)
 def test_demo_runs_the_dags_end_to_end_and_prints_the_lake(tmp_path: Path) -> None:
     first = _demo(tmp_path)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]

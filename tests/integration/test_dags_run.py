@@ -41,6 +41,10 @@ from warehouse.storage import lake
 from warehouse.tables import DWD_QUARANTINE, DWD_REQUEST, OPS_AUDIT_LOG, OPS_BOOKS
 
 UTC = dt.timezone.utc
+#: How long a cluster may take, at most, before the test calls it hung: a guard, not a target. On a
+#: slow day of this 2-core machine one daily run took 140 s on the Celery worker (each task a fresh
+#: process, the lake behind moto), so the guards leave several times that.
+PARSE_S, INGEST_S, BACKFILL_S = 600, 600, 2400
 START = dt.date(2026, 1, 1)
 KEY = "test-key-not-a-secret-0123456789"
 #: What each writing task must record an asset event for when it succeeds.
@@ -126,6 +130,7 @@ def single_runs(tmp_path_factory: pytest.TempPathFactory, generated: tuple[Path,
     return SingleRuns(settings, manifest, days, plan, reports, snapshot[len(plan)][0], rows, attempts, log)
 
 
+@pytest.mark.timeout(2400)  # its fixture runs 20 DAG runs (about 6 minutes on a slow day)
 def test_every_dag_runs_through_airflow_and_a_rerun_leaves_every_table_equal(single_runs: SingleRuns) -> None:
     settings, manifest, days = single_runs.settings, single_runs.manifest, single_runs.days
     first, again = single_runs.reports[:len(single_runs.plan)], single_runs.reports[len(single_runs.plan):]
@@ -168,7 +173,7 @@ class Cluster:
         self._booting: threading.Thread | None = None
         self._boot_error: BaseException | None = None
 
-    def airflow(self, *args: str, timeout: float = 120) -> str:
+    def airflow(self, *args: str, timeout: float = 600) -> str:
         done = subprocess.run([self._bin(), *args], env=self.env, capture_output=True, text=True, timeout=timeout)
         assert done.returncode == 0, f"airflow {' '.join(args)}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
         return done.stdout
@@ -197,7 +202,7 @@ class Cluster:
         self._booting.join()
         if self._boot_error is not None:
             raise self._boot_error
-        self.wait(lambda: len(self.get("/dags").get("dags", [])) == 4, "the DAGs to be parsed", 180)
+        self.wait(lambda: len(self.get("/dags").get("dags", [])) == 4, "the DAGs to be parsed", PARSE_S)
 
     def stop(self) -> None:
         if self._booting is not None:
@@ -273,6 +278,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, landing: Path) -> Iterator
             node.stop()
 
 
+@pytest.mark.timeout(PARSE_S + INGEST_S + BACKFILL_S)
 def test_the_same_dags_on_postgres_celery_and_s3_where_a_backfill_of_three_days_equals_three_single_runs(
         cluster: tuple[Cluster, Settings], single_runs: SingleRuns, generated: tuple[Path, dict[str, Any]]) -> None:
     node, settings = cluster
@@ -283,11 +289,11 @@ def test_the_same_dags_on_postgres_celery_and_s3_where_a_backfill_of_three_days_
     assert settings.landing_dir == single_runs.settings.landing_dir  # every day's files are there by now
 
     node.post("/dags/strata_ingest/dagRuns", {"logical_date": _midnight_after(single_runs.days[-1]).isoformat()})
-    node.wait_runs("strata_ingest", "manual", 1, 180)
+    node.wait_runs("strata_ingest", "manual", 1, INGEST_S)
     first, last = single_runs.days[0], single_runs.days[-1]
     node.airflow("backfill", "create", "--dag-id", "strata_daily", "--from-date", first, "--to-date", last,
                  "--max-active-runs", "1")
-    runs = node.wait_runs("strata_daily", "backfill", 3, 420)
+    runs = node.wait_runs("strata_daily", "backfill", 3, BACKFILL_S)
 
     assert sorted(r["data_interval_start"][:10] for r in runs) == single_runs.days
     for run in runs:  # on the Celery worker, every layer as in the embedded runs
