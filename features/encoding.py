@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 #: Feast's ``ValueType.STRING``: the type tag of string join keys and their values.
 _STRING = 2
@@ -95,9 +94,3 @@ def _with_feast(column: pa.Array, value_type: Any) -> tuple[list[bytes], list[st
 
     protos = python_values_to_proto_values(column.to_numpy(zero_copy_only=False), value_type)
     return [p.SerializeToString() for p in protos], [extract_text_and_num(p, False)[0] for p in protos]
-
-
-def null_mask(column: pa.Array) -> np.ndarray:
-    """Where a column holds no value (null, or NaN for floats)."""
-    missing = pc.is_null(column, nan_is_null=True)
-    return np.asarray(missing.to_numpy(zero_copy_only=False), dtype=bool)
