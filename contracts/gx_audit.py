@@ -70,11 +70,11 @@ def expectation_suite(contract: Contract, *, now: datetime | None = None) -> gx.
 
     now = _check_time(now)
     _context()  # GX needs an active context to build a suite
-    suite = gx.ExpectationSuite(name=f"{contract.name}@{contract.version}")
+    expectations: list[Any] = []
 
     def add(rule: str, expectation: Any) -> None:
         expectation.meta = {"rule": rule, "contract": contract.name, "contract_version": contract.version}
-        suite.add_expectation(expectation)
+        expectations.append(expectation)
 
     bounds = contract.row_count
     add("table.row_count", gxe.ExpectTableRowCountToBeBetween(min_value=bounds.minimum, max_value=bounds.maximum))
@@ -109,7 +109,9 @@ def expectation_suite(contract: Contract, *, now: datetime | None = None) -> gx.
                 gxe.ExpectColumnValuesToBeBetween(column=c.name, max_value=pd.Timestamp(now + c.max_future)))
         if c.name in unique:
             add(f"{c.name}.unique", gxe.ExpectColumnValuesToBeUnique(column=c.name))
-    return suite
+    # In one call: ``add_expectation`` compares each new expectation with every one before it
+    # (quadratic: 0.4 s for a DWS table's 127), and each rule here is its own expectation anyway.
+    return gx.ExpectationSuite(name=f"{contract.name}@{contract.version}", expectations=expectations)
 
 
 def audit(
@@ -117,12 +119,13 @@ def audit(
     contract: Contract,
     *,
     now: datetime | None = None,
-    result_format: str = "SUMMARY",
+    result_format: str = "BASIC",
 ) -> AuditResult:
     """Validate ``data`` against the contract's expectation suite with Great Expectations.
 
     ``data`` is converted to pandas the way :func:`to_pandas` does, so column dtypes are
-    those the suite's type expectations name.
+    those the suite's type expectations name. ``BASIC`` results hold what a failure reports
+    (unexpected count, examples, observed value) at about half the cost of ``SUMMARY``.
     """
     suite = expectation_suite(contract, now=now)
     frame = to_pandas(data)
