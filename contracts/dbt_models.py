@@ -83,7 +83,7 @@ def check_dbt_models(
     if contracts is None:
         contracts = all_contracts()
     by_name = dict(contracts) if isinstance(contracts, Mapping) else {c.name: c for c in contracts}
-    doc = yaml.safe_load(Path(models_yml).read_text(encoding="utf-8")) or {}
+    doc = yaml.load(Path(models_yml).read_text(encoding="utf-8"), Loader=yaml.CSafeLoader) or {}
     models = doc.get("models") or []
     problems: list[str] = []
     matched: set[str] = set()
