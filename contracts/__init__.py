@@ -54,6 +54,7 @@ from contracts.arrow import arrow_schema, conform
 from contracts.compat import Change, diff_contracts
 from contracts.dbt_models import check_dbt_models, dbt_columns
 from contracts.errors import ContractError, ContractViolation, Violation
+from contracts.feast_import import load_feast
 from contracts.feast_schema import check_feast_fields, feast_fields
 from contracts.gx_audit import AuditFailure, AuditResult, audit, expectation_suite
 from contracts.lint import lint
@@ -66,7 +67,7 @@ __all__ = [
     "AuditFailure", "AuditResult", "Change", "Column", "Contract", "ContractError", "ContractViolation",
     "Freshness", "LockProblem", "RowCountBounds", "RowSplit", "Violation", "all_contracts", "arrow_schema",
     "audit", "check_dbt_models", "check_feast_fields", "check_lock", "conform", "dbt_columns",
-    "diff_contracts", "expectation_suite", "feast_fields", "lint", "load_contract", "parse_contract",
+    "diff_contracts", "expectation_suite", "feast_fields", "lint", "load_contract", "load_feast", "parse_contract",
     "read_contract",
     "split_rows", "write_lock",
 ]

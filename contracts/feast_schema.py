@@ -2,7 +2,8 @@
 
 Feature views over the DWS tables declare their fields with :func:`feast_fields` so their
 types cannot drift from the table contract; :func:`check_feast_fields` verifies any fields
-(or a feature view) against it. Feast takes seconds to import; it is imported here only.
+(or a feature view) against it. Feast is imported inside the functions, through
+:func:`~contracts.feast_import.load_feast`.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from typing import Any
 import pyarrow as pa
 
 from contracts.errors import ContractError
+from contracts.feast_import import load_feast
 from contracts.model import Contract
 
 
 def feast_type(t: pa.DataType) -> Any:
     """The Feast type of a column of Arrow type ``t``; ``ContractError`` when Feast has none."""
+    load_feast()
     from feast import types as ft
 
     simple = {
@@ -35,6 +38,7 @@ def feast_type(t: pa.DataType) -> Any:
 
 def feast_fields(contract: Contract, columns: Sequence[str]) -> list[Any]:
     """``feast.Field`` objects for ``columns`` of ``contract``, typed and described from it."""
+    load_feast()
     from feast import Field
 
     fields = []

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from contracts import load_feast
+
 #: Feast's ``ValueType.STRING``: the type tag of string join keys and their values.
 _STRING = 2
 #: Protobuf tags of ``feast.types.Value`` fields (field number << 3 | wire type).
@@ -89,6 +91,7 @@ def values(column: pa.Array | pa.ChunkedArray, value_type: Any, *, texts: bool =
 
 
 def _with_feast(column: pa.Array, value_type: Any) -> tuple[list[bytes], list[str | None]]:
+    load_feast()
     from feast.infra.online_stores.helpers import extract_text_and_num
     from feast.type_map import python_values_to_proto_values
 

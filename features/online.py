@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from contracts import load_feast
 from features.online_store import connect_sqlite, mmh3_field, redis_client, table_name
 from features.repo.definitions import ENTITIES, feature_names, feature_tables, join_key, view_name
 from features.store import PROJECT, sqlite_path
@@ -48,6 +49,7 @@ def decode(value: bytes | None) -> Any:
 
 
 def _decode_with_feast(value: bytes) -> Any:
+    load_feast()
     from feast.protos.feast.types.Value_pb2 import Value
     from feast.type_map import feast_value_type_to_python_type
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 
+from contracts import load_feast
 from features.store import applied_store
 from warehouse.settings import Settings
 
@@ -19,6 +20,7 @@ DEFAULT_PORT = 6566
 def serve(settings: Settings, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, workers: int = 1,
           registry_ttl_s: int = 60) -> None:
     """Serve the online features over HTTP until stopped (blocks)."""
+    load_feast()
     from feast.feature_server import start_server
 
     store, _ = applied_store(settings)

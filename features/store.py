@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from contracts import load_feast
 from warehouse.settings import Settings
 
 #: The Feast project: the prefix of online tables (``strata_user_features``) and Redis keys.
@@ -116,6 +117,7 @@ def utc() -> None:
 
 def open_store(settings: Settings) -> Any:
     """A ``FeatureStore`` over the generated config, without applying anything."""
+    load_feast()
     from feast import FeatureStore
 
     utc()

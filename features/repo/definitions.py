@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from contracts import load_feast
 from warehouse.settings import Settings
 from warehouse.tables import Table, all_tables
 
@@ -71,6 +72,7 @@ def view_name(table: Table) -> str:
 
 def definitions(settings: Settings) -> list[Any]:
     """The Feast objects to apply, for the lake of ``settings``."""
+    load_feast()
     from feast import Entity, FeatureService, FeatureView, FileSource, ValueType
     from feast.data_format import DeltaFormat
 
