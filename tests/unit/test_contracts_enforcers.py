@@ -244,6 +244,20 @@ def test_audit_names_the_failed_rule(data: pl.DataFrame, rule: str, count: int |
     assert rule in result.rules_failed and rule in result.summary()
 
 
+def test_a_bound_is_checked_on_the_column_extremes_and_value_by_value_where_they_break_it() -> None:
+    rows = conform(split_rows(request_rows(4), REQUEST, now=NOW).valid, REQUEST, now=NOW)
+    # An optional column with a bound, all null: it has no minimum, yet no value breaks the bound.
+    assert rows.column("ttft_ms").null_count == 4 and audit(rows, REQUEST, now=NOW).success
+    low = pl.from_arrow(rows).with_columns(pl.Series("ttft_ms", [5.0, -1.0, None, -2.0]))
+    result = audit(low, REQUEST, now=NOW)
+    failure = next(f for f in result.failures if f.rule == "ttft_ms.min")
+    assert (failure.expectation, failure.unexpected_count, sorted(failure.examples)) == (
+        "expect_column_values_to_be_between", 2, [-2.0, -1.0])
+    statistics = result.result["statistics"]
+    assert not result.success and statistics["unsuccessful_expectations"] == len(result.failures) == 1
+    assert statistics["successful_expectations"] + 1 == statistics["evaluated_expectations"]
+
+
 def test_audit_row_count_bounds_and_tolerances() -> None:
     assert "table.row_count" in audit(feedback(0), load_contract("ops.audit_log"), now=NOW).rules_failed
     rows = split_rows(request_rows(4), TOLERANT, now=NOW).valid
