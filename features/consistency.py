@@ -19,7 +19,8 @@ import polars as pl
 
 from features.materialize import _connection, watermarks
 from features.online import View, reader
-from features.repo.definitions import TTL, feature_names, feature_tables, join_key, timestamp_column, view_name
+from features.repo.definitions import (SERVED, TTL, feature_names, feature_tables, join_key, timestamp_column,
+                                       view_name)
 from features.store import applied_store
 from warehouse.settings import Settings
 from warehouse.storage.objectstore import is_object_store
@@ -137,9 +138,31 @@ def _offline_as_of(settings: Settings, source: Any, keys: list[str], as_of: dt.d
     return frame
 
 
+def moved_on(settings: Settings, day: dt.date) -> dt.datetime | None:
+    """The time the online store's feature views reflect, when it lies after ``day``; else None.
+
+    A check measures the store as it is: once a later day is materialized, the check of
+    ``day`` can no longer be made (the row it recorded then stands). Served views (the
+    scores) are left out: their times are when a run wrote them, not the data's.
+    """
+    marks = watermarks(settings)
+    times = [dt.datetime.fromisoformat(mark["as_of"]) for t in feature_tables() if t.name not in SERVED
+             if (mark := marks.get(view_name(t))) and mark.get("as_of")]
+    latest = max(times, default=None)
+    return latest if latest is not None and latest.astimezone(dt.timezone.utc).date() > day else None
+
+
 def check_consistency(settings: Settings, day: dt.date | None = None, *, sample: int = SAMPLE, seed: int = 0,
                       publish_rows: bool = True) -> ConsistencyReport:
-    """Check every materialized view and (unless told not to) publish the day's rates."""
+    """Check every materialized view and (unless told not to) publish the day's rates.
+
+    ``day`` (default: the day the store reflects) names the partition written; a day the
+    store has moved on from is refused (:func:`moved_on`).
+    """
+    if day is not None and (later := moved_on(settings, day)) is not None:
+        raise LookupError(f"the online store reflects the features up to {later:%Y-%m-%d %H:%M} UTC, after {day}: "
+                          f"the check of {day} measured the store as it was then and cannot be made again (its rows "
+                          f"in {TABLE} stand); check a later day, or leave the date out")
     marks = watermarks(settings)
     if not any(mark.get("as_of") for mark in marks.values()):  # nothing materialized yet: nothing to compare
         return ConsistencyReport(day or dt.datetime.now(dt.timezone.utc).date(), [])

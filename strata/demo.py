@@ -72,7 +72,8 @@ def arrive(generated: Path, landing: Path, day: str) -> int:
 def daily_plan(days: list[str], last_traffic: str, *, trained: bool) -> list[Run]:
     """The DAG runs of the demo: each day's last ingest run, then that day's layers. Then, with
     every late label in, the weekly training up to the day before the last day of traffic, and
-    that last day's scores (scoring needs a model, and a model scores the days after it)."""
+    that last day's scores (scoring needs a model, and a model scores the days after it); its
+    ADS build catches up the labels the feedback-only days merged into the days before it."""
     from strata.orchestration.dag_runs import Run
 
     def midnight_after(day: str) -> dt.datetime:

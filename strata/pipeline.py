@@ -101,11 +101,17 @@ def build_dws(settings: Settings, day: dt.date, *, progress: Progress | None = N
 
 def build_ads(settings: Settings, day: dt.date, *, progress: Progress | None = None,
               storm_multiple: float | None = None) -> StepResult:
-    """Publish the day's ADS marts: ``dbt build`` in-process, then each mart through the publish path."""
-    from warehouse.ads.build import build
+    """Publish the day's ADS marts: ``dbt build`` in-process, then each mart through the publish path.
 
-    report = build(settings, [day], progress=progress, storm_multiple=storm_multiple)
+    The days of the week before whose ``dwd.request`` changed since their marts were built (late
+    labels merged in) are built again in the same run (``counts["days_caught_up"]``).
+    """
+    from warehouse.ads.build import build, stale_days
+
+    caught_up = stale_days(settings, day)
+    report = build(settings, [*caught_up, day], progress=progress, storm_multiple=storm_multiple)
     counts = {f"{p.table.name.split('.', 1)[1]}_rows": p.rows for p in report.published}
+    counts["days_caught_up"] = len(caught_up)
     return StepResult("build_ads", counts, {p.table.name: p.version for p in report.published}, report)
 
 

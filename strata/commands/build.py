@@ -59,18 +59,26 @@ def build_ads_cmd(
     storm_multiple: Optional[float] = typer.Option(
         None, "--storm-multiple", min=0.0,
         help="Retry storms: retries must exceed this multiple of first attempts (default: the project's, 1.0)."),
+    wait: Optional[float] = WAIT,
 ) -> None:
-    """Publish the ADS marts for event dates: dbt build in-process, then each mart as a Delta table (idempotent)."""
-    from strata import pipeline
-    from warehouse.settings import load_settings
+    """Publish the ADS marts for event dates: dbt build in-process, then each mart as a Delta table (idempotent).
 
-    settings = load_settings()
+    The days of the week before a date whose dwd.request changed since their marts were built
+    (late labels merged in, a rebuilt DWD day) are built again with it.
+    """
+    from strata import pipeline
+
+    settings = for_writing(wait)
     for day in dates(days):
         with progress(f"building ADS {day}") as step:
             result = pipeline.build_ads(settings, day, progress=step, storm_multiple=storm_multiple)
         report = result.detail
+        built = ", ".join(str(d) for d in report.days)
         for p in report.published:
-            out.print(f"{p.table} [{day}] v{p.version}: {p.rows:,} row(s)")
+            out.print(f"{p.table} [{built}] v{p.version}: {p.rows:,} row(s)")
+        if result.counts["days_caught_up"]:
+            earlier = ", ".join(str(d) for d in report.days if d != day)
+            out.print(f"  caught up {earlier}: their dwd.request changed after their marts were built (late labels)")
         run = report.dbt
         out.print(f"  dbt: start-up {run.startup_s:.1f}s, models {run.seconds('model'):.1f}s, tests "
                   f"{run.seconds('test') + run.seconds('unit_test'):.1f}s; publishing {report.publish_s:.1f}s")

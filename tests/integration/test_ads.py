@@ -263,6 +263,31 @@ def test_a_rebuild_replaces_exactly_its_day(built: tuple[Settings, dict, Path]) 
         assert after.sort(key).equals(before[mart.name].sort(key)), mart.name
 
 
+def test_late_labels_reach_the_marts_of_earlier_days_in_the_next_daily_build(tmp_path: Path) -> None:
+    settings = load_settings({"STRATA_HOME": str(tmp_path / "home"), "STRATA_PSEUDONYM_KEY": "test-key-0123456789abcdef"})
+    landing = tmp_path / "landing"
+    generate(landing, days=2, requests_per_day=400, seed=5, start=START, fault_rate=0.0)
+    pipeline.load_prices(settings, landing / "prices.csv")
+
+    def labelled(day: dt.date) -> tuple[int, int]:
+        in_dwd = dwd_requests(settings).filter(pl.col("event_date") == day)["feedback_kind"].is_not_null().sum()
+        in_ads = ads(settings, "model_daily").filter(pl.col("event_date") == day)["labelled_requests"].sum()
+        return in_dwd, in_ads
+
+    first, second = DAYS
+    for day in DAYS:  # each day's files arrive, then its DWD and ADS are built
+        pipeline.land(settings, [landing / kind / f"date={day}" for kind in ("requests", "feedback")])
+        pipeline.build_dwd(settings, day)
+        result = pipeline.build_ads(settings, day)
+        if day == first:
+            assert result.counts["days_caught_up"] == 0 and labelled(first)[0] == labelled(first)[1]
+            before = labelled(first)
+    # The second day's feedback labelled requests of the first, in DWD and, caught up, in ADS.
+    assert result.counts["days_caught_up"] == 1 and labelled(first)[0] > before[0]
+    assert labelled(first)[0] == labelled(first)[1] and labelled(second)[0] == labelled(second)[1]
+    assert pipeline.build_ads(settings, second).counts["days_caught_up"] == 0  # a rerun: nothing changed
+
+
 def test_a_model_of_the_wrong_type_fails_the_build_and_publishes_nothing(
         built: tuple[Settings, dict, Path], tmp_path: Path) -> None:
     settings, _, _ = built

@@ -179,6 +179,9 @@ def test_consistency_is_clean_then_finds_a_planted_skew(world: dict) -> None:
 
     clean = check_consistency(settings, DAY2, sample=10_000)
     assert clean.mismatches == 0 and clean.missing == 0
+    # The store reflects DAY2 now: the check of the day before can no longer be made.
+    with pytest.raises(LookupError, match="cannot be made again"):
+        check_consistency(settings, DAY2 - dt.timedelta(days=1))
     assert {v.view: v.sampled for v in clean.views} == {
         view_name(t): lake.read_frame(settings, t)[join_key(t)].n_unique() for t in feature_tables()}
     written = lake.read_frame(settings, table("ads.feature_consistency"))

@@ -17,9 +17,12 @@ would make publishing cost more than computing (``benchmarks/bench_ads.py``).
 
 A day DWD was built for can be built (a day with feedback only has empty request marts
 and its data-quality rows). The marts read ``dwd.request`` (and the quotas, the quarantine's
-rule ids, the audit log and the books) as they are when the build runs: late feedback or a rebuilt DWD day reaches
-ADS when the day is built again. ``ads.data_quality`` lists the ADS tables' own writes of a
-day from its next build on.
+rule ids, the audit log and the books) as they are when the build runs. Late feedback
+changes earlier days' ``dwd.request`` (its labels are merged in), so the daily build of a
+day also rebuilds the days of the week before it whose ``dwd.request`` changed after their
+marts were published (:func:`stale_days`): label-based quality catches up on its own, and a
+rerun, finding nothing changed, rebuilds only its day. ``ads.data_quality`` lists the ADS
+tables' own writes of a day from its next build on.
 """
 
 from __future__ import annotations
@@ -122,6 +125,36 @@ def build(
         published = [_publish(settings, run, mart, built, progress, i) for i, mart in enumerate(MARTS)]
         run.remove()
         return AdsBuild(built, dbt_run, published)
+
+
+#: How many days before a build's day it catches up with DWD: feedback arrives days late.
+CATCH_UP_DAYS = 7
+
+
+def stale_days(settings: Settings, day: dt.date, lookback: int = CATCH_UP_DAYS) -> list[dt.date]:
+    """The days of the ``lookback`` before ``day`` whose ``dwd.request`` partition was written
+    after their marts were (late labels merged in, a day rebuilt): they need building again."""
+    first = day - dt.timedelta(days=lookback)
+    changed = _written_at(settings, DWD_REQUEST, first, day)
+    built: dict[dt.date, int] = {}
+    for mart in MARTS:  # a mart with no rows on a day has no files there
+        for d, at in _written_at(settings, mart, first, day).items():
+            built[d] = min(at, built.get(d, at))
+    return sorted(d for d, at in changed.items() if d in built and at > built[d])
+
+
+def _written_at(settings: Settings, table: Table, first: dt.date, last: dt.date) -> dict[dt.date, int]:
+    """Per event date in [first, last): when its newest file was written (ms since the epoch)."""
+    import pyarrow.compute as pc
+
+    delta = lake.open_table(settings, table)
+    if delta is None:
+        return {}
+    files = pa.table(delta.get_add_actions(flatten=True)).select(["partition.event_date", "modification_time"])
+    days = files.column(0)
+    files = files.filter(pc.and_(pc.greater_equal(days, first), pc.less(days, last)))
+    newest = files.group_by("partition.event_date").aggregate([("modification_time", "max")])
+    return dict(zip(newest.column(0).to_pylist(), newest.column(1).to_pylist()))
 
 
 def _dwd_days(settings: Settings, days: Sequence[dt.date]) -> set[dt.date]:
