@@ -9,6 +9,10 @@
   and Redis as broker (databases 12 and 13), and the lake on S3 (a moto server speaking the S3
   protocol). A backfill of three days
   (``airflow backfill create``) must leave the same tables as the three single runs above.
+
+The two deployments share one landing zone (so ODS lineage, the files' paths, is the same in
+both lakes) and run side by side: the cluster boots while the embedded runs start, and lands and
+backfills in the background as soon as the embedded runs have dropped every day's files.
 """
 
 from __future__ import annotations
@@ -97,8 +101,9 @@ def landing(tmp_path_factory: pytest.TempPathFactory, generated: tuple[Path, dic
 
 @pytest.fixture(scope="module")
 def single_runs(tmp_path_factory: pytest.TempPathFactory, generated: tuple[Path, dict[str, Any]],
-                landing: Path) -> SingleRuns:
-    """The embedded runs (the cluster test compares its lake with this one)."""
+                landing: Path, cluster: ClusterRun) -> SingleRuns:
+    """The embedded runs (the cluster test compares its lake with this one); the cluster starts
+    landing once they have dropped the last day's files."""
     folder, manifest = generated
     home = tmp_path_factory.mktemp("embedded")
     settings = load_settings({"STRATA_HOME": str(home), "STRATA_LANDING_DIR": str(landing),
@@ -114,8 +119,11 @@ def single_runs(tmp_path_factory: pytest.TempPathFactory, generated: tuple[Path,
     def before(run: Run) -> None:
         if len(reports) == len(plan) and not snapshot:  # the first pass: what a rerun and a backfill must equal
             snapshot.append((lake_rows(settings), lake.read_frame(settings, OPS_AUDIT_LOG).height))
-        if run.dag_id == "strata_ingest":  # the day's files arrive, as the AI service drops them
-            arrive(folder, settings.landing_dir, (run.at - dt.timedelta(days=1)).date().isoformat())
+        if run.dag_id == "strata_ingest" and len(reports) < len(plan):  # the day's files arrive, as the
+            day = (run.at - dt.timedelta(days=1)).date().isoformat()     # AI service drops them
+            arrive(folder, settings.landing_dir, day)
+            if day == days[-1]:
+                cluster.landed.set()
 
     log = home / "airflow.log"
     # The same dates twice, in one Airflow child process.
@@ -246,10 +254,36 @@ class Cluster:
         return {t["task_id"]: t["state"] for t in tis}
 
 
+@dataclasses.dataclass
+class ClusterRun:
+    """The cluster's part, run in the background: land every day's files once they are all there
+    (``landed``), then backfill the days; what it found, or the error that stopped it."""
+
+    node: Cluster
+    settings: Settings
+    days: list[str]
+    landed: threading.Event = dataclasses.field(default_factory=threading.Event)
+    runs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    error: BaseException | None = None
+
+    def __call__(self) -> None:
+        try:
+            assert self.landed.wait(PARSE_S), "the embedded runs never dropped the last day's files"
+            self.node.ready()
+            self.node.post("/dags/strata_ingest/dagRuns", {"logical_date": _midnight_after(self.days[-1]).isoformat()})
+            self.node.wait_runs("strata_ingest", "manual", 1, INGEST_S)
+            self.node.airflow("backfill", "create", "--dag-id", "strata_daily", "--from-date", self.days[0],
+                              "--to-date", self.days[-1], "--max-active-runs", "1")
+            self.runs = self.node.wait_runs("strata_daily", "backfill", len(self.days), BACKFILL_S)
+        except BaseException as exc:  # noqa: BLE001 - raised again by the test
+            self.error = exc
+
+
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, landing: Path) -> Iterator[tuple[Cluster, Settings]]:
-    """A cluster on fresh services, booting in the background from the moment it is asked for;
-    everything is stopped, dropped and flushed afterwards."""
+def cluster(tmp_path_factory: pytest.TempPathFactory, generated: tuple[Path, dict[str, Any]],
+            landing: Path) -> Iterator[ClusterRun]:
+    """A cluster on fresh services, booting and then working in the background from the moment it is
+    asked for; everything is stopped, dropped and flushed afterwards."""
     logs = tmp_path_factory.mktemp("cluster")
     with s3_server(logs / "moto.log") as endpoint, postgres_database("strata_af_") as database, \
             redis_databases(12, 13) as (broker, results):
@@ -269,28 +303,32 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, landing: Path) -> Iterator
         env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS"] = "True"
         node = Cluster(env, logs)
         node.boot()
+        job = ClusterRun(node, settings, sorted(generated[1]["days"]))
+        worker = threading.Thread(target=job, name="cluster", daemon=True)
+        worker.start()
         try:
-            yield node, settings
+            yield job
         finally:
+            job.landed.set()  # a failed embedded run must not leave the job waiting
             node.stop()
+            worker.join(timeout=30)
 
 
 @pytest.mark.timeout(PARSE_S + INGEST_S + BACKFILL_S)
 def test_the_same_dags_on_postgres_celery_and_s3_where_a_backfill_of_three_days_equals_three_single_runs(
-        cluster: tuple[Cluster, Settings], single_runs: SingleRuns, generated: tuple[Path, dict[str, Any]]) -> None:
-    node, settings = cluster
+        cluster: ClusterRun, single_runs: SingleRuns, generated: tuple[Path, dict[str, Any]]) -> None:
+    node, settings = cluster.node, cluster.settings
     manifest = generated[1]
-    node.ready()
     assert node.env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
     assert node.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg://")
-    assert settings.landing_dir == single_runs.settings.landing_dir  # every day's files are there by now
-
-    node.post("/dags/strata_ingest/dagRuns", {"logical_date": _midnight_after(single_runs.days[-1]).isoformat()})
-    node.wait_runs("strata_ingest", "manual", 1, INGEST_S)
-    first, last = single_runs.days[0], single_runs.days[-1]
-    node.airflow("backfill", "create", "--dag-id", "strata_daily", "--from-date", first, "--to-date", last,
-                 "--max-active-runs", "1")
-    runs = node.wait_runs("strata_daily", "backfill", 3, BACKFILL_S)
+    assert settings.landing_dir == single_runs.settings.landing_dir and cluster.days == single_runs.days
+    deadline = time.monotonic() + PARSE_S + INGEST_S + BACKFILL_S
+    while not cluster.runs and cluster.error is None:  # the job's own waits end it within the deadline
+        assert time.monotonic() < deadline, f"the cluster's job hung; logs in {node.logs}"
+        time.sleep(1)
+    if cluster.error is not None:
+        raise cluster.error
+    runs = cluster.runs
 
     for dag_id, kind in (("strata_ingest", "manual"), ("strata_daily", "backfill")):
         for r in node.runs(dag_id, kind):
