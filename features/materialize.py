@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import queue
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -32,6 +30,7 @@ from features.store import PROJECT, applied_store, feast_dir, sqlite_path
 from warehouse.progress import Progress
 from warehouse.settings import Settings
 from warehouse.storage import lake
+from warehouse.storage.publish import prefetch
 from warehouse.tables import Table
 
 #: Entities per encoded batch: bounds memory (about 20 features × 8 k entities in flight at once).
@@ -169,24 +168,7 @@ def encode(batch: pa.RecordBatch, key: str, features: list[str], texts: bool = T
 
 def _encoded(reader: pa.RecordBatchReader, key: str, features: list[str], texts: bool) -> Iterator[Chunk]:
     """Chunks encoded in a thread ahead of the writer (DuckDB and SQLite release the GIL)."""
-    out: queue.Queue[Chunk | BaseException | None] = queue.Queue(maxsize=2)
-
-    def produce() -> None:
-        try:
-            for batch in reader:
-                if batch.num_rows:
-                    out.put(encode(batch, key, features, texts))
-            out.put(None)
-        except BaseException as e:  # handed to the consumer, which raises it
-            out.put(e)
-
-    thread = threading.Thread(target=produce, name="features-encode", daemon=True)
-    thread.start()
-    while (item := out.get()) is not None:
-        if isinstance(item, BaseException):
-            raise item
-        yield item
-    thread.join()
+    return prefetch((encode(batch, key, features, texts) for batch in reader if batch.num_rows), depth=2)
 
 
 def writer(settings: Settings, view: str, features: list[str]) -> Writer:

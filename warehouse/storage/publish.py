@@ -115,7 +115,10 @@ def prefetch(frames: Iterable[T], depth: int = 1) -> Iterator[T]:
     """Compute the next frame(s) in a background thread while the writer encodes this one.
 
     The work on both sides (polars, DuckDB, the Delta writer) releases the GIL, so the
-    two cores overlap. An error in the producer is raised here, in order.
+    two cores overlap. An error in the producer is raised here, in order. The thread never
+    outlives the stream, even one its consumer abandons: a thread still inside DuckDB or Arrow
+    when the interpreter exits aborts the process ("terminate called without an active
+    exception", duckdb/duckdb#13904).
     """
     import queue
     import threading
@@ -124,20 +127,23 @@ def prefetch(frames: Iterable[T], depth: int = 1) -> Iterator[T]:
     done = object()
     stop = threading.Event()
 
+    def offer(item: object) -> bool:
+        while not stop.is_set():
+            try:
+                box.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def produce() -> None:
         try:
             for frame in frames:
-                while not stop.is_set():
-                    try:
-                        box.put(frame, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not offer(frame):
                     return
-            box.put(done)
+            offer(done)
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
-            box.put(exc)
+            offer(exc)
 
     worker = threading.Thread(target=produce, name="strata-prefetch", daemon=True)
     worker.start()
@@ -151,6 +157,7 @@ def prefetch(frames: Iterable[T], depth: int = 1) -> Iterator[T]:
             yield item
     finally:
         stop.set()
+        worker.join()
 
 
 class _Sample:
