@@ -12,7 +12,8 @@ Parquet — no lineage, no byte-exact invalid UTF-8, no type-fault detection, no
 audit. Its ratio to the single pass is the ceiling of any archive-then-parse pipeline on
 this machine; ingest and DWD are each also set against their own bare pass.
 
-CPU seconds are reported beside wall time (ours: the process plus its GX audit worker):
+CPU seconds are reported beside wall time (ours: the process plus the GX audit worker's work
+for it — the shared worker runs already, as it does for every command but the first of a while):
 when every core is busy, CPU is what sets the pace.
 
 Peak memory of ingest + DWD on a 5,000,000-request day is measured in a child process,
@@ -43,6 +44,13 @@ from warehouse.ods.ingest import ingest
 from warehouse.dwd.build import build
 settings = load_settings()
 landing = Path(sys.argv[1]); day = dt.date.fromisoformat(sys.argv[2])
+def worker_cpu(pid):  # utime and stime, the 14th and 15th fields
+    with open(f"/proc/{pid}/stat") as stat:
+        return sum(map(int, stat.read().rsplit(")", 1)[1].split()[11:13])) / os.sysconf("SC_CLK_TCK")
+# The shared GX worker runs already, as it does for every command but the first of a while.
+from contracts import audit_worker
+worker = audit_worker.pid()
+w0 = worker_cpu(worker)
 t0, c0 = time.perf_counter(), cpu_s()
 ingest(settings, [landing / "requests"])
 t1, c1 = time.perf_counter(), cpu_s()
@@ -54,13 +62,9 @@ t2, c2 = time.perf_counter(), cpu_s()
 def high_water_kb(pid="self"):
     with open(f"/proc/{pid}/status") as status:
         return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
-from contracts import audit_worker
-worker = audit_worker.pid()
 worker_kb = high_water_kb(worker)
 peak_kb = high_water_kb() + worker_kb
-with open(f"/proc/{worker}/stat") as stat:  # utime and stime, the 14th and 15th fields
-    ticks = stat.read().rsplit(")", 1)[1].split()[11:13]
-worker_cpu_s = sum(map(int, ticks)) / os.sysconf("SC_CLK_TCK")
+worker_cpu_s = worker_cpu(worker) - w0
 print(json.dumps({"ingest_s": t1 - t0, "dwd_s": t2 - t1, "records": report.books.ods_rows,
                   "ingest_cpu_s": c1 - c0, "dwd_cpu_s": c2 - c1, "worker_cpu_s": worker_cpu_s,
                   "peak_rss_mb": peak_kb / 1024, "worker_peak_rss_mb": worker_kb / 1024}))
@@ -194,7 +198,7 @@ def run(workdir: Path) -> list[Measurement]:
                     baseline_cpu_s, higher_is_better=False),
         Measurement("CPU seconds, DWD build (with its GX worker)", ours["dwd_cpu_s"] + ours["worker_cpu_s"], "s",
                     "DuckDB read_json → Parquet", baseline_cpu_s, higher_is_better=False),
-        Measurement("CPU seconds, GX worker alone (import + validation)", ours["worker_cpu_s"], "s",
+        Measurement("CPU seconds, GX worker alone (validation)", ours["worker_cpu_s"], "s",
                     "DuckDB read_json → Parquet", baseline_cpu_s, higher_is_better=False),
     ]
     dwd_s = ours["dwd_s"]

@@ -460,12 +460,24 @@ def test_audit_in_the_worker_process_gives_the_same_result() -> None:
 
 
 def test_a_dead_audit_worker_is_replaced() -> None:
+    import psutil
+
     from contracts import audit_worker
 
-    audit_worker.warm_up()
-    assert audit_worker._process is not None
-    audit_worker._process.kill()
-    audit_worker._process.wait()
+    first = audit_worker.pid()
+    psutil.Process(first).kill()
+    psutil.Process(first).wait(timeout=10)
     assert audit_worker.audit(conform(feedback(), FEEDBACK, now=NOW), FEEDBACK, now=NOW).success
-    audit_worker.stop()
-    assert audit_worker._process is None
+    assert audit_worker.pid() != first
+
+
+def test_processes_share_one_audit_worker_of_their_user() -> None:
+    import subprocess
+    import sys
+
+    from contracts import audit_worker
+
+    ours = audit_worker.pid()
+    theirs = subprocess.run([sys.executable, "-c", "from contracts import audit_worker; print(audit_worker.pid())"],
+                            capture_output=True, text=True, check=True, cwd=Path(__file__).parents[2]).stdout
+    assert int(theirs) == ours
