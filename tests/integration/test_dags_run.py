@@ -329,12 +329,6 @@ def test_the_same_dags_on_postgres_celery_and_s3_where_a_backfill_of_three_days_
     if cluster.error is not None:
         raise cluster.error
     runs = cluster.runs
-
-    for dag_id, kind in (("strata_ingest", "manual"), ("strata_daily", "backfill")):
-        for r in node.runs(dag_id, kind):
-            print("CRUN", dag_id, r["dag_run_id"], r.get("start_date"), r.get("end_date"), flush=True)
-            for t in node.get(f"/dags/{dag_id}/dagRuns/{r['dag_run_id']}/taskInstances").get("task_instances", []):
-                print("  TI", t["task_id"], t.get("map_index"), t["state"], t.get("duration"), t.get("start_date"), t.get("end_date"), flush=True)
     assert sorted(r["data_interval_start"][:10] for r in runs) == single_runs.days
     for run in runs:  # on the Celery worker, every layer as in the embedded runs
         states = node.task_states("strata_daily", run["dag_run_id"])
