@@ -20,6 +20,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from warehouse.errors import NotYet
 from warehouse.settings import Settings
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -28,6 +29,10 @@ _VERSION = re.compile(r"^v(\d+)$")
 
 class ModelError(ValueError):
     """A model cannot be registered, found or used; the message says which and why."""
+
+
+class NotEnoughLabels(ModelError, NotYet):
+    """The training window lacks positive or negative examples: no model can be learnt from it yet."""
 
 
 @dataclass(frozen=True)

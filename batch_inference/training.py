@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 
 from batch_inference.export import PARITY_TOLERANCE, parity, to_onnx
-from batch_inference.registry import Feature, ModelError, ModelVersion, new_card, register
+from batch_inference.registry import Feature, ModelError, ModelVersion, NotEnoughLabels, new_card, register
 from warehouse.settings import Settings
 from warehouse.storage import lake
 from warehouse.tables import DWD_FEEDBACK, DWD_REQUEST
@@ -121,8 +121,8 @@ def fit_and_register(settings: Settings, name: str, data: TrainingSet, *, split_
     test = frame.filter(pl.col("event_timestamp") >= split_at)
     for part, label in ((train, "training"), (test, "held-out")):
         if part.get_column("label").n_unique() < 2:
-            raise ModelError(f"the {label} split ({part.height} examples) lacks positives or negatives: "
-                             "widen the window (--until) or wait for more reviews")
+            raise NotEnoughLabels(f"the {label} split ({part.height} examples) lacks positives or negatives: "
+                                  "widen the window (--until) or wait for more reviews")
     x_train, x_test = (_matrix(part, data.features) for part in (train, test))
     pipeline = make_pipeline(SimpleImputer(strategy="median"), StandardScaler(),
                              LogisticRegression(max_iter=2000, class_weight="balanced"))

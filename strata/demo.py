@@ -118,8 +118,10 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
          f"{manifest['feedback']['lines']:,} feedback events arriving up to 3 days late")
 
     all_days = sorted(set(manifest["feedback"]["days"]) | set(manifest["days"]))
-    # a model learns from the DWS features, read through the Feast repo that materialization applies
-    trained = all(hasattr(pipeline, step) for step in ("train", "build_dws", "materialize"))
+    # a model learns from the DWS features, read through the Feast repo that materialization applies,
+    # of the days before the last day of traffic
+    layers = all(hasattr(pipeline, step) for step in ("train", "build_dws", "materialize"))
+    trained = layers and len(manifest["days"]) >= 2
     plan = daily_plan(all_days, max(manifest["days"]), trained=trained)
     echo(f"[bold]2/3 run the DAGs through Airflow[/] ({len(plan)} runs with dag.test(), day by day: "
          f"strata_ingest, then strata_daily{', then strata_train and the scores' if trained else ''}); "
@@ -130,9 +132,12 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
                              ("training", "train"), ("scores", "score")):
         if not hasattr(pipeline, step_name):
             echo(f"  {layer}: not built yet (strata.pipeline has no {step_name}): its tasks are skipped")
-    if hasattr(pipeline, "train") and not trained:
+    if hasattr(pipeline, "train") and not layers:
         echo("  training and scores: need the DWS features and the Feast repo (strata.pipeline has no build_dws "
              "or materialize yet): skipped")
+    elif layers and not trained:
+        echo(f"  training and scores: a model learns from the days before the last day of traffic, and "
+             f"{days} day(s) have none: skipped (try --days 7)")
     all_ok = True
     reports: list[RunReport] = []
     with progress("DAG runs") as step:

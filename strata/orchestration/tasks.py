@@ -11,7 +11,8 @@ and nowhere else, it is decided:
   day; the last for a step over a week), never ``now()``;
 * how a failure reads: one line naming the step, the date and what to do, marked as a
   refusal (configuration, bad or missing input: retrying cannot help) or as a failure that
-  a retry may cure (storage, a lock held, a commit conflict).
+  a retry may cure (storage, a lock held, a commit conflict); a step whose input is not there
+  yet (:class:`~warehouse.errors.NotYet`: a week without reviews to learn from) is a skip.
 
 It never imports ``airflow``; ``dags/steps.py`` turns the outcomes into Airflow's skip and fail.
 """
@@ -23,6 +24,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from warehouse.errors import NotYet
 from warehouse.settings import ConfigError, Settings, load_settings
 
 #: A run's data interval, as Airflow gives it (timezone-aware).
@@ -178,6 +180,8 @@ def run_step(name: str, context: Mapping[str, Any], **options: Any) -> dict[str,
     what = f"{name} for {_day(interval[0])}"
     try:
         result = step(*args, **kwargs)
+    except NotYet as exc:
+        raise Skip(f"{what}: {one_line(exc)}") from None
     except _REFUSALS as exc:
         raise StepRefused(f"{what}: {one_line(exc)}") from exc
     except Exception as exc:  # noqa: BLE001 - anything else may pass on a retry

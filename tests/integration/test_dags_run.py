@@ -42,7 +42,8 @@ from tests.services import (S3_KEYS, create_bucket, free_port, postgres_database
 from warehouse.settings import Settings, load_settings
 from warehouse.sources.generator import generate
 from warehouse.storage import lake
-from warehouse.tables import DWD_QUARANTINE, DWD_REQUEST, OPS_AUDIT_LOG, OPS_BOOKS
+from warehouse.tables import (ADS_SCORE_DAILY, ADS_USER_RISK_SCORES, DWD_QUARANTINE, DWD_REQUEST, OPS_AUDIT_LOG,
+                             OPS_BOOKS)
 
 UTC = dt.timezone.utc
 #: How long a cluster may take, at most, before the test calls it hung: a guard, not a target. On a
@@ -50,6 +51,8 @@ UTC = dt.timezone.utc
 #: process, the lake behind moto), so the guards leave several times that.
 PARSE_S, INGEST_S, BACKFILL_S = 600, 600, 2400
 START = dt.date(2026, 1, 1)
+#: The first run of the weekly training (its start date, a Monday): a run before it has no task.
+TRAIN_AT = dt.datetime(2026, 1, 5, tzinfo=UTC)
 KEY = "test-key-not-a-secret-0123456789"
 #: What each writing task must record an asset event for when it succeeds.
 OUTLETS = {
@@ -63,20 +66,25 @@ OUTLETS = {
     "ads.build_ads": [f"ads.{mart}" for mart in ("data_quality", "latency_breakdown", "model_daily", "retry_storms",
                                                  "tenant_daily", "version_mix")],
     "apply_retention": ["dwd.quarantine", "ods.feedback_raw", "ods.request_log_raw"],
+    "train": ["models.user_risk"],
+    "scores.score": ["ads.user_risk_scores"],  # each shard's
+    "scores.summarize_scores": ["ads.score_daily", "features.online_store"],
 }
 
 
 @dataclasses.dataclass
 class SingleRuns:
-    """The embedded runs: their reports (two passes over the same dates) and the lake after the first."""
+    """The embedded runs: their reports, and the lake after the first pass and after the rerun."""
 
     settings: Settings
     manifest: dict[str, Any]
     days: list[str]
     plan: list[Run]
+    rerun: list[Run]
     reports: list[RunReport]
     after_first_pass: dict[str, pl.DataFrame]
     attempts_after_first_pass: int
+    after_rerun: dict[str, pl.DataFrame]
     log: Path
 
 
@@ -111,34 +119,41 @@ def single_runs(tmp_path_factory: pytest.TempPathFactory, generated: tuple[Path,
     plan: list[Run] = []
     for day in days:
         plan += [Run("strata_ingest", _midnight_after(day)), Run("strata_daily", _midnight_after(day))]
-    plan += [Run("strata_retention", plan[-1].at + dt.timedelta(hours=4)), Run("strata_train", plan[-1].at)]
+    plan.append(Run("strata_retention", plan[-1].at + dt.timedelta(hours=4)))
     rerun = [run for run in plan if run.dag_id in ("strata_ingest", "strata_daily")]
-    snapshot: list[tuple[dict[str, pl.DataFrame], int]] = []
+    # Then the first weekly training (its week holds the three days) and the last day again, whole:
+    # now its users are scored, one mapped task per shard.
+    scoring = [Run("strata_train", TRAIN_AT), Run("strata_daily", _midnight_after(days[-1]))]
+    snapshots: list[tuple[dict[str, pl.DataFrame], int]] = []
 
     def before(run: Run) -> None:
-        if len(reports) == len(plan) and not snapshot:  # the first pass: what a rerun and a backfill must equal
-            snapshot.append((lake_rows(settings), lake.read_frame(settings, OPS_AUDIT_LOG).height))
+        if len(reports) in (len(plan), len(plan) + len(rerun)) and len(snapshots) < 2:  # what a rerun and a
+            snapshots.append((lake_rows(settings), lake.read_frame(settings, OPS_AUDIT_LOG).height))  # backfill equal
         if run.dag_id == "strata_ingest":  # the day's files arrive, as the AI service drops them
             arrive(folder, settings.landing_dir, (run.at - dt.timedelta(days=1)).date().isoformat())
 
     log = home / "airflow.log"
-    # The same dates twice, in one Airflow child process.
+    # The same dates twice, then the model, in one Airflow child process.
     reports: list[RunReport] = []
-    run_dags(settings, plan + rerun, log=log, before=before, on_run=reports.append)
+    runs = plan + rerun + scoring
+    run_dags(settings, runs, log=log, before=before, on_run=reports.append)
     failed = [(r.dag_id, r.at, r.errors) for r in reports if not r.ok]
-    assert not failed and len(reports) == len(plan) + len(rerun), f"{failed}; see {log}"
-    return SingleRuns(settings, manifest, days, plan, reports, *snapshot[0], log)
+    assert not failed and len(reports) == len(runs), f"{failed}; see {log}"
+    return SingleRuns(settings, manifest, days, plan, rerun, reports, *snapshots[0], snapshots[1][0], log)
 
 
-@pytest.mark.timeout(2400)  # its fixture runs 14 DAG runs
+@pytest.mark.timeout(2400)  # its fixture runs 16 DAG runs
 def test_every_dag_runs_through_airflow_and_a_rerun_leaves_every_table_equal(single_runs: SingleRuns) -> None:
     settings, manifest, days = single_runs.settings, single_runs.manifest, single_runs.days
-    first, again = single_runs.reports[:len(single_runs.plan)], single_runs.reports[len(single_runs.plan):]
+    passes = len(single_runs.plan), len(single_runs.plan) + len(single_runs.rerun)
+    first, again, scoring = (single_runs.reports[:passes[0]], single_runs.reports[passes[0]:passes[1]],
+                             single_runs.reports[passes[1]:])
     assert len({r.dag_id for r in again}) == 2  # the reruns: each day's ingest and daily runs
     for report in single_runs.reports:
-        for task, state in report.tasks.items():
-            expected = OUTLETS.get(task, []) if state == "success" else []
-            assert report.events.get(task, []) == expected, f"{report.dag_id} {report.at} {task} ({state})"
+        succeeded = [task.split("[")[0] for task, state in report.tasks.items() if state == "success"]
+        for task in set(succeeded) | set(report.events):  # a mapped task records one event per map index
+            expected = OUTLETS.get(task, []) * succeeded.count(task)
+            assert sorted(report.events.get(task, [])) == sorted(expected), f"{report.dag_id} {report.at} {task}"
         # Layers whose pipeline step has not landed yet are skipped, never faked.
         assert all(state in ("success", "skipped") for state in report.tasks.values()), report.tasks
     daily = {r.interval[0][:10]: r for r in first if r.dag_id == "strata_daily"}
@@ -156,7 +171,19 @@ def test_every_dag_runs_through_airflow_and_a_rerun_leaves_every_table_equal(sin
     assert sum(daily[day].results["ads.build_ads"]["counts"]["days_caught_up"] for day in days) >= len(days) - 1
     assert all(r.results["land"]["counts"]["files_landed"] == 0 for r in again if r.dag_id == "strata_ingest")
     # Running the same dates again changes no table.
-    assert_same_lake(single_runs.after_first_pass, lake_rows(settings))
+    assert_same_lake(single_runs.after_first_pass, single_runs.after_rerun)
+
+    # The weekly training registered a model, and the last day's users were scored shard by shard.
+    trained, scored = scoring
+    assert trained.tasks == {"train": "success"} and trained.results["train"]["counts"]["features"] > 0
+    shards = sorted(task for task, state in scored.tasks.items() if task.startswith("scores.score["))
+    assert shards == ["scores.score[0]", "scores.score[1]"] and scored.tasks["scores.summarize_scores"] == "success"
+    scores = lake.read_frame(settings, ADS_USER_RISK_SCORES)
+    users = lake.read_frame(settings, DWD_REQUEST, filters=[("event_date", "=", dt.date.fromisoformat(days[-1]))])
+    assert scores.get_column("event_date").unique().to_list() == [dt.date.fromisoformat(days[-1])]
+    assert scores.height == users.get_column("user_pseudonym").drop_nulls().n_unique()
+    assert sum(scored.results[shard]["counts"]["entities"] for shard in shards) == scores.height
+    assert lake.read_frame(settings, ADS_SCORE_DAILY).height == 1
     # Every attempt is still on the record.
     assert lake.read_frame(settings, OPS_AUDIT_LOG).height > single_runs.attempts_after_first_pass
 

@@ -127,6 +127,18 @@ def test_a_bad_input_is_a_one_line_refusal_and_anything_else_may_be_retried(
         tasks.run_step("build_dws", DAY)
 
 
+def test_a_step_whose_input_is_not_there_yet_is_a_skip(monkeypatch: pytest.MonkeyPatch, strata_env: Path) -> None:
+    from batch_inference.registry import NotEnoughLabels
+
+    def unlabelled(*_: Any) -> StepResult:
+        raise NotEnoughLabels("the training split (12 examples) lacks positives or negatives: wait for more reviews")
+
+    monkeypatch.setattr(pipeline, "train", unlabelled)
+    monkeypatch.setattr(pipeline, "build_dws", lambda *_: None)  # the features training needs exist
+    with pytest.raises(tasks.Skip, match=r"^train for 2026-01-05: the training split .* wait for more reviews$"):
+        tasks.run_step("train", WEEK)
+
+
 def test_the_real_dwd_step_without_data_is_refused_with_what_to_do(strata_env: Path) -> None:
     with pytest.raises(tasks.StepRefused, match="run `strata ingest` first|ingest that day's files first"):
         tasks.run_step("build_dwd", DAY)
