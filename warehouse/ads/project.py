@@ -6,7 +6,9 @@ the run, the days to build. dbt's ``target/``, ``logs/`` and the DuckDB file go 
 ``$STRATA_HOME/ads/runs/<run>/``, a folder per run, so two builds (two dates scheduled at
 once) never share a DuckDB file (one writer per file) and nothing is written into the source
 tree. A run's folder is removed when the run succeeded and kept for a week when it failed
-(its ``logs/dbt.log`` says what happened).
+(its ``logs/dbt.log`` says what happened). The project is parsed once, not per run: dbt's
+partial parsing keeps its manifest in ``$STRATA_HOME/ads/parse/`` and each command is handed a
+fresh copy (:func:`_parsed`).
 
 dbt takes seconds to import: it is imported inside :func:`invoke`. dbt keeps global state, so
 one process runs one dbt command at a time (a lock); separate processes (Airflow tasks) run
@@ -16,6 +18,8 @@ side by side.
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
+import hashlib
 import json
 import os
 import secrets
@@ -139,19 +143,17 @@ def invoke(
             progress(f"dbt {command[0]}", int(event.data.index), int(total))
 
     all_vars = {"lake": settings.lake_uri.rstrip("/"), "duckdb_path": str(run.duckdb_path), **variables}
-    args = [*command, "--project-dir", str(project_dir), "--profiles-dir", str(project_dir),
-            "--target-path", str(run.target_path), "--log-path", str(run.log_path),
-            "--vars", json.dumps(all_vars), "--log-level", "none", "--log-level-file", "debug",
-            "--no-use-colors", "--no-send-anonymous-usage-stats", "--no-partial-parse"]
+    args = [*command, *_arguments(project_dir, run.target_path, run.log_path, all_vars)]
     with _lock:
         from dbt.adapters.duckdb.connections import DuckDBConnectionManager
         from dbt.cli.main import dbtRunner
 
         from warehouse.ads.lake_access import using
 
+        manifest = _parsed(settings, project_dir)
         try:
             with using(settings):
-                outcome = dbtRunner(callbacks=[on_event]).invoke(args)
+                outcome = dbtRunner(manifest=manifest, callbacks=[on_event]).invoke(args)
         finally:
             # dbt-duckdb keeps its DuckDB instance open after the command; close it so the build
             # can read the run's file (DuckDB refuses a second configuration of an open file).
@@ -167,3 +169,36 @@ def invoke(
             failures.append(f"{type(outcome.exception).__name__}: {outcome.exception}")
         raise DbtFailed(command[0], failures, run.path)
     return DbtRun(run, (first_node[0] if first_node else time.perf_counter()) - started, total, nodes)
+
+
+#: The run's own values, as placeholders while parsing: a parse records refs, sources and configs,
+#: which none of them changes (they are read when the models compile, in the run).
+_PARSE_VARS = {"days": ["1970-01-01"], "freshness_sla_hours": {}, "empty_sources": {}}
+
+
+def _parsed(settings: Settings, project_dir: Path) -> Any:
+    """The project's manifest from dbt's partial parsing, in a folder of its own under STRATA_HOME.
+
+    There the vars a parse sees never change (the lake, a DuckDB file named like every run's, so
+    the manifest's catalog is theirs), so an unchanged project parses in 0.1–0.2 s, not 1.5 s (3 s
+    in a new process). Parsed afresh for every command: a build changes the manifest it is given.
+    Processes take turns on the folder.
+    """
+    from dbt.cli.main import dbtRunner
+
+    folder = settings.home / "ads" / "parse" / hashlib.sha256(str(project_dir.resolve()).encode()).hexdigest()[:12]
+    folder.mkdir(parents=True, exist_ok=True)
+    variables = {"lake": settings.lake_uri.rstrip("/"), "duckdb_path": str(folder / DUCKDB_FILE), **_PARSE_VARS}
+    with open(folder / "parse.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        outcome = dbtRunner().invoke(["parse", *_arguments(project_dir, folder / "target", folder / "logs",
+                                                           variables)])
+    if not outcome.success:
+        raise DbtFailed("parse", [f"{type(outcome.exception).__name__}: {outcome.exception}"], folder)
+    return outcome.result
+
+
+def _arguments(project_dir: Path, target: Path, logs: Path, variables: Mapping[str, Any]) -> list[str]:
+    return ["--project-dir", str(project_dir), "--profiles-dir", str(project_dir), "--target-path", str(target),
+            "--log-path", str(logs), "--vars", json.dumps(variables), "--log-level", "none",
+            "--log-level-file", "debug", "--no-use-colors", "--no-send-anonymous-usage-stats"]
