@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from warehouse.settings import Settings
 from warehouse.storage import lake
+from warehouse.storage.duck import lake_reader
 from warehouse.tables import DWD_REQUEST, Table
 
 BUCKETS = 16
@@ -37,21 +38,11 @@ def bucket_sql(column: str) -> str:
     return f"('0x' || substr({column}, 1, 1))::INTEGER"
 
 
-def _connection(settings: Settings):
-    from warehouse.storage.duck import connect
-    from warehouse.storage.objectstore import configure_duckdb
-
-    con = connect()
-    configure_duckdb(con, settings)  # a lake on s3://: httpfs and the lake's credentials
-    con.execute("LOAD delta")
-    return con
-
-
 def active_entities(settings: Settings, day: dt.date, entity: str, buckets: range) -> pa.Array:
     """Distinct entity keys with a request on ``day`` in these buckets, sorted."""
     if lake.open_table(settings, DWD_REQUEST) is None:
         raise LookupError("dwd.request does not exist: build DWD first (strata build dwd --date …)")
-    con = _connection(settings)
+    con = lake_reader(settings)
     rows = con.execute(f"""
         SELECT DISTINCT {entity} AS entity FROM delta_scan('{DWD_REQUEST.uri(settings)}')
         WHERE event_date = ? AND {entity} IS NOT NULL
@@ -65,7 +56,7 @@ def read_as_of(settings: Settings, source: Table, entity: str, columns: list[str
     """``entity`` and ``columns`` for every entity (in the order given), as of ``at``."""
     if lake.open_table(settings, source) is None:
         raise LookupError(f"{source} does not exist: build it first")
-    con = _connection(settings)
+    con = lake_reader(settings)
     con.register("wanted", pa.table({"entity": entities, "position": pa.array(range(len(entities)), pa.int64())}))
     picked = ", ".join(f'f."{c}"' for c in columns)
     query = f"""

@@ -17,12 +17,13 @@ from typing import Any
 
 import polars as pl
 
-from features.materialize import _connection, watermarks
+from features.materialize import watermarks
 from features.online import View, reader
 from features.repo.definitions import (SERVED, TTL, feature_names, feature_tables, join_key, timestamp_column,
                                        view_name)
 from features.store import applied_store
 from warehouse.settings import Settings
+from warehouse.storage.duck import lake_reader
 from warehouse.storage.objectstore import is_object_store
 from warehouse.tables import table as registry_table
 
@@ -76,7 +77,7 @@ def sample_entities(settings: Settings, source: Any, as_of: dt.datetime, n: int,
     """Up to ``n`` entities with a row in ``(as_of - TTL, as_of]``, chosen by a hash of their key (the
     same lake gives the same sample, so a re-run writes the same rows), sorted."""
     key, ts = join_key(source), timestamp_column(source)
-    con = _connection(settings)
+    con = lake_reader(settings, ordered=False)
     rows = con.execute(f"""  -- a hash order, not a reservoir sample: the same data gives the same sample
         SELECT k FROM (SELECT DISTINCT "{key}" AS k FROM delta_scan('{source.uri(settings)}')
                        WHERE "{ts}" > ? AND "{ts}" <= ? AND event_date >= ? AND event_date <= ?)
@@ -125,7 +126,7 @@ def _offline_as_of(settings: Settings, source: Any, keys: list[str], as_of: dt.d
     there Feast's ``duckdb`` offline store fails (ibis hands ``storage_options`` to ``delta_scan``,
     which takes none). The latest row per entity with ``as_of - TTL < feature_ts <= as_of``."""
     key, ts = join_key(source), timestamp_column(source)
-    con = _connection(settings)
+    con = lake_reader(settings, ordered=False)
     con.register("wanted", pl.DataFrame({"k": keys}).to_arrow())
     columns = ", ".join(f'"{c}"' for c in feature_names(source))
     frame = pl.from_arrow(con.execute(f"""

@@ -30,13 +30,12 @@ from features.store import PROJECT, applied_store, feast_dir, sqlite_path
 from warehouse.progress import Progress
 from warehouse.settings import Settings
 from warehouse.storage import lake
+from warehouse.storage.duck import lake_reader
 from warehouse.storage.publish import prefetch
 from warehouse.tables import Table
 
 #: Entities per encoded batch: bounds memory (about 20 features × 8 k entities in flight at once).
 BATCH_ENTITIES = 16_384
-#: DuckDB's memory for finding the latest rows; beyond it DuckDB spills to disk.
-DUCKDB_MEMORY = "512MB"
 _STATE = "materialized.json"
 
 
@@ -110,20 +109,6 @@ def touched_partitions(settings: Settings, table: Table, after: int, upto: int) 
     return dates
 
 
-def _connection(settings: Settings) -> Any:
-    from warehouse.storage.duck import connect
-    from warehouse.storage.objectstore import configure_duckdb
-    from warehouse.storage.scratch import scratch_dir
-
-    con = connect()
-    configure_duckdb(con, settings)
-    con.execute("LOAD delta")
-    con.execute(f"SET memory_limit = '{DUCKDB_MEMORY}'")
-    con.execute(f"SET temp_directory = '{scratch_dir(settings) / 'duckdb'}'")
-    con.execute("SET preserve_insertion_order = false")
-    return con
-
-
 def latest_rows(settings: Settings, table: Table, *, partitions: set[str] | None = None,
                 start: dt.datetime | None = None, end: dt.datetime | None = None) -> pa.RecordBatchReader:
     """The latest row per entity (key, features, ``feature_ts``), sorted by key, as a stream.
@@ -147,7 +132,7 @@ def latest_rows(settings: Settings, table: Table, *, partitions: set[str] | None
     if end is not None:
         where.append(f'"{ts}" < ? AND event_date <= ?')
         params += [end, end.astimezone(dt.timezone.utc).date()]
-    con = _connection(settings)
+    con = lake_reader(settings, ordered=False)
     # A grouped max joined back (both spill to disk) rather than a window, which must hold it all.
     rows = f'SELECT {columns} FROM {source} WHERE {" AND ".join(where)}'
     result = con.execute(f"""
@@ -230,6 +215,6 @@ def materialize(settings: Settings, *, start: dt.datetime | None = None, end: dt
 
 def _as_of(settings: Settings, table: Table) -> str | None:
     """The latest timestamp (``feature_ts``) of the table: the instant the online store now reflects."""
-    con = _connection(settings)
+    con = lake_reader(settings)
     row = con.execute(f"SELECT max(\"{timestamp_column(table)}\") FROM delta_scan('{table.uri(settings)}')").fetchone()
     return row[0].astimezone(dt.timezone.utc).isoformat() if row and row[0] is not None else None

@@ -66,9 +66,9 @@ def historical_features(settings: Settings, entity_rows: pl.DataFrame, service: 
 def _as_of_join(settings: Settings, entity_rows: pl.DataFrame, uri: str, key: str, ts: str, features: list[str],
                 ttl: dt.timedelta) -> pl.DataFrame:
     """Each entity row with the latest feature row at or before its instant, if within ``ttl``."""
-    from features.materialize import _connection
+    from warehouse.storage.duck import lake_reader
 
-    con = _connection(settings)
+    con = lake_reader(settings, ordered=False)
     rows = entity_rows.with_row_index("_row").with_columns(pl.col("event_timestamp").dt.convert_time_zone("UTC"))
     con.register("entity_rows", rows.to_arrow())
     times = rows.get_column("event_timestamp")

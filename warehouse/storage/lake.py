@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import ColumnProperties, CommitProperties, DeltaTable, WriterProperties, write_deltalake
+from deltalake.exceptions import TableNotFoundError
 
 from warehouse.settings import Settings
 from warehouse.storage.boundaries import passed
@@ -49,9 +50,15 @@ def writer_properties(schema: pa.Schema) -> WriterProperties:
 
 
 def open_table(settings: Settings, table: Table) -> DeltaTable | None:
-    """The Delta table, or None when it was never written."""
-    location, options = table.uri(settings), storage_options(settings)
-    return DeltaTable(location, storage_options=options) if DeltaTable.is_deltatable(location, options) else None
+    """The Delta table, or None when it was never written.
+
+    Opened at once, not after ``DeltaTable.is_deltatable``: that check reads the log too, a second
+    listing per open on object storage.
+    """
+    try:
+        return DeltaTable(table.uri(settings), storage_options=storage_options(settings))
+    except TableNotFoundError:
+        return None
 
 
 def version(settings: Settings, table: Table) -> int | None:
