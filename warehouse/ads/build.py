@@ -116,12 +116,13 @@ def build(
         if any(needs_expectations(mart) for mart in MARTS):
             warm_up()  # the audit worker imports Great Expectations while dbt runs
         run = new_run(settings, f"build-{built[0]}" + (f"-{built[-1]}" if len(built) > 1 else ""))
+        sources, empty = read_sources(settings)
         variables: dict[str, object] = {"days": [d.isoformat() for d in built],
-                                        "freshness_sla_hours": freshness_sla_hours(),
-                                        "empty_sources": empty_sources(settings)}
+                                        "freshness_sla_hours": freshness_sla_hours(), "empty_sources": empty}
         if storm_multiple is not None:
             variables["storm_multiple"] = float(storm_multiple)
-        dbt_run = invoke(settings, ["build"], run, variables, project_dir=project_dir, progress=progress)
+        dbt_run = invoke(settings, ["build"], run, variables, sources=sources, project_dir=project_dir,
+                         progress=progress)
         published = [_publish(settings, run, mart, built, progress, i) for i, mart in enumerate(MARTS)]
         run.remove()
         return AdsBuild(built, dbt_run, published)
@@ -171,12 +172,15 @@ def freshness_sla_hours() -> dict[str, float]:
             for t in all_tables() if t.contract.freshness is not None}
 
 
-def empty_sources(settings: Settings) -> dict[str, dict[str, str]]:
-    """The optional sources that do not exist yet, with their contract's columns and DuckDB types."""
+def read_sources(settings: Settings) -> tuple[list[Table], dict[str, dict[str, str]]]:
+    """The sources dbt reads: those that exist (attached to its connection), and the optional ones
+    that do not exist yet with their contract's columns and DuckDB types (read as empty relations)."""
     from contracts import dbt_columns
 
-    return {t.name: {c["name"]: c["data_type"] for c in dbt_columns(t.contract)}
-            for t in SOURCES if t != DWD_REQUEST and lake.open_table(settings, t) is None}
+    present = [t for t in SOURCES if lake.open_table(settings, t) is not None]
+    empty = {t.name: {c["name"]: c["data_type"] for c in dbt_columns(t.contract)}
+             for t in SOURCES if t != DWD_REQUEST and t not in present}
+    return present, empty
 
 
 def needs_expectations(mart: Table) -> bool:

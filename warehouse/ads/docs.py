@@ -14,10 +14,9 @@ import os
 import shutil
 from pathlib import Path
 
-from warehouse.ads.build import empty_sources, freshness_sla_hours
+from warehouse.ads.build import freshness_sla_hours, read_sources
 from warehouse.ads.project import PROJECT_DIR, invoke, new_run
 from warehouse.settings import Settings
-from warehouse.storage import lake
 from warehouse.tables import DWD_REQUEST
 
 #: What the site is made of, copied next to the page (the page needs only itself).
@@ -32,11 +31,11 @@ def docs_dir(settings: Settings) -> Path:
 def generate(settings: Settings, *, project_dir: Path = PROJECT_DIR) -> Path:
     """Generate the site and return the path of its page."""
     run = new_run(settings, "docs")
-    variables: dict[str, object] = {"days": [], "freshness_sla_hours": freshness_sla_hours(),
-                                    "empty_sources": empty_sources(settings)}
-    if lake.open_table(settings, DWD_REQUEST) is not None:
-        invoke(settings, ["run", "--empty"], run, variables, project_dir=project_dir)
-    invoke(settings, ["docs", "generate", "--static"], run, variables, project_dir=project_dir)
+    sources, empty = read_sources(settings)
+    variables: dict[str, object] = {"days": [], "freshness_sla_hours": freshness_sla_hours(), "empty_sources": empty}
+    if DWD_REQUEST in sources:
+        invoke(settings, ["run", "--empty"], run, variables, sources=sources, project_dir=project_dir)
+    invoke(settings, ["docs", "generate", "--static"], run, variables, sources=sources, project_dir=project_dir)
     target = docs_dir(settings)
     target.mkdir(parents=True, exist_ok=True)
     for name in _SITE_FILES:

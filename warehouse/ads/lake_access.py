@@ -1,14 +1,21 @@
 """A dbt-duckdb plugin giving dbt's DuckDB connection the same access to the lake as ours.
 
-For a lake on ``s3://`` the connection needs ``httpfs`` and a secret for the lake's store
-(:func:`~warehouse.storage.objectstore.configure_duckdb`). The settings reach the plugin
-through :func:`using`, in-process, never through dbt's ``--vars``: dbt writes those to its
-log, and a secret key must not land there.
+Every lake table a dbt command reads is attached to its connection once, at the version it has
+then (``ATTACH … (TYPE delta, PIN_SNAPSHOT)``), under the name the sources' ``external_location``
+reads it by (:func:`relation`). So the Delta log is read once per table and command, not once
+per query: staging models are views, and every model and test over them used to replay the log
+again (on object storage, most of a build's requests). It also keeps the lake's location out of
+the project, so a parse of the project holds for every lake.
+
+For a lake on ``s3://`` the connection also needs ``httpfs`` and a secret for the lake's store
+(:func:`~warehouse.storage.objectstore.configure_duckdb`). The settings reach the plugin through
+:func:`using`, in-process, never through dbt's ``--vars``: dbt writes those to its log, and a
+secret key must not land there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -16,14 +23,21 @@ from dbt.adapters.duckdb.plugins import BasePlugin
 
 from warehouse.settings import Settings
 from warehouse.storage.objectstore import configure_duckdb
+from warehouse.tables import Table
 
-_current: list[Settings] = []
+_current: list[tuple[Settings, tuple[Table, ...]]] = []
+
+
+def relation(table: Table) -> str:
+    """The name dbt's SQL reads a lake table by: ``dwd.request`` → ``lake__dwd__request``."""
+    return "lake__" + table.name.replace(".", "__")
 
 
 @contextmanager
-def using(settings: Settings) -> Iterator[None]:
-    """The settings dbt's connections are configured with while the block runs."""
-    _current.append(settings)
+def using(settings: Settings, tables: Sequence[Table] = ()) -> Iterator[None]:
+    """The settings dbt's connections are configured with while the block runs, and the lake
+    tables they attach (those that exist: the sources dbt reads)."""
+    _current.append((settings, tuple(tables)))
     try:
         yield
     finally:
@@ -34,5 +48,12 @@ class Plugin(BasePlugin):
     """Configures every connection dbt-duckdb opens (named in ``profiles.yml``)."""
 
     def configure_connection(self, conn: Any) -> None:
-        if _current:
-            configure_duckdb(conn, _current[-1])
+        if not _current:
+            return
+        settings, tables = _current[-1]
+        configure_duckdb(conn, settings)
+        if tables:
+            conn.execute("LOAD delta")
+        for table in tables:
+            uri = table.uri(settings).replace("'", "''")
+            conn.execute(f"ATTACH '{uri}' AS {relation(table)} (TYPE delta, PIN_SNAPSHOT)")

@@ -1,11 +1,11 @@
 """Running the ADS dbt project in-process (``dbtRunner``), each run in its own folder under STRATA_HOME.
 
 The project (this package's folder) holds only sources: its profile reads every value from
-``--vars``, which :func:`invoke` fills from the settings — the lake root, the DuckDB file of
-the run, the days to build. dbt's ``target/``, ``logs/`` and the DuckDB file go to
-``$STRATA_HOME/ads/runs/<run>/``, a folder per run, so two builds (two dates scheduled at
-once) never share a DuckDB file (one writer per file) and nothing is written into the source
-tree. A run's folder is removed when the run succeeded and kept for a week when it failed
+``--vars``, which :func:`invoke` fills — the DuckDB file of the run, the days to build — and the
+lake tables it reads are attached to dbt's connection by name (:mod:`warehouse.ads.lake_access`).
+dbt's ``target/``, ``logs/`` and the DuckDB file go to ``$STRATA_HOME/ads/runs/<run>/``, a folder
+per run, so two builds (two dates scheduled at once) never share a DuckDB file (one writer per
+file) and nothing is written into the source tree. A run's folder is removed when the run succeeded and kept for a week when it failed
 (its ``logs/dbt.log`` says what happened). The project is parsed once, not per run: dbt's
 partial parsing keeps its manifest in ``$STRATA_HOME/ads/parse/`` and each command is handed a
 fresh copy (:func:`_parsed`).
@@ -33,6 +33,7 @@ from typing import Any
 
 from warehouse.progress import Progress
 from warehouse.settings import Settings
+from warehouse.tables import Table
 
 #: The dbt project: dbt_project.yml, profiles.yml, models/, macros/, tests/.
 PROJECT_DIR = Path(__file__).resolve().parent
@@ -122,13 +123,15 @@ def invoke(
     run: RunDir,
     variables: Mapping[str, Any],
     *,
+    sources: Sequence[Table] = (),
     project_dir: Path = PROJECT_DIR,
     progress: Progress | None = None,
 ) -> DbtRun:
     """Run ``dbt <command>`` on the project in-process; :class:`DbtFailed` when any node failed.
 
-    ``variables`` join the ones every run gets (the lake root and the run's DuckDB file).
-    dbt prints nothing: its log goes to the run folder, node progress to ``progress``.
+    ``variables`` join the one every run gets (the run's DuckDB file); ``sources`` are the lake
+    tables the command reads, attached at their current version. dbt prints nothing: its log goes
+    to the run folder, node progress to ``progress``.
     """
     started = time.perf_counter()
     first_node: list[float] = []
@@ -142,8 +145,7 @@ def invoke(
             total = getattr(event.data, "total", 0) or getattr(event.data, "num_models", 0)
             progress(f"dbt {command[0]}", int(event.data.index), int(total))
 
-    lake = settings.lake_uri.rstrip("/")
-    all_vars = {"lake": lake, "duckdb_path": str(run.duckdb_path), **variables}
+    all_vars = {"duckdb_path": str(run.duckdb_path), **variables}
     args = [*command, *_arguments(project_dir, run.target_path, run.log_path, all_vars)]
     with _lock:
         from dbt.adapters.duckdb.connections import DuckDBConnectionManager
@@ -151,9 +153,9 @@ def invoke(
 
         from warehouse.ads.lake_access import using
 
-        manifest = _parsed(settings.home / "ads" / "parse", project_dir, lake)
+        manifest = _parsed(settings.home / "ads" / "parse", project_dir)
         try:
-            with using(settings):
+            with using(settings, sources):
                 outcome = dbtRunner(manifest=manifest, callbacks=[on_event]).invoke(args)
         finally:
             # dbt-duckdb keeps its DuckDB instance open after the command; close it so the build
@@ -177,11 +179,11 @@ def invoke(
 _PARSE_VARS = {"days": ["1970-01-01"], "freshness_sla_hours": {}, "empty_sources": {}}
 
 
-def _parsed(parses: Path, project_dir: Path, lake: str) -> Any:
+def _parsed(parses: Path, project_dir: Path) -> Any:
     """The project's manifest from dbt's partial parsing, in a folder of its own under ``parses``.
 
-    There the vars a parse sees never change (the lake, a DuckDB file named like every run's, so
-    the manifest's catalog is theirs), so an unchanged project parses in 0.1–0.2 s, not 1.5 s (3 s
+    There the vars a parse sees never change (a DuckDB file named like every run's, so the
+    manifest's catalog is theirs), so an unchanged project parses in 0.1–0.2 s, not 1.5 s (3 s
     in a new process). Parsed afresh for every command: a build changes the manifest it is given.
     Processes take turns on the folder.
     """
@@ -189,7 +191,7 @@ def _parsed(parses: Path, project_dir: Path, lake: str) -> Any:
 
     folder = parses / hashlib.sha256(str(project_dir.resolve()).encode()).hexdigest()[:12]
     folder.mkdir(parents=True, exist_ok=True)
-    variables = {"lake": lake, "duckdb_path": str(folder / DUCKDB_FILE), **_PARSE_VARS}
+    variables = {"duckdb_path": str(folder / DUCKDB_FILE), **_PARSE_VARS}
     with open(folder / "parse.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         outcome = dbtRunner().invoke(["parse", *_arguments(project_dir, folder / "target", folder / "logs",
