@@ -2,7 +2,8 @@
 
 Everything Strata writes lives under ``STRATA_HOME`` (the lake, the landing zone,
 Feast state, the model registry, Airflow's home) unless a variable moves one part
-elsewhere. This module is the bottom of the house: every other module may import it,
+elsewhere; only what can be derived again at any time, and holds for every home (the ADS
+project's parse), goes to a per-user cache folder. This module is the bottom of the house: every other module may import it,
 and it imports nothing of Strata's.
 """
 
@@ -51,6 +52,8 @@ class Settings:
     s3_region: str | None = None
     s3_access_key_id: str | None = None
     s3_secret_access_key: str | None = None
+    #: Derived files that hold for every home (the ADS dbt project's parse): safe to delete.
+    cache_dir: Path = Path("~/.cache/strata").expanduser()
 
     def require_pseudonym_key(self) -> bytes:
         """The HMAC key for user pseudonyms; refuses to run without one."""
@@ -80,7 +83,8 @@ class Settings:
                "STRATA_LANDING_DIR": str(self.landing_dir), "AIRFLOW_HOME": str(self.airflow_home),
                "STRATA_ONLINE_STORE": self.online_store, "STRATA_REDIS_URL": self.redis_url,
                "STRATA_ODS_RETENTION_DAYS": str(self.ods_retention_days), "STRATA_LOCK_WAIT": str(self.lock_wait),
-               "STRATA_TS_FLOOR": self.ts_floor.date().isoformat(), "STRATA_SCORE_SHARDS": str(self.score_shards)}
+               "STRATA_TS_FLOOR": self.ts_floor.date().isoformat(), "STRATA_SCORE_SHARDS": str(self.score_shards),
+               "STRATA_CACHE_DIR": str(self.cache_dir)}
         optional = {"STRATA_PSEUDONYM_KEY": self.pseudonym_key, "STRATA_LOCK_URL": self.lock_url,
                     "STRATA_S3_ENDPOINT_URL": self.s3_endpoint_url,
                     "STRATA_S3_REGION": self.s3_region, "AWS_ACCESS_KEY_ID": self.s3_access_key_id,
@@ -150,4 +154,6 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         s3_region=env.get("STRATA_S3_REGION") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
         s3_access_key_id=env.get("AWS_ACCESS_KEY_ID") or None,
         s3_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
+        cache_dir=Path(env.get("STRATA_CACHE_DIR") or Path(env.get("XDG_CACHE_HOME") or "~/.cache") / "strata")
+        .expanduser().resolve(),
     )
