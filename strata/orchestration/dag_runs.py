@@ -62,13 +62,14 @@ class RunReport:
 
 def run_dags(settings: Settings, runs: list[Run], *, log: Path, retries: bool = False,
              before: Callable[[Run], None] | None = None,
-             on_run: Callable[[RunReport], None] | None = None) -> list[RunReport]:
+             on_run: Callable[[RunReport], None] | None = None, nice: int = 0) -> list[RunReport]:
     """Run ``runs`` in order in one child process; returns one report per run that finished.
 
     ``before(run)`` is called before each run starts (to drop the files that arrive then),
     ``on_run(report)`` as each finishes. Stops at the first run that does not succeed.
     Without ``retries`` a failing task fails at once (the DAGs' retry delays are for a
-    scheduler, not for someone watching). Airflow's own output goes to ``log``.
+    scheduler, not for someone watching). Airflow's own output goes to ``log``. ``nice``
+    lowers the child's CPU priority (``os.nice``), for runs that should yield to other work.
     """
     from strata.orchestration.env import airflow_env
 
@@ -84,7 +85,7 @@ def run_dags(settings: Settings, runs: list[Run], *, log: Path, retries: bool = 
     assert child.stdin is not None
     try:
         with os.fdopen(read_fd) as answers:
-            child.stdin.write(json.dumps({"retries": retries}) + "\n")
+            child.stdin.write(json.dumps({"retries": retries, "nice": nice}) + "\n")
             for run in runs:
                 if before is not None:
                     before(run)
@@ -159,6 +160,7 @@ _ERRORS = _Errors()
 
 def _child(results_fd: int) -> int:
     options = json.loads(sys.stdin.readline())
+    os.nice(options["nice"])
     from airflow.dag_processing.dagbag import BundleDagBag
     from airflow.utils import db
 
