@@ -80,5 +80,7 @@ def airflow_env(settings: Settings, *, port: int = 8080, log_port: int = 8793, d
     if celery_broker:
         env |= {"AIRFLOW__CELERY__BROKER_URL": celery_broker,
                 "AIRFLOW__CELERY__RESULT_BACKEND": celery_results or celery_broker,
-                "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2"}
+                "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
+                # tasks start with the lake's libraries imported (strata/orchestration/celery_config.py)
+                "AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS": "strata.orchestration.celery_config.CELERY_CONFIG"}
     return env
