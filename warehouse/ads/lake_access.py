@@ -2,10 +2,8 @@
 
 Every lake table a dbt command reads is attached to its connection once, at the version it has
 then (``ATTACH … (TYPE delta, PIN_SNAPSHOT)``), under the name the sources' ``external_location``
-reads it by (:func:`relation`). So the Delta log is read once per table and command, not once
-per query: staging models are views, and every model and test over them used to replay the log
-again (on object storage, most of a build's requests). It also keeps the lake's location out of
-the project, so a parse of the project holds for every lake.
+reads it by (:func:`relation`): every model and test of the command sees one version of each
+table, and the project names no lake, so a parse of it holds for every lake (and every home).
 
 For a lake on ``s3://`` the connection also needs ``httpfs`` and a secret for the lake's store
 (:func:`~warehouse.storage.objectstore.configure_duckdb`). The settings reach the plugin through
