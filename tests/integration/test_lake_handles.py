@@ -1,0 +1,112 @@
+"""How the lake is opened and read within one process: a Delta table is opened once per thread and
+kept up to date, DuckDB's lake reader is one instance per lake. Real Delta tables, real DuckDB."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from warehouse.settings import Settings, load_settings
+from warehouse.storage import lake
+from warehouse.storage.duck import lake_reader
+from warehouse.tables import OPS_BOOKS
+
+
+@pytest.fixture
+def settings(strata_env: Path) -> Settings:
+    return load_settings()
+
+
+def _rows(version: int, n: int) -> pa.Table:
+    from contracts import arrow_schema
+
+    schema = arrow_schema(OPS_BOOKS.contract)
+    return pa.table({f.name: pa.array([_value(f.type, version + i) for i in range(n)], f.type) for f in schema})
+
+
+def _value(kind: pa.DataType, i: int) -> object:
+    import datetime as dt
+
+    if pa.types.is_boolean(kind):
+        return True
+    if pa.types.is_integer(kind):
+        return i
+    if pa.types.is_floating(kind):
+        return float(i)
+    if pa.types.is_date(kind):
+        return dt.date(2026, 1, 1) + dt.timedelta(days=i)
+    if pa.types.is_timestamp(kind):
+        return dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    return f"v{i}"
+
+
+def _commit(settings: Settings, data: pa.Table) -> int:
+    return lake.commit(settings, OPS_BOOKS, data, mode="append", partition_by=OPS_BOOKS.contract.partition_columns)
+
+
+def test_a_table_opened_again_sees_every_commit_since_and_is_the_same_handle(settings: Settings) -> None:
+    assert lake.open_table(settings, OPS_BOOKS) is None
+    _commit(settings, _rows(0, 2))
+    first = lake.open_table(settings, OPS_BOOKS)
+    assert first is not None and first.version() == 0
+    _commit(settings, _rows(10, 3))
+    again = lake.open_table(settings, OPS_BOOKS)
+    assert again is first and again.version() == 1
+    assert lake.read(settings, OPS_BOOKS).num_rows == 5
+
+
+def test_a_table_removed_or_made_again_elsewhere_is_opened_afresh(settings: Settings) -> None:
+    for _ in range(3):
+        _commit(settings, _rows(0, 1))
+    assert lake.open_table(settings, OPS_BOOKS).version() == 2  # type: ignore[union-attr]
+    location = Path(OPS_BOOKS.uri(settings))
+
+    def elsewhere(change: object) -> None:  # another thread: another process as far as handles go
+        worker = threading.Thread(target=change)  # type: ignore[arg-type]
+        worker.start()
+        worker.join()
+
+    elsewhere(lambda: shutil.rmtree(location))
+    assert lake.open_table(settings, OPS_BOOKS) is None  # gone: not the handle of the table that was
+    for _ in range(3):
+        _commit(settings, _rows(0, 1))
+    assert lake.open_table(settings, OPS_BOOKS).version() == 2  # type: ignore[union-attr]
+
+    def make_again() -> None:  # up to the same version, with other rows
+        shutil.rmtree(location)
+        for n in (4, 1, 1):
+            _commit(settings, _rows(100, n))
+
+    elsewhere(make_again)
+    assert lake.open_table(settings, OPS_BOOKS).version() == 2  # type: ignore[union-attr]
+    assert lake.read(settings, OPS_BOOKS).num_rows == 6
+
+
+def test_another_thread_opens_its_own_handle(settings: Settings) -> None:
+    _commit(settings, _rows(0, 1))
+    mine = lake.open_table(settings, OPS_BOOKS)
+    theirs: list[object] = []
+    worker = threading.Thread(target=lambda: theirs.append(lake.open_table(settings, OPS_BOOKS)))
+    worker.start()
+    worker.join()
+    assert theirs[0] is not None and theirs[0] is not mine
+
+
+def test_lake_readers_share_an_instance_but_not_what_a_caller_registers(settings: Settings) -> None:
+    _commit(settings, _rows(0, 3))
+    one, two = lake_reader(settings), lake_reader(settings, ordered=False)
+    one.register("wanted", pa.table({"k": [1]}))
+    with pytest.raises(Exception, match="wanted"):
+        two.execute("SELECT * FROM wanted").fetchall()
+    query = f"SELECT count(*) FROM delta_scan('{OPS_BOOKS.uri(settings)}')"
+    assert one.execute(query).fetchone() == two.execute(query).fetchone() == (3,)
+    assert one.execute("SELECT current_setting('TimeZone')").fetchone() == ("UTC",)
+    assert two.execute("SELECT current_setting('preserve_insertion_order')").fetchone() == (False,)
+    assert one.execute("SELECT current_setting('preserve_insertion_order')").fetchone() == (True,)
+    # one instance: the delta extension was loaded once, for both
+    assert one.execute("SELECT count(*) FROM duckdb_extensions() WHERE loaded AND extension_name = 'delta'"
+                       ).fetchone() == (1,)
