@@ -10,6 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from contracts import conform
+from tests.contract_rows import synthetic
 from warehouse.settings import Settings, load_settings
 from warehouse.storage import lake
 from warehouse.storage.duck import lake_reader
@@ -21,27 +23,8 @@ def settings(strata_env: Path) -> Settings:
     return load_settings()
 
 
-def _rows(version: int, n: int) -> pa.Table:
-    from contracts import arrow_schema
-
-    schema = arrow_schema(OPS_BOOKS.contract)
-    return pa.table({f.name: pa.array([_value(f.type, version + i) for i in range(n)], f.type) for f in schema})
-
-
-def _value(kind: pa.DataType, i: int) -> object:
-    import datetime as dt
-
-    if pa.types.is_boolean(kind):
-        return True
-    if pa.types.is_integer(kind):
-        return i
-    if pa.types.is_floating(kind):
-        return float(i)
-    if pa.types.is_date(kind):
-        return dt.date(2026, 1, 1) + dt.timedelta(days=i)
-    if pa.types.is_timestamp(kind):
-        return dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
-    return f"v{i}"
+def _rows(n: int) -> pa.Table:
+    return conform(synthetic(OPS_BOOKS.contract, n), OPS_BOOKS.contract, check_values=False)  # keys repeat
 
 
 def _commit(settings: Settings, data: pa.Table) -> int:
@@ -50,10 +33,10 @@ def _commit(settings: Settings, data: pa.Table) -> int:
 
 def test_a_table_opened_again_sees_every_commit_since_and_is_the_same_handle(settings: Settings) -> None:
     assert lake.open_table(settings, OPS_BOOKS) is None
-    _commit(settings, _rows(0, 2))
+    _commit(settings, _rows(2))
     first = lake.open_table(settings, OPS_BOOKS)
     assert first is not None and first.version() == 0
-    _commit(settings, _rows(10, 3))
+    _commit(settings, _rows(3))
     again = lake.open_table(settings, OPS_BOOKS)
     assert again is first and again.version() == 1
     assert lake.read(settings, OPS_BOOKS).num_rows == 5
@@ -61,7 +44,7 @@ def test_a_table_opened_again_sees_every_commit_since_and_is_the_same_handle(set
 
 def test_a_table_removed_or_made_again_elsewhere_is_opened_afresh(settings: Settings) -> None:
     for _ in range(3):
-        _commit(settings, _rows(0, 1))
+        _commit(settings, _rows(1))
     assert lake.open_table(settings, OPS_BOOKS).version() == 2  # type: ignore[union-attr]
     location = Path(OPS_BOOKS.uri(settings))
 
@@ -73,13 +56,13 @@ def test_a_table_removed_or_made_again_elsewhere_is_opened_afresh(settings: Sett
     elsewhere(lambda: shutil.rmtree(location))
     assert lake.open_table(settings, OPS_BOOKS) is None  # gone: not the handle of the table that was
     for _ in range(3):
-        _commit(settings, _rows(0, 1))
+        _commit(settings, _rows(1))
     assert lake.open_table(settings, OPS_BOOKS).version() == 2  # type: ignore[union-attr]
 
     def make_again() -> None:  # up to the same version, with other rows
         shutil.rmtree(location)
         for n in (4, 1, 1):
-            _commit(settings, _rows(100, n))
+            _commit(settings, _rows(n))
 
     elsewhere(make_again)
     assert lake.open_table(settings, OPS_BOOKS).version() == 2  # type: ignore[union-attr]
@@ -87,7 +70,7 @@ def test_a_table_removed_or_made_again_elsewhere_is_opened_afresh(settings: Sett
 
 
 def test_another_thread_opens_its_own_handle(settings: Settings) -> None:
-    _commit(settings, _rows(0, 1))
+    _commit(settings, _rows(1))
     mine = lake.open_table(settings, OPS_BOOKS)
     theirs: list[object] = []
     worker = threading.Thread(target=lambda: theirs.append(lake.open_table(settings, OPS_BOOKS)))
@@ -97,7 +80,7 @@ def test_another_thread_opens_its_own_handle(settings: Settings) -> None:
 
 
 def test_lake_readers_share_an_instance_but_not_what_a_caller_registers(settings: Settings) -> None:
-    _commit(settings, _rows(0, 3))
+    _commit(settings, _rows(3))
     one, two = lake_reader(settings), lake_reader(settings, ordered=False)
     one.register("wanted", pa.table({"k": [1]}))
     with pytest.raises(Exception, match="wanted"):

@@ -57,8 +57,8 @@ def open_table(settings: Settings, table: Table) -> DeltaTable | None:
     A thread opens a table once and then brings it up to date (``update_incremental``: the commits
     since, one listing), rather than replaying its log from the last checkpoint on every open —
     a step opens the same tables dozens of times, ~25 requests each on object storage. It is
-    opened afresh when its log no longer holds the commit it was at, of the same size and time
-    (the table was removed, or made again). Callers get the same object: it moves on with the
+    opened afresh when its log no longer holds the commit it was opened at, of the same size and
+    time (the table was removed, or made again): one file status per open. Callers get the same object: it moves on with the
     table, a handle is never pinned to a version. Not after ``DeltaTable.is_deltatable``: that
     reads the log too.
     """
@@ -67,18 +67,19 @@ def open_table(settings: Settings, table: Table) -> DeltaTable | None:
     key = (uri, repr(sorted((options or {}).items())))
     cached = handles.pop(key, None)
     if cached is not None and _commit_stamp(settings, uri, cached[1]) == cached[2]:
-        delta = cached[0]
-        delta.update_incremental()
-    else:
-        try:
-            delta = DeltaTable(uri, storage_options=options)
-        except TableNotFoundError:
-            return None
+        cached[0].update_incremental()
+        handles[key] = cached  # the commit it was first opened at still tells the table apart
+        return cached[0]
+    try:
+        delta = DeltaTable(uri, storage_options=options)
+    except TableNotFoundError:
+        return None
     handles[key] = (delta, delta.version(), _commit_stamp(settings, uri, delta.version()))
     return delta
 
 
-#: Per thread: (table URI, storage options) → the open table, its version then, that commit's stamp.
+#: Per thread: (table URI, storage options) → the open table, the version it was opened at, that
+#: commit's stamp.
 _opened = threading.local()
 
 

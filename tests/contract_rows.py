@@ -1,0 +1,53 @@
+"""Rows that keep every rule of a contract, built from the contract alone (for tests)."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+TS = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
+PATTERN_EXAMPLES = {
+    "^[0-9a-f]{32}$": "0123456789abcdef0123456789abcdef",
+    "^[0-9a-f]{64}$": "ab" * 32,
+    "^(?:ods|dwd|dws|ads|ops)\\.[a-z][a-z0-9_]*$": "dwd.request",
+    "^dwd\\.[a-z][a-z0-9_]*$": "dwd.request",
+    "^\\{[\\s\\S]*\\}$": '{"region": "eu"}',
+    "^v[0-9]+$": "v1",
+}
+
+
+def synthetic(contract: Any, n: int = 3) -> pl.DataFrame:
+    """``n`` rows that keep every rule of ``contract`` (distinct keys), built from the contract alone."""
+    columns: dict[str, list[Any]] = {}
+    for c in contract.columns:
+        t = c.arrow_type
+        if c.allowed_values:
+            values = [c.allowed_values[i % len(c.allowed_values)] for i in range(n)]
+        elif c.pattern:
+            values = [PATTERN_EXAMPLES[c.pattern]] * n
+        elif pa.types.is_string(t):
+            values = [f"{c.name}-{i}" for i in range(n)]
+        elif pa.types.is_binary(t):
+            values = [b"raw line"] * n
+        elif pa.types.is_boolean(t):
+            values = [i % 2 == 0 for i in range(n)]
+        elif pa.types.is_integer(t) or pa.types.is_floating(t):
+            low = c.minimum if c.minimum is not None else 0
+            values = [low + i if c.maximum is None else low + i % 2 for i in range(n)]
+        elif pa.types.is_timestamp(t):
+            values = [TS - timedelta(hours=i) for i in range(n)]
+        elif pa.types.is_date(t):
+            values = [date(2026, 1, 1)] * n
+        elif pa.types.is_decimal(t):
+            values = [Decimal("0.000000001") * i for i in range(n)]
+        elif pa.types.is_list(t):
+            inner = t.value_type
+            values = [[1 if pa.types.is_integer(inner) else 0.5 if pa.types.is_floating(inner) else "x.required"]] * n
+        else:
+            raise AssertionError(f"no synthetic values for {t}")
+        columns[c.name] = values
+    return pl.DataFrame(columns)
