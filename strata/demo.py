@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import shutil
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -69,11 +70,14 @@ def arrive(generated: Path, landing: Path, day: str) -> int:
     return count
 
 
-def daily_plan(days: list[str], last_traffic: str, *, trained: bool) -> list[Run]:
+def daily_plan(days: list[str], last_traffic: str, *, trained: bool, empty: Collection[str] = ()) -> list[Run]:
     """The DAG runs of the demo: each day's last ingest run, then that day's layers. Then, with
     every late label in, the weekly training up to the day before the last day of traffic, and
     that last day's scores (scoring needs a model, and a model scores the days after it); its
-    ADS build catches up the labels the feedback-only days merged into the days before it."""
+    ADS build catches up the labels the feedback-only days merged into the days before it.
+
+    A day in ``empty`` (its files hold no event: a day without traffic or reviews) is landed and
+    not built: DWD refuses a day with no rows, as a scheduler's run would be told."""
     from strata.orchestration.dag_runs import Run
 
     def midnight_after(day: str) -> dt.datetime:
@@ -82,7 +86,9 @@ def daily_plan(days: list[str], last_traffic: str, *, trained: bool) -> list[Run
     runs: list[Run] = []
     for day in days:  # a day with feedback but no traffic: its DWD only (nothing above it to build)
         layers = BEFORE_SCORES if day <= last_traffic else DWD_ONLY
-        runs += [Run("strata_ingest", midnight_after(day)), Run("strata_daily", midnight_after(day), tasks=layers)]
+        runs.append(Run("strata_ingest", midnight_after(day)))
+        if day not in empty:
+            runs.append(Run("strata_daily", midnight_after(day), tasks=layers))
     if trained:
         last = midnight_after(last_traffic)
         # The whole daily DAG again (its layers are idempotent): a subset holding only the mapped
@@ -122,7 +128,8 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
     # of the days before the last day of traffic
     layers = all(hasattr(pipeline, step) for step in ("train", "build_dws", "materialize"))
     trained = layers and len(manifest["days"]) >= 2
-    plan = daily_plan(all_days, max(manifest["days"]), trained=trained)
+    empty = {day for day, events in manifest["feedback"]["days"].items() if not events and day not in manifest["days"]}
+    plan = daily_plan(all_days, max(manifest["days"]), trained=trained, empty=empty)
     echo(f"[bold]2/3 run the DAGs through Airflow[/] ({len(plan)} runs with dag.test(), day by day: "
          f"strata_ingest, then strata_daily{', then strata_train and the scores' if trained else ''}); "
          f"Airflow's log: {settings.airflow_home / 'demo.log'}")
@@ -144,7 +151,7 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
         def finished(report: RunReport) -> None:
             nonlocal all_ok
             reports.append(report)
-            all_ok &= report.ok and _echo_run(report, manifest, echo)
+            all_ok &= _echo_run(report, manifest, echo)
             step(f"{report.dag_id} {report.interval[0][:10]}", len(reports), len(plan))
 
         def files_arrive(run: Run) -> None:
@@ -182,7 +189,8 @@ def _day_of(run: Run) -> str:
 
 
 def _echo_run(report: RunReport, manifest: dict, echo: Echo) -> bool:
-    """One line per DAG run; for a daily run, its DWD counts against the manifest. True when they match."""
+    """One line per DAG run (and the error of each task that failed); for a daily run, its DWD counts
+    against the manifest. True when the run succeeded and they match."""
     day = report.interval[0][:10]
     states = list(report.tasks.values())
     mark = "[green]✓[/]" if report.ok else "[red]✗[/]"
@@ -203,7 +211,7 @@ def _echo_run(report: RunReport, manifest: dict, echo: Echo) -> bool:
     echo(line)
     for task, error in report.errors.items():
         echo(f"    [red]{task}: {error}[/]")
-    return ok
+    return report.ok and ok
 
 
 def _next_commands(settings: Settings, echo: Echo, user_id: str) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from strata.demo import BEFORE_SCORES, DWD_ONLY, daily_plan
+from strata.demo import BEFORE_SCORES, DWD_ONLY, _echo_run, daily_plan
+from strata.orchestration.dag_runs import RunReport
 
 
 def test_the_plan_builds_each_day_then_trains_then_runs_the_last_day_whole() -> None:
@@ -19,3 +20,22 @@ def test_the_plan_builds_each_day_then_trains_then_runs_the_last_day_whole() -> 
     ]
     assert all(r.at.tzinfo == dt.timezone.utc for r in plan)
     assert [r.dag_id for r in daily_plan(days, "2026-01-02", trained=False)].count("strata_train") == 0
+
+
+def test_a_day_whose_files_hold_no_event_is_landed_and_not_built() -> None:
+    days = ["2026-01-01", "2026-01-02", "2026-01-03"]  # 2026-01-02: an empty feedback file, nothing else
+    plan = daily_plan(days, "2026-01-01", trained=False, empty={"2026-01-02"})
+    assert [(r.dag_id, r.at.date().isoformat()) for r in plan] == [
+        ("strata_ingest", "2026-01-02"), ("strata_daily", "2026-01-02"),
+        ("strata_ingest", "2026-01-03"),
+        ("strata_ingest", "2026-01-04"), ("strata_daily", "2026-01-04"),
+    ]
+
+
+def test_a_failed_run_is_printed_with_its_error_and_fails_the_demo() -> None:
+    said: list[str] = []
+    failed = RunReport("strata_daily", "2026-01-03T00:00:00+00:00", "failed",
+                       ("2026-01-02T00:00:00+00:00", "2026-01-03T00:00:00+00:00"), 0.9,
+                       {"dwd.build_dwd": "failed"}, {}, {}, {"dwd.build_dwd": "build_dwd for 2026-01-02: no ODS rows"})
+    assert _echo_run(failed, {"days": {}}, said.append) is False
+    assert "✗[/] strata_daily 2026-01-02" in said[0] and "dwd.build_dwd: build_dwd for 2026-01-02: no ODS rows" in said[1]
