@@ -1,6 +1,6 @@
 """The lake on S3 (a moto server speaking the S3 protocol on 127.0.0.1): every place that touches
 the lake — deltalake, pyarrow (the ODS scan, the mapping registry, snapshots for forget), DuckDB's
-httpfs — reaches it through the same settings."""
+httpfs, an analyst's sandboxed SQL session — reaches it through the same settings."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import gzip
 import json
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pyarrow.fs as pafs
 import pytest
@@ -18,6 +19,7 @@ from tests.conftest import AZURE_SAMPLE, SHIPPED_AZURE_MAPPING
 from tests.services import S3_KEYS, create_bucket, s3_server
 from warehouse.privacy import pseudonym
 from warehouse.settings import load_settings
+from warehouse.sql.sandbox import Session
 from warehouse.sources.generator import generate
 from warehouse.storage import lake
 from warehouse.storage.duck import connect
@@ -63,6 +65,18 @@ def test_ingest_build_forget_retention_and_duckdb_on_an_s3_lake(tmp_path: Path, 
         con.execute("LOAD delta")
         in_duckdb = con.execute(f"SELECT count(*) FROM delta_scan('{DWD_REQUEST.uri(settings)}')").fetchone()
         assert in_duckdb == (lake.read(settings, DWD_REQUEST).num_rows,)
+
+        # An analyst's session (strata sql) reads the tables on S3 and nothing else: raw lines stay out, and
+        # the store's secret, which the session holds, shows redacted.
+        with Session(settings) as session:
+            assert session.query("select count(*) as n from dwd.request").column("n")[0].as_py() == in_duckdb[0]
+            assert "ods.request_log_raw" not in {v.name for v in session.views}
+            with pytest.raises(duckdb.PermissionException):
+                session.query(f"select count(*) from read_parquet('{ODS_REQUESTS.uri(settings)}/**/*.parquet')")
+            secrets = session.query("select secret_string from duckdb_secrets()").to_pylist()
+            assert secrets and S3_KEYS["AWS_SECRET_ACCESS_KEY"] not in str(secrets)
+            with pytest.raises(duckdb.InvalidInputException):
+                session.query("select * from duckdb_secrets(redact = false)")
 
         # Retention deletes and vacuums raw partitions on S3.
         deleted = pipeline.apply_retention(settings, days=1, today=dt.date(2026, 3, 1))

@@ -9,6 +9,8 @@ to an older version (or the version current at a time). The sandbox is DuckDB's 
   ATTACH, INSTALL and LOAD among them. Raw lines (tables with a ``pii`` column: ODS and the
   quarantine, which hold the prompts and responses of the requests too) are left out unless
   ``raw``: their folders are not allowed, so even ``delta_scan('<lake>/ods/…')`` is refused.
+  On an ``s3://`` lake the folders are the tables' ``s3://`` prefixes, and the store's secret
+  (which the session needs) shows redacted.
 * ``lock_configuration = true``: no ``SET`` can undo the above.
 * DuckDB's directory setting still lets ``COPY … TO '<a folder of the lake>'`` write, so
   only statements DuckDB's parser reports as reads run: SELECT (with DESCRIBE, SHOW,
@@ -33,6 +35,7 @@ import pyarrow as pa
 
 from warehouse.settings import Settings
 from warehouse.storage import lake
+from warehouse.storage.objectstore import configure_duckdb
 from warehouse.tables import PII, Table, all_tables, table
 
 #: Payload columns kept away from a session without ``raw`` wherever a table holds them.
@@ -99,6 +102,7 @@ class Session:
             con.execute("SET autoinstall_known_extensions = false")
             con.execute("SET autoload_known_extensions = false")
             con.execute("LOAD delta")  # before the sandbox closes: loading reads the extension's file
+            configure_duckdb(con, settings)  # an s3:// lake: httpfs and the store's secret
             self.views = self._create_views(con, settings, pins)
             allowed = [self._folder(settings, v.table) for v in self.views]
             con.execute("SET temp_directory = ?", [str(self.scratch)])  # spills stay under STRATA_HOME
