@@ -15,6 +15,7 @@ from typing import Any
 
 from contracts import load_feast
 from warehouse.settings import Settings
+from warehouse.storage.objectstore import is_object_store
 from warehouse.tables import Table, all_tables
 
 #: Join key → (entity name, description). A Feast entity has a single join key.
@@ -82,11 +83,13 @@ def definitions(settings: Settings) -> list[Any]:
     used = {join_key(t) for t in tables}
     entities = {key: Entity(name=name, join_keys=[key], value_type=ValueType.STRING, description=text)
                 for key, (name, text) in ENTITIES.items() if key in used}
+    # The store's endpoint only for a lake on it: Feast hands an endpoint to a local Delta read, which fails.
+    endpoint = settings.s3_endpoint_url if is_object_store(settings.lake_uri) else None
     views = {}
     for table in tables:
         name = view_name(table)
         source = FileSource(name=f"{name}_source", path=table.uri(settings), file_format=DeltaFormat(),
-                            timestamp_field=timestamp_column(table), s3_endpoint_override=settings.s3_endpoint_url or None,
+                            timestamp_field=timestamp_column(table), s3_endpoint_override=endpoint or None,
                             description=f"The Delta table {table.name}")
         views[name] = FeatureView(
             name=name, entities=[entities[join_key(table)]], ttl=TTL, source=source, online=True,

@@ -326,3 +326,13 @@ def test_training_sets_by_duckdb_equal_feasts(world: dict) -> None:
         left, right = a[name].cast(pl.Float64).to_list(), b[name].cast(pl.Float64).to_list()
         assert [x is None for x in left] == [x is None for x in right], name
         assert [x for x in left if x is not None] == pytest.approx([x for x in right if x is not None]), name
+
+
+def test_the_sources_name_the_stores_endpoint_only_for_a_lake_on_it(tmp_path: Path) -> None:
+    from features.repo.definitions import definitions
+
+    endpoint = {"STRATA_HOME": str(tmp_path), "STRATA_S3_ENDPOINT_URL": "http://127.0.0.1:9000"}
+    for lake_uri, expected in (("s3://lake/strata", "http://127.0.0.1:9000"), (str(tmp_path / "lake"), None)):
+        objects = definitions(load_settings({**endpoint, "STRATA_LAKE_URI": lake_uri}))
+        sources = [o.batch_source for o in objects if hasattr(o, "batch_source") and o.batch_source is not None]
+        assert sources and {s.s3_endpoint_override or None for s in sources} == {expected}
