@@ -55,7 +55,9 @@ def open_session(model: bytes, provider: Provider = "auto", *, threads: int | No
     request that would run on the CPU."""
     import onnxruntime as ort
 
-    ort.set_default_logger_severity(3)  # a CUDA library that will not load is said once, by us, below
+    # Under ``auto`` a CUDA library that will not load is the expected fallback (the session's provider
+    # says where it ran), not an error line; under ``cuda`` ORT names the missing library before we refuse.
+    ort.set_default_logger_severity(3 if provider == "cuda" else 4)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3  # CUDA's "not available, falling back" goes through our own message
