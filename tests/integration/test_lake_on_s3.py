@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import json
+import re
+from collections import Counter
 from pathlib import Path
 
 import duckdb
@@ -24,7 +26,7 @@ from warehouse.sources.generator import generate
 from warehouse.storage import lake
 from warehouse.storage.duck import connect
 from warehouse.storage.objectstore import configure_duckdb, filesystem
-from warehouse.tables import DWD_REQUEST, ODS_REQUESTS
+from warehouse.tables import ADS_USER_RISK_SCORES, DWD_REQUEST, ODS_REQUESTS
 
 
 def test_ingest_build_forget_retention_and_duckdb_on_an_s3_lake(tmp_path: Path, strata_env: Path,
@@ -83,3 +85,38 @@ def test_ingest_build_forget_retention_and_duckdb_on_an_s3_lake(tmp_path: Path, 
         assert deleted.counts["ods.request_log_raw_deleted"] > 0
         assert lake.read(settings, ODS_REQUESTS).num_rows == 0
 
+
+
+@pytest.mark.slow  # ~40 s: enough traffic for reviews to label both classes, every read through moto
+def test_training_and_scoring_on_an_s3_lake(tmp_path: Path, strata_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with s3_server(tmp_path / "moto.log") as endpoint:
+        create_bucket(endpoint, "lake")
+        for name, value in {"STRATA_LAKE_URI": "s3://lake/strata", "STRATA_S3_ENDPOINT_URL": endpoint,
+                            "STRATA_S3_REGION": "us-east-1", **S3_KEYS}.items():
+            monkeypatch.setenv(name, value)
+        settings = load_settings()
+        start = dt.date(2026, 1, 1)
+        days = [start + dt.timedelta(days=i) for i in range(4)]
+        generate(tmp_path / "gen", days=len(days), requests_per_day=3_000, seed=5, start=start)
+        pipeline.land(settings, [tmp_path / "gen" / "requests", tmp_path / "gen" / "feedback"])
+        for day in days:
+            pipeline.build_dwd(settings, day)
+            pipeline.build_dws(settings, day)
+            pipeline.materialize(settings, day)
+
+        # The training set is the point-in-time join over the Delta log on S3 (Feast's offline store
+        # cannot read an s3:// Delta table); the scores go to S3 and to the online store.
+        trained = pipeline.train(settings, days[2], days=3).detail
+        assert trained.card.training_window == (str(days[0]), str(days[2]))
+        scored = pipeline.score(settings, days[3], provider="cpu")
+        scores = lake.read_frame(settings, ADS_USER_RISK_SCORES)
+        users = lake.read_frame(settings, DWD_REQUEST, filters=[("event_date", "=", days[3])])
+        assert scored.counts["entities"] == scores.height == users.get_column("user_pseudonym").drop_nulls().n_unique()
+        assert ADS_USER_RISK_SCORES.uri(settings).startswith("s3://")
+        # The busiest user of the scored day: their score is in the table and online.
+        users_of_day = Counter(re.findall(rb'"user_id": ?"(u_[0-9a-f]+)"', b"".join(
+            gzip.open(f).read() for f in (tmp_path / "gen" / "requests" / f"date={days[3]}").rglob("*.jsonl.gz"))))
+        user = users_of_day.most_common(1)[0][0].decode()
+        mine = scores.filter(pl.col("user_pseudonym") == pseudonym(settings.require_pseudonym_key(), user))
+        assert mine.height == 1 and pipeline.get_online_features(settings, "user", user)["score"] == pytest.approx(
+            mine["score"][0])
