@@ -195,7 +195,7 @@ def _parsed(parses: Path, project_dir: Path) -> Any:
     variables = {"duckdb_path": str(folder / DUCKDB_FILE), **_PARSE_VARS}
     with open(folder / "parse.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        outcome = dbtRunner().invoke(["parse", *_arguments(project_dir, folder / "target", folder / "logs",
+        outcome = dbtRunner().invoke(["parse", "--no-write-json", *_arguments(project_dir, folder / "target", folder / "logs",
                                                            variables)])
     if not outcome.success:
         raise DbtFailed("parse", [f"{type(outcome.exception).__name__}: {outcome.exception}"], folder)
