@@ -38,4 +38,5 @@ def test_a_failed_run_is_printed_with_its_error_and_fails_the_demo() -> None:
                        ("2026-01-02T00:00:00+00:00", "2026-01-03T00:00:00+00:00"), 0.9,
                        {"dwd.build_dwd": "failed"}, {}, {}, {"dwd.build_dwd": "build_dwd for 2026-01-02: no ODS rows"})
     assert _echo_run(failed, {"days": {}}, said.append) is False
-    assert "✗[/] strata_daily 2026-01-02" in said[0] and "dwd.build_dwd: build_dwd for 2026-01-02: no ODS rows" in said[1]
+    assert "✗[/] strata_daily 2026-01-02" in said[0]
+    assert "dwd.build_dwd: build_dwd for 2026-01-02: no ODS rows" in said[1]

@@ -121,8 +121,8 @@ def build(
                                         "freshness_sla_hours": freshness_sla_hours(), "empty_sources": empty}
         if storm_multiple is not None:
             variables["storm_multiple"] = float(storm_multiple)
-        dbt_run = invoke(settings, ["build", "--no-write-json"], run, variables, sources=sources, project_dir=project_dir,
-                         progress=progress)
+        dbt_run = invoke(settings, ["build", "--no-write-json"], run, variables, sources=sources,
+                         project_dir=project_dir, progress=progress)
         published = [_publish(settings, run, mart, built, progress, i) for i, mart in enumerate(MARTS)]
         run.remove()
         return AdsBuild(built, dbt_run, published)

@@ -5,8 +5,10 @@ The project (this package's folder) holds only sources: its profile reads every 
 lake tables it reads are attached to dbt's connection by name (:mod:`warehouse.ads.lake_access`).
 dbt's ``target/``, ``logs/`` and the DuckDB file go to ``$STRATA_HOME/ads/runs/<run>/``, a folder
 per run, so two builds (two dates scheduled at once) never share a DuckDB file (one writer per
-file) and nothing is written into the source tree. A run's folder is removed when the run succeeded and kept for a week when it failed
-(its ``logs/dbt.log`` says what happened). The project is parsed once, not per run: dbt's
+file) and nothing is written into the source tree. A run's folder is removed when the run
+succeeded and kept for a week when it failed (its ``logs/dbt.log`` says what happened, beside the
+compiled SQL; builds write no JSON artifacts, their results are read in memory). The project is
+parsed once, not per run: dbt's
 partial parsing keeps its manifest in ``$STRATA_CACHE_DIR/dbt-parse/`` and each command is handed
 a fresh copy (:func:`_parsed`).
 
@@ -195,8 +197,8 @@ def _parsed(parses: Path, project_dir: Path) -> Any:
     variables = {"duckdb_path": str(folder / DUCKDB_FILE), **_PARSE_VARS}
     with open(folder / "parse.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        outcome = dbtRunner().invoke(["parse", "--no-write-json", *_arguments(project_dir, folder / "target", folder / "logs",
-                                                           variables)])
+        outcome = dbtRunner().invoke(["parse", "--no-write-json",
+                                      *_arguments(project_dir, folder / "target", folder / "logs", variables)])
     if not outcome.success:
         raise DbtFailed("parse", [f"{type(outcome.exception).__name__}: {outcome.exception}"], folder)
     return outcome.result
