@@ -138,6 +138,18 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
     return read_dataset(out)
 
 
+def _difference(a: Path, b: Path, rel: str) -> str:
+    """Where two generated files first differ, line by line (gzip files unpacked): a failure to act on."""
+    def lines(root: Path) -> list[bytes]:
+        data = (root / rel).read_bytes() if (root / rel).exists() else b""
+        return (gzip.decompress(data) if rel.endswith(".gz") and data else data).splitlines()
+
+    x, y = lines(a), lines(b)
+    at = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+    return f"{rel}: {len(x)} vs {len(y)} lines, first difference at line {at}: " \
+           f"{x[at][:160] if at < len(x) else None!r} vs {y[at][:160] if at < len(y) else None!r}"
+
+
 def file_hashes(root: Path) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file()}
@@ -149,7 +161,7 @@ def test_same_seed_same_bytes_different_seed_different_bytes(small_dir: Path, tm
     again = tmp_path / "again"
     generate(again, days=3, requests_per_day=6000, seed=11, start=START, fault_rate=0.02)
     first, second = file_hashes(small_dir), file_hashes(again)
-    assert first == second
+    assert first == second, [_difference(small_dir, again, p) for p in sorted(first) if first[p] != second.get(p)]
     assert sum(p.startswith("requests/") for p in first) == 3 * 24
     assert sum(p.startswith("feedback/") for p in first) in (5, 6)  # reviews arrive up to 3 days later
     assert {"prices.csv", "manifest.json"} <= set(first)
