@@ -17,6 +17,7 @@ import random
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,8 @@ from lake_compare import assert_no_trace, contents, differences
 from strata import pipeline
 from warehouse.settings import Settings, load_settings
 from warehouse.sources.generator import generate
+from warehouse.storage import audit
+from warehouse.tables import OPS_BOOKS
 
 TODAY = dt.datetime.now(dt.timezone.utc).date()
 DAYS = [TODAY - dt.timedelta(days=3), TODAY - dt.timedelta(days=2)]  # the first one older than the retention
@@ -106,3 +109,39 @@ def test_two_commands_at_once_equal_one_after_the_other(world: dict, first: str,
         assert any(not differences(raced, s) for s in serial), [differences(raced, s) for s in serial]
         if "forget" in (first, second):
             assert_no_trace(home / "lake", world["victim"])
+
+
+def test_a_recovery_never_trips_on_the_notes_other_writers_leave_and_drop(tmp_path: Path) -> None:
+    """Every write leaves an attempt note before it writes and drops it once its audit row is in; a
+    command starting meanwhile lists those notes to recover the ones whose writer died. Writers here
+    begin and end attempts without pause while recoveries run beside them: none may fail on a note
+    half written or just dropped, and a live writer's note is never taken for a dead one's."""
+    settings = _settings(tmp_path)
+    deadline, errors, recovered, attempts = time.monotonic() + 3, [], [], [0]
+
+    def write() -> None:
+        while time.monotonic() < deadline:
+            audit.Attempt(settings, OPS_BOOKS, f"event_date={dt.date(2026, 1, 1)}").begin().end("failed", None)
+            attempts[0] += 1
+
+    def recover() -> None:
+        while time.monotonic() < deadline:
+            try:
+                recovered.append(audit.recover(settings))
+            except Exception as exc:  # noqa: BLE001 - collected for the assertion
+                errors.append(repr(exc))
+
+    threads = [threading.Thread(target=write), threading.Thread(target=recover)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors[:3]
+    assert len(recovered) > 10 and attempts[0] > 10 and sum(recovered) == 0
+    # A note its writer died writing (never renamed into place) goes once it is old; a fresh one stays.
+    notes = Path(settings.lake_uri) / "ops" / "_attempts"
+    stale, fresh = notes / "dead.json.part", notes / "writing.json.part"
+    stale.write_text('{"id": "de')
+    fresh.write_text('{"id": "wr')
+    os.utime(stale, (time.time() - audit.ABANDONED_AFTER.total_seconds() - 60,) * 2)
+    assert audit.recover(settings) == 0 and not stale.exists() and fresh.exists()

@@ -5,7 +5,9 @@ leave a published version without its row. Each attempt therefore leaves a note 
 (``ops/_attempts/<id>.json``) before it writes and stamps its id on its Delta commit; the
 note goes once the row is written. A later run finds the notes of attempts that died, looks
 for their stamp in the table's history, and records each as published (the commit landed) or
-failed (it did not) — exactly once, because the row carries the id.
+failed (it did not) — exactly once, because the row carries the id. Commands run side by
+side: a note appears whole (written aside and renamed, or one PUT), and a recovery passes over
+notes that end while it reads the folder.
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ import pyarrow.fs as pafs
 
 from warehouse.settings import Settings
 from warehouse.storage import lake
-from warehouse.storage.objectstore import filesystem
+from warehouse.storage.objectstore import filesystem, is_object_store
 from warehouse.tables import OPS_AUDIT_LOG, Table, table
 
 #: A note of an attempt on another machine is taken as abandoned after this long.
 ABANDONED_AFTER = dt.timedelta(hours=6)
+#: The suffix of a local note while it is being written (never read as a note).
+_STAGED = ".part"
 
 
 @dataclass
@@ -48,8 +52,14 @@ class Attempt:
         fs.create_dir(folder, recursive=True)
         note = {"id": self.id, "table": self.table.name, "partition": self.partition, "pid": os.getpid(),
                 "host": socket.gethostname(), "started_at": self.started_at.isoformat()}
-        with fs.open_output_stream(f"{folder}/{self.id}.json") as out:
+        path = f"{folder}/{self.id}.json"
+        # Another command's recovery may list the folder at any moment: a note appears whole. An object
+        # store's PUT is visible only once complete; a local file is written aside and renamed.
+        staged = path if is_object_store(self.settings.lake_uri) else f"{path}{_STAGED}"
+        with fs.open_output_stream(staged) as out:
             out.write(json.dumps(note).encode())
+        if staged != path:
+            fs.move(staged, path)
         return self
 
     def end(self, status: str, version: int | None, *, rows_in: int = 0, rows_published: int = 0,
@@ -94,10 +104,16 @@ def recover(settings: Settings) -> int:
         return 0
     recovered = 0
     for info in fs.get_file_info(pafs.FileSelector(folder)):
+        if info.base_name.endswith(_STAGED) and info.mtime is not None and \
+                dt.datetime.now(dt.timezone.utc) - info.mtime.astimezone(dt.timezone.utc) > ABANDONED_AFTER:
+            _drop(fs, info.path)  # a note its writer died writing: it wrote nothing after it
         if not info.base_name.endswith(".json"):
             continue
-        with fs.open_input_stream(info.path) as stream:
-            note = json.loads(stream.read())
+        try:
+            with fs.open_input_stream(info.path) as stream:
+                note = json.loads(stream.read())
+        except FileNotFoundError:
+            continue  # its attempt ended since the listing: the note went with its row
         if not _abandoned(note):
             continue
         if not _recorded(settings, note["id"]):
@@ -108,9 +124,17 @@ def recover(settings: Settings) -> int:
                    started_at=dt.datetime.fromisoformat(note["started_at"]), duration_ms=0.0,
                    message="recorded after the writing process died" + ("" if version is not None else
                                                                         " before its commit"))
-        fs.delete_file(info.path)
+        _drop(fs, info.path)
         recovered += 1
     return recovered
+
+
+def _drop(fs: pafs.FileSystem, path: str) -> None:
+    """Delete a note; one already gone (another recovery's, or its writer's) is fine."""
+    try:
+        fs.delete_file(path)
+    except FileNotFoundError:
+        pass
 
 
 def _abandoned(note: dict) -> bool:
