@@ -81,7 +81,9 @@ def write_config(settings: Settings) -> Path:
         repo_config(settings), sort_keys=False)
     path = folder / CONFIG_FILE
     if not path.exists() or path.read_text() != text:
-        path.write_text(text)
+        staged = path.with_name(f".{path.name}.{os.getpid()}")
+        staged.write_text(text)
+        staged.replace(path)  # another process reading the config sees the old one or the new one, whole
     return folder
 
 
