@@ -26,7 +26,7 @@ import pyarrow as pa
 from features import encoding
 from features.online_store import Chunk, RedisWriter, SqliteWriter, Writer
 from features.repo.definitions import feature_names, feature_tables, join_key, timestamp_column, view_name
-from features.store import PROJECT, applied_store, feast_dir, sqlite_path
+from features.store import PROJECT, applied_store, feast_dir, replace_text, sqlite_path
 from warehouse.progress import Progress
 from warehouse.settings import Settings
 from warehouse.storage import lake
@@ -79,10 +79,7 @@ def _load_state(settings: Settings) -> dict[str, Any]:
 
 
 def _save_state(settings: Settings, state: dict[str, Any]) -> None:
-    path = feast_dir(settings) / _STATE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
-    tmp.replace(path)
+    replace_text(feast_dir(settings) / _STATE, json.dumps(state, indent=1, sort_keys=True))
 
 
 def watermarks(settings: Settings) -> dict[str, dict[str, Any]]:

@@ -81,10 +81,16 @@ def write_config(settings: Settings) -> Path:
         repo_config(settings), sort_keys=False)
     path = folder / CONFIG_FILE
     if not path.exists() or path.read_text() != text:
-        staged = path.with_name(f".{path.name}.{os.getpid()}")
-        staged.write_text(text)
-        staged.replace(path)  # another process reading the config sees the old one or the new one, whole
+        replace_text(path, text)
     return folder
+
+
+def replace_text(path: Path, text: str) -> None:
+    """Write ``path`` aside and rename it into place: a process reading it meanwhile sees the old
+    text or the new one, whole (Feast's config, the materialization state)."""
+    staged = path.with_name(f".{path.name}.{os.getpid()}")
+    staged.write_text(text)
+    staged.replace(path)
 
 
 def _fingerprint(config_text: str, objects: list[Any]) -> str:

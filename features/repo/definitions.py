@@ -84,12 +84,12 @@ def definitions(settings: Settings) -> list[Any]:
     entities = {key: Entity(name=name, join_keys=[key], value_type=ValueType.STRING, description=text)
                 for key, (name, text) in ENTITIES.items() if key in used}
     # The store's endpoint only for a lake on it: Feast hands an endpoint to a local Delta read, which fails.
-    endpoint = settings.s3_endpoint_url if is_object_store(settings.lake_uri) else None
+    endpoint = (settings.s3_endpoint_url or None) if is_object_store(settings.lake_uri) else None
     views = {}
     for table in tables:
         name = view_name(table)
         source = FileSource(name=f"{name}_source", path=table.uri(settings), file_format=DeltaFormat(),
-                            timestamp_field=timestamp_column(table), s3_endpoint_override=endpoint or None,
+                            timestamp_field=timestamp_column(table), s3_endpoint_override=endpoint,
                             description=f"The Delta table {table.name}")
         views[name] = FeatureView(
             name=name, entities=[entities[join_key(table)]], ttl=TTL, source=source, online=True,

@@ -12,6 +12,7 @@ notes that end while it reads the folder.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -131,10 +132,8 @@ def recover(settings: Settings) -> int:
 
 def _drop(fs: pafs.FileSystem, path: str) -> None:
     """Delete a note; one already gone (another recovery's, or its writer's) is fine."""
-    try:
+    with contextlib.suppress(FileNotFoundError):
         fs.delete_file(path)
-    except FileNotFoundError:
-        pass
 
 
 def _abandoned(note: dict) -> bool:
