@@ -41,7 +41,7 @@ import datetime as dt, json, shutil, sys
 from pathlib import Path
 from strata import pipeline
 from warehouse.settings import load_settings
-from warehouse.sources.generator import generate
+from synthetic_workload import generate
 home = Path(sys.argv[1]); days, requests, seed, start = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), \\
     dt.date.fromisoformat(sys.argv[5])
 settings = load_settings({"STRATA_HOME": str(home), "STRATA_PSEUDONYM_KEY": sys.argv[6]})
@@ -197,7 +197,7 @@ _QUERIES = {
 
 def _cache() -> Path:
     from contracts import load_contract
-    from warehouse.sources.generator import GENERATOR_VERSION
+    from synthetic_workload import GENERATOR_VERSION
 
     root = Path(os.environ.get("STRATA_BENCH_CACHE", Path(__file__).resolve().parents[1] / ".strata" / "bench-cache"))
     version = load_contract("dwd.request").version

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from benchmarks.harness import Measurement
-from warehouse.sources.generator import generate
-from warehouse.sources.generator.writer import GZIP_LEVEL
+from synthetic_workload import generate
+from synthetic_workload.writer import GZIP_LEVEL
 
 REQUESTS = 1_000_000
 BASELINE_LINES = 200_000

@@ -72,7 +72,7 @@ print(json.dumps({"ingest_s": t1 - t0, "dwd_s": t2 - t1, "records": report.books
 
 
 def _generate(out: Path, requests: int) -> int:
-    from warehouse.sources.generator import generate
+    from synthetic_workload import generate
 
     manifest = generate(out, days=1, requests_per_day=requests, seed=11, start=DAY, fault_rate=0.01)
     return sum(d["lines"] for d in manifest["days"].values())

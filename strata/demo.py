@@ -109,7 +109,7 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
     from strata.console import progress
     from strata.orchestration.dag_runs import RunReport, run_dags
     from warehouse.privacy import pseudonym
-    from warehouse.sources.generator import GENERATOR_VERSION, generate
+    from synthetic_workload import GENERATOR_VERSION, generate
 
     params = {"days": days, "requests_per_day": requests_per_day, "seed": seed, "generator": GENERATOR_VERSION}
     settings = demo_key(demo_settings(settings, params, echo), echo)

@@ -25,7 +25,7 @@ def generate_cmd(
     """Write realistic AI-service request logs, feedback, prices, tenant quotas and a ground-truth manifest."""
     import datetime as dt
 
-    from warehouse.sources.generator import generate
+    from synthetic_workload import generate
 
     start_day = parse_date(start, "--start") if start else dt.date(2026, 1, 1)
     with progress("generating") as step:

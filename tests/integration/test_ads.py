@@ -16,7 +16,7 @@ from strata import pipeline
 from warehouse.ads.build import MARTS, build
 from warehouse.ads.project import PROJECT_DIR, DbtFailed
 from warehouse.settings import Settings, load_settings
-from warehouse.sources.generator import generate
+from synthetic_workload import generate
 from warehouse.storage import lake
 from warehouse.tables import ADS_MODEL_DAILY, DWD_REQUEST, table
 

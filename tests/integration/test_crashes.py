@@ -28,7 +28,7 @@ from lake_compare import assert_no_trace, contents, differences
 from strata import pipeline
 from tests.conftest import REPO
 from warehouse.settings import Settings, load_settings
-from warehouse.sources.generator import generate
+from synthetic_workload import generate
 
 DAY = dt.date(2026, 3, 2)
 KEY = "test-key-not-a-secret-0123456789"

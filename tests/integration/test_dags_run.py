@@ -41,7 +41,7 @@ from tests.lake_rows import assert_same_lake, lake_rows
 from tests.services import (S3_KEYS, create_bucket, free_port, postgres_database, postgres_user, redis_databases,
                             s3_server, stop_tree)
 from warehouse.settings import Settings, load_settings
-from warehouse.sources.generator import generate
+from synthetic_workload import generate
 from warehouse.storage import lake
 from warehouse.tables import (ADS_SCORE_DAILY, ADS_USER_RISK_SCORES, DWD_QUARANTINE, DWD_REQUEST, OPS_AUDIT_LOG,
                              OPS_BOOKS)

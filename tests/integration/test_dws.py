@@ -18,7 +18,7 @@ from warehouse.dws import build as dws_build
 from warehouse.dws.build import affected_days, build_entity
 from warehouse.dws.transform import USER
 from warehouse.settings import Settings, load_settings
-from warehouse.sources.generator import generate
+from synthetic_workload import generate
 from warehouse.storage import lake
 from warehouse.storage.publish import republish
 from warehouse.tables import DWD_REQUEST, table

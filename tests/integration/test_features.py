@@ -281,7 +281,7 @@ def test_the_feature_server_serves_over_http(world: dict) -> None:
 def test_end_to_end_from_generated_logs(tmp_path: Path) -> None:
     """Generated logs → ODS → DWD → DWS → materialize → lookups and a clean consistency check."""
     from strata import pipeline
-    from warehouse.sources.generator import generate
+    from synthetic_workload import generate
 
     settings = _settings(tmp_path / "home", tmp_path / "home" / "lake")
     landing = tmp_path / "landing"

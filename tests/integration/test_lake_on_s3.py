@@ -23,7 +23,7 @@ from tests.services import S3_KEYS, create_bucket, s3_server
 from warehouse.privacy import pseudonym
 from warehouse.settings import Settings, load_settings
 from warehouse.sql.sandbox import Session
-from warehouse.sources.generator import generate
+from synthetic_workload import generate
 from warehouse.storage import lake
 from warehouse.storage.duck import connect
 from warehouse.storage.objectstore import configure_duckdb, filesystem

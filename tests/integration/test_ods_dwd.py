@@ -21,7 +21,7 @@ from warehouse.settings import Settings, load_settings
 from warehouse.tables import table
 from warehouse.storage import lake
 from warehouse.dwd.build import build, build_day
-from warehouse.sources.generator import generate
+from synthetic_workload import generate
 from warehouse.ods.ingest import ingest
 from warehouse.dwd.prices import load_prices
 

@@ -27,7 +27,7 @@ import pytest
 from lake_compare import assert_no_trace, contents, differences
 from strata import pipeline
 from warehouse.settings import Settings, load_settings
-from warehouse.sources.generator import generate
+from synthetic_workload import generate
 from warehouse.storage import audit
 from warehouse.tables import OPS_BOOKS
 

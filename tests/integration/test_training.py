@@ -20,7 +20,7 @@ from batch_inference.registry import get, list_models
 from strata import pipeline
 from warehouse.privacy import pseudonym
 from warehouse.settings import load_settings
-from warehouse.sources.generator import generate
+from synthetic_workload import generate
 from warehouse.storage import lake
 from warehouse.tables import ADS_USER_RISK_SCORES
 

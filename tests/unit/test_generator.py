@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from warehouse.sources.generator import FAULT_KINDS, generate
+from synthetic_workload import FAULT_KINDS, generate
 
 START = dt.date(2024, 2, 28)  # the run crosses a leap day
 UTC = dt.timezone.utc

@@ -21,16 +21,16 @@ import numpy as np
 import polars as pl
 
 from warehouse.progress import Progress
-from warehouse.sources.generator.assemble import assemble_shard, duplicate_count, plan_duplicates
-from warehouse.sources.generator.catalog import pipeline_upgrade_at, price_rows, prices_csv
-from warehouse.sources.generator.encode import encode_feedback
-from warehouse.sources.generator.faults import FAULT_KINDS, MAX_FAULT_RATE, plan_faults, round_half_up
-from warehouse.sources.generator.feedback import DAY_US, KINDS, REVIEW, SOURCES, VALUES, FeedbackEvents, feedback_for_shard
-from warehouse.sources.generator.manifest import GENERATOR_VERSION, DayStats, abusive_user_ids, write_manifest
-from warehouse.sources.generator.population import build_population
-from warehouse.sources.generator.quotas import quota_rows, quotas_csv
-from warehouse.sources.generator.requests import epoch_us, generate_shard, plan_day
-from warehouse.sources.generator.writer import LineBuffer, WrittenFile, gzip_bytes, write_file
+from synthetic_workload.assemble import assemble_shard, duplicate_count, plan_duplicates
+from synthetic_workload.catalog import pipeline_upgrade_at, price_rows, prices_csv
+from synthetic_workload.encode import encode_feedback
+from synthetic_workload.faults import FAULT_KINDS, MAX_FAULT_RATE, plan_faults, round_half_up
+from synthetic_workload.feedback import DAY_US, KINDS, REVIEW, SOURCES, VALUES, FeedbackEvents, feedback_for_shard
+from synthetic_workload.manifest import GENERATOR_VERSION, DayStats, abusive_user_ids, write_manifest
+from synthetic_workload.population import build_population
+from synthetic_workload.quotas import quota_rows, quotas_csv
+from synthetic_workload.requests import epoch_us, generate_shard, plan_day
+from synthetic_workload.writer import LineBuffer, WrittenFile, gzip_bytes, write_file
 
 _MAX_REQUESTS_PER_DAY = 1 << 31
 _MAX_DAYS = 100_000

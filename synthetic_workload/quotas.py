@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from warehouse.sources.generator.catalog import MODELS
-from warehouse.sources.generator.population import ABUSE_TRAFFIC_SHARE, Population
+from synthetic_workload.catalog import MODELS
+from synthetic_workload.population import ABUSE_TRAFFIC_SHARE, Population
 
 #: Share of tenants without any quota.
 NO_QUOTA_SHARE = 0.25

@@ -15,12 +15,12 @@ import functools
 import numpy as np
 import polars as pl
 
-from warehouse.sources.generator import ids
-from warehouse.sources.generator.catalog import (
+from synthetic_workload import ids
+from synthetic_workload.catalog import (
     CLIENTS, ERROR_TYPES, FAMILIES, FINISH_REASONS, MODELS, PIPELINES, SERVERS, TEMPLATES, VERSIONS,
 )
-from warehouse.sources.generator.population import Population
-from warehouse.sources.generator.requests import DayRequests
+from synthetic_workload.population import Population
+from synthetic_workload.requests import DayRequests
 
 #: Status codes that occur, and the error_type each implies ("" for success).
 STATUSES: tuple[int, ...] = (200, 400, 429, 500, 502, 503, 504)

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from warehouse.sources.generator.catalog import MODELS
-from warehouse.sources.generator.requests import DayRequests
+from synthetic_workload.catalog import MODELS
+from synthetic_workload.requests import DayRequests
 
 KINDS: tuple[str, ...] = ("thumb", "review", "flag")
 VALUES: tuple[str, ...] = ("up", "down", "abusive", "ok", "spam", "abuse", "jailbreak", "pii", "other")

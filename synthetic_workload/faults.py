@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from warehouse.sources.generator import ids
+from synthetic_workload import ids
 
 FAULT_KINDS: tuple[str, ...] = ("truncated_json", "wrong_type", "missing_required", "negative_duration",
                                 "far_future_ts", "invalid_utf8", "oversized_line")

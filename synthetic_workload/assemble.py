@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from warehouse.sources.generator.encode import encode_requests
-from warehouse.sources.generator.faults import FaultPlan, corrupt, round_half_up
-from warehouse.sources.generator.population import Population
-from warehouse.sources.generator.requests import DayPlan, DayRequests
-from warehouse.sources.generator.traffic import HOUR_US
-from warehouse.sources.generator.writer import LineBuffer
+from synthetic_workload.encode import encode_requests
+from synthetic_workload.faults import FaultPlan, corrupt, round_half_up
+from synthetic_workload.population import Population
+from synthetic_workload.requests import DayPlan, DayRequests
+from synthetic_workload.traffic import HOUR_US
+from synthetic_workload.writer import LineBuffer
 
 #: Share of a day's valid requests delivered twice.
 DUPLICATE_RATE = 0.005

@@ -5,8 +5,8 @@ gzip JSON-lines request files, delayed feedback files, a price table, tenant quo
 manifest that states exactly what was written (counts, duplicates, fault lines, abusive users).
 """
 
-from warehouse.sources.generator.faults import FAULT_KINDS
-from warehouse.sources.generator.dataset import generate
-from warehouse.sources.generator.manifest import GENERATOR_VERSION
+from synthetic_workload.faults import FAULT_KINDS
+from synthetic_workload.dataset import generate
+from synthetic_workload.manifest import GENERATOR_VERSION
 
 __all__ = ["FAULT_KINDS", "GENERATOR_VERSION", "generate"]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from warehouse.sources.generator.population import Population
+from synthetic_workload.population import Population
 
 HOUR_US = 3_600_000_000
 DAY_US = 24 * HOUR_US

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from warehouse.sources.generator import ids
-from warehouse.sources.generator.assemble import ShardLines
-from warehouse.sources.generator.catalog import ERROR_TYPES, MODELS, VERSIONS
-from warehouse.sources.generator.faults import FAULT_KINDS
-from warehouse.sources.generator.population import Population
-from warehouse.sources.generator.requests import DayRequests
+from synthetic_workload import ids
+from synthetic_workload.assemble import ShardLines
+from synthetic_workload.catalog import ERROR_TYPES, MODELS, VERSIONS
+from synthetic_workload.faults import FAULT_KINDS
+from synthetic_workload.population import Population
+from synthetic_workload.requests import DayRequests
 
 #: Changes whenever the same arguments would write different files (1.1: ISA-L deflate;
 #: 1.2: quotas.csv).

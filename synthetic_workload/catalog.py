@@ -2,7 +2,7 @@
 
 Everything here is static data (no randomness). Models and server families are the
 "infrastructure" of the simulated AI service; the seeded parts (tenants, users, abusers)
-live in :mod:`warehouse.sources.generator.population`.
+live in :mod:`synthetic_workload.population`.
 """
 
 from __future__ import annotations

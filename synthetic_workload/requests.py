@@ -15,14 +15,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from warehouse.sources.generator import ids
-from warehouse.sources.generator.catalog import (
+from synthetic_workload import ids
+from synthetic_workload.catalog import (
     ERR_INVALID, ERR_NONE, ERR_OOM, ERR_RATE, ERR_TIMEOUT, ERR_UPSTREAM, FAMILIES, MODELS, PIPELINES,
     SERVER_OFFSET, TEMPLATES, VERSION_OFFSET, version_weights,
 )
-from warehouse.sources.generator.population import ABUSE_TRAFFIC_SHARE, SERVICE_SHARE, Population
-from warehouse.sources.generator.sampling import AliasTable
-from warehouse.sources.generator.traffic import HOUR_US, Storm, abuse_weights, diurnal_weights, storm_for_day
+from synthetic_workload.population import ABUSE_TRAFFIC_SHARE, SERVICE_SHARE, Population
+from synthetic_workload.sampling import AliasTable
+from synthetic_workload.traffic import HOUR_US, Storm, abuse_weights, diurnal_weights, storm_for_day
 
 FINISH_STOP, FINISH_LENGTH, FINISH_FILTER = 0, 1, 2
 #: HTTP status per error code (upstream errors are 502 or 503).
@@ -116,7 +116,7 @@ def plan_day(pop: Population, *, seed: int, day_index: int, days: int, date: dt.
 class DayRequests:
     """The valid requests of one shard (whole hours) of a UTC day, sorted by ``ts_us``.
 
-    Columns are numpy arrays. Codes index :mod:`warehouse.sources.generator.catalog` tables; -1
+    Columns are numpy arrays. Codes index :mod:`synthetic_workload.catalog` tables; -1
     means "absent" (the key is omitted from the JSON line). Latencies are integer µs.
     ``retry_of`` is a row number within this shard (retries never cross a shard).
     """
