@@ -2,5 +2,5 @@
 
 Nothing here imports ``airflow`` at module level, and only :mod:`strata.orchestration.dag_runs`
 imports it at all — inside the child process it starts — because importing Airflow
-reconfigures the process's logging (DESIGN §8). The DAG files themselves live in ``dags/``.
+reconfigures the process's logging (docs/design.md §8). The DAG files themselves live in ``dags/``.
 """

@@ -3,7 +3,7 @@
 ``dag.test()`` runs a DAG's real tasks in order on the metadata database (the embedded SQLite
 under ``STRATA_HOME/airflow``), without a scheduler: the demo and the tests use it to run the
 DAG files exactly as a scheduler would, interval by interval. Importing Airflow reconfigures
-a process's logging (DESIGN §8), so the parent — the CLI, a test — never does: it starts
+a process's logging (docs/design.md §8), so the parent — the CLI, a test — never does: it starts
 ``python -m strata.orchestration.dag_runs``, hands it one run at a time on stdin, and reads
 one JSON report per finished run back through a pipe; Airflow's own output goes to a log file.
 """

@@ -4,7 +4,7 @@ One function gives every Airflow process its environment — the embedded defaul
 metadata under ``STRATA_HOME/airflow``, LocalExecutor) and a cluster (Postgres metadata,
 CeleryExecutor with a Redis broker) alike — so the DAG files, the scheduler, the API server,
 the workers and ``dag.test()`` agree on where the lake is and how to reach each other.
-Airflow's facts behind it were measured on this stack (DESIGN §8).
+Airflow's facts behind it were measured on this stack (docs/design.md §8).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The canonical record fields (DESIGN §2) every source format is mapped onto.
+"""The canonical record fields (docs/design.md §2) every source format is mapped onto.
 
 Parsers return these fields as *text*, exactly as the source wrote them; typing,
 range checks and quarantine happen in DWD against the contract, so a bad value is
