@@ -56,3 +56,13 @@ def test_model_list_names_each_bad_version_and_lists_the_good(strata_env: Path) 
     assert "unusable user_risk@v1: its model.json is not a model card (JSONDecodeError" in result.output
     assert "unusable user_risk@v3: its model.json has no card_sha256" in result.output
     assert "0.800" in result.output  # v2's row
+
+
+def test_the_scoring_task_fails_on_an_unusable_model_instead_of_waiting_for_one(strata_env: Path) -> None:
+    from strata.orchestration import tasks
+
+    settings = tasks.task_settings()
+    register(settings, CARD, b"onnx bytes")
+    _edit(settings, "v1", "[]")
+    with pytest.raises(BadCard, match="user_risk@v1: its model.json is not a model card"):
+        tasks.shards("score")
