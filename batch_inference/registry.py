@@ -5,7 +5,10 @@ whole in a scratch folder and renamed into place, so a crash never leaves half a
 two trainings never take the same number. ``model.json`` is the model's card: its ordered
 input features with their dtypes, the feature service it was trained from, the training
 window, its metrics, the sha256 of ``model.onnx`` and the library versions that made it.
-Loading checks the hash: a file changed after registration is refused.
+Loading checks both: ``model.onnx`` against its sha256, and the card against ``card_sha256``,
+the hash of its own canonical JSON — reordered features or a changed threshold change the
+scores, so a card edited after registration is refused as an edited model file is. (The hashes
+catch edits, not a forger who rewrites them too: that needs the registry's files protected.)
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from warehouse.errors import NotYet
@@ -29,6 +32,10 @@ _VERSION = re.compile(r"^v(\d+)$")
 
 class ModelError(ValueError):
     """A model cannot be registered, found or used; the message says which and why."""
+
+
+class BadCard(ModelError):
+    """A registered version's ``model.json`` does not parse or changed after registration: it is unusable."""
 
 
 class NotEnoughLabels(ModelError, NotYet):
@@ -61,10 +68,18 @@ class ModelCard:
     #: The DWS table the features come from (the offline store's source of the feature service).
     source_table: str = "dws.user_features"
     extra: dict[str, object] = field(default_factory=dict)
+    #: sha256 of the rest of the card (:meth:`digest`), set at registration.
+    card_sha256: str = ""
 
     @property
     def ref(self) -> str:
         return f"{self.name}@{self.version}"
+
+    def digest(self) -> str:
+        """sha256 of the card's canonical JSON (sorted keys, no spaces), ``card_sha256`` left out."""
+        doc = asdict(self)
+        del doc["card_sha256"]
+        return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     @staticmethod
     def from_json(text: str) -> ModelCard:
@@ -118,8 +133,9 @@ def register(settings: Settings, card: ModelCard, onnx: bytes) -> ModelVersion:
     try:
         for _ in range(100):  # another training may take a number first: take the next one
             version = f"v{(_versions(folder) or [0])[-1] + 1}"
-            final = ModelCard(**{**asdict(card), "version": version, "sha256": digest,
-                                 "features": card.features, "training_window": card.training_window})
+            unsealed = ModelCard(**{**asdict(card), "version": version, "sha256": digest, "card_sha256": "",
+                                    "features": card.features, "training_window": card.training_window})
+            final = replace(unsealed, card_sha256=unsealed.digest())
             (staging / "model.onnx").write_bytes(onnx)
             (staging / "model.json").write_text(final.to_json())
             try:
@@ -144,16 +160,49 @@ def get(settings: Settings, name: str, version: str | None = None) -> ModelVersi
     path = folder / chosen
     if not (path / "model.json").is_file():
         raise ModelError(f"{name} has no version {chosen!r} (registered: {', '.join(f'v{v}' for v in versions)})")
-    return ModelVersion(ModelCard.from_json((path / "model.json").read_text()), path)
+    return ModelVersion(_verified_card(path, f"{name}@{chosen}"), path)
 
 
-def list_models(settings: Settings) -> list[ModelCard]:
-    """Every registered version of every model, by name then version."""
+def _verified_card(path: Path, ref: str) -> ModelCard:
+    """The card in ``path``, when it parses and is the one registered; else :class:`BadCard`."""
+    again = "re-train to register a new version (strata model train)"
+    try:
+        card = ModelCard.from_json((path / "model.json").read_text())
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # bad JSON, or not a card's fields
+        raise BadCard(f"{ref}: its model.json is not a model card ({type(exc).__name__}: {exc}); {again}") from None
+    if not card.card_sha256:
+        raise BadCard(f"{ref}: its model.json has no card_sha256 (registered before cards were hashed), so an edit "
+                      f"to its features or threshold could not be told; {again}")
+    if card.digest() != card.card_sha256 or card.ref != ref:
+        raise BadCard(f"{ref}: its model.json changed after registration (it no longer matches its card_sha256 "
+                      f"{card.card_sha256[:12]}…); {again}")
+    return card
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One registered version as :func:`list_models` finds it: its card, or why it is unusable."""
+
+    name: str
+    version: str
+    card: ModelCard | None
+    problem: str | None = None
+
+
+def list_models(settings: Settings) -> list[Listed]:
+    """Every registered version of every model, by name then version; a bad card is listed with its reason."""
     root = settings.registry_dir
     if not root.is_dir():
         return []
-    return [get(settings, folder.name, f"v{v}").card for folder in sorted(root.iterdir()) if _NAME.match(folder.name)
-            for v in _versions(folder)]
+    out = []
+    for folder in sorted(root.iterdir()):
+        if _NAME.match(folder.name):
+            for v in _versions(folder):
+                try:
+                    out.append(Listed(folder.name, f"v{v}", get(settings, folder.name, f"v{v}").card))
+                except ModelError as exc:
+                    out.append(Listed(folder.name, f"v{v}", None, str(exc)))
+    return out
 
 
 def new_card(name: str, features: list[Feature], *, feature_service: str, entity: str, window: tuple[dt.date, dt.date],

@@ -45,15 +45,22 @@ def list_cmd() -> None:
     from batch_inference.registry import list_models
     from warehouse.settings import load_settings
 
-    cards = list_models(load_settings())
-    if not cards:
+    listed = list_models(load_settings())
+    if not listed:
         out.print("no model registered yet (strata model train --until YYYY-MM-DD)")
         return
     grid = Table("model", "version", "created (UTC)", "window", "ROC AUC", "features", "sha256")
-    for card in cards:
+    for entry in listed:
+        card = entry.card
+        if card is None:
+            grid.add_row(entry.name, entry.version, "[red]unusable: see below[/]", "", "", "", "")
+            continue
         grid.add_row(card.name, card.version, card.created_at, " … ".join(card.training_window),
                      f"{card.metrics.get('roc_auc', float('nan')):.3f}", str(len(card.features)), card.sha256[:12])
     out.print(grid)
+    for entry in listed:
+        if entry.problem:
+            out.print(f"[red]unusable[/] {escape(entry.problem)}")
 
 
 @app.command("show")

@@ -146,10 +146,12 @@ def _store_not_moved_on(settings: Settings, day: dt.date) -> None:
 
 def _registered_model(settings: Settings, name: str) -> None:
     """Skip scoring until a model is registered (the weekly training registers the first)."""
-    from batch_inference.registry import ModelError, get
+    from batch_inference.registry import BadCard, ModelError, get
 
     try:
         get(settings, name)
+    except BadCard:
+        raise  # a registered model that is unusable fails the task; it is not "not yet"
     except ModelError as exc:
         raise Skip(f"{exc}: scoring is skipped until strata_train registers one") from None
 

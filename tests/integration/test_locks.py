@@ -11,12 +11,14 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import polars as pl
 import psycopg
 import pytest
 
 from warehouse.settings import load_settings
-from warehouse.storage import locks
-from warehouse.tables import DWD_REQUEST
+from warehouse.storage import lake, locks
+from warehouse.storage.publish import publish
+from warehouse.tables import DWD_REQUEST, DWD_TENANT_QUOTA
 
 POSTGRES = "postgresql://127.0.0.1:5432/test"
 HOLDER = """
@@ -28,6 +30,20 @@ partition = None if sys.argv[1] == "table" else {"event_date": sys.argv[1]}
 with locks.hold(load_settings(), write=[(DWD_REQUEST, partition)]):
     print("held", flush=True)
     sys.stdin.readline()
+"""
+#: A writer that takes its lock, waits for a line on stdin, then publishes one quota row under it.
+WRITER = """
+import sys
+import polars as pl
+from warehouse.settings import load_settings
+from warehouse.storage import locks
+from warehouse.storage.publish import publish
+from warehouse.tables import DWD_TENANT_QUOTA
+with locks.hold(load_settings(), write=[(DWD_TENANT_QUOTA, None)]):
+    print("held", flush=True)
+    sys.stdin.readline()
+    publish(load_settings(), DWD_TENANT_QUOTA, pl.DataFrame({"tenant_id": ["first"], "effective_from": ["2026-01-01"],
+            "daily_request_quota": ["1"], "daily_token_quota": ["1"]}), mode="overwrite", expectations=False)
 """
 
 
@@ -47,16 +63,17 @@ def backend(request: pytest.FixtureRequest, strata_env: Path, monkeypatch: pytes
         admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
-def _holding(what: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, what], env=os.environ.copy(), text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+def _holding(what: str, *more: str, script: str = HOLDER) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", script, what, *more], env=os.environ.copy(), text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
     return proc
 
 
 def _release(proc: subprocess.Popen[str]) -> None:
     assert proc.stdin is not None
-    proc.stdin.close()
+    if not proc.stdin.closed:
+        proc.stdin.close()
     proc.wait(timeout=30)
 
 
@@ -76,6 +93,43 @@ def test_a_second_writer_of_a_partition_fails_naming_the_holder(backend: str) ->
         pass  # released: free again
 
 
+def test_the_holder_is_named_whole_however_long_its_command_line(backend: str) -> None:
+    path = "/landing/" + "very-long-folder-name/" * 6 + "requests.jsonl"
+    holder = _holding("2026-03-01", "ingest", path)
+    try:
+        with pytest.raises(locks.LockHeld) as err:
+            with locks.hold(load_settings(), write=[(DWD_REQUEST, {"event_date": "2026-03-01"})]):
+                pass
+        assert f"pid {holder.pid} on " in str(err.value) and f"(-c 2026-03-01 ingest {path}) since " in str(err.value)
+    finally:
+        _release(holder)
+
+
+def test_a_writer_that_lost_its_lock_publishes_nothing(backend: str) -> None:
+    """Its Postgres session terminated (or, on files, its lock file removed under it), a writer's lock is
+    lost and a second writer gets in: the first fails before its commit, so the second's is the only one."""
+    first = _holding("first", script=WRITER)
+    try:
+        if backend == "postgres":
+            with psycopg.connect(os.environ["STRATA_LOCK_URL"], autocommit=True) as admin:
+                (ended,) = admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                                         "application_name LIKE %s", (f"strata: pid {first.pid} %",)).fetchone()
+            assert ended
+        else:
+            for lock_file in (load_settings().home / "locks").glob("*.lock"):
+                lock_file.unlink()
+        second = pl.DataFrame({"tenant_id": ["second"], "effective_from": ["2026-01-01"],
+                               "daily_request_quota": ["2"], "daily_token_quota": ["2"]})
+        assert publish(load_settings(), DWD_TENANT_QUOTA, second, mode="overwrite", expectations=False).version == 0
+    finally:
+        _release(first)
+    assert first.stderr is not None
+    stderr = first.stderr.read()
+    assert first.returncode == 1 and "LockLost: dwd.tenant_quota: this process no longer holds the lock" in stderr
+    assert lake.version(load_settings(), DWD_TENANT_QUOTA) == 0
+    assert lake.read_frame(load_settings(), DWD_TENANT_QUOTA)["tenant_id"].to_list() == ["second"]
+
+
 def test_a_table_wide_writer_excludes_partition_writers_and_a_waiter_gets_its_turn(
         backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     holder = _holding("2026-03-01")
@@ -92,13 +146,14 @@ def test_a_table_wide_writer_excludes_partition_writers_and_a_waiter_gets_its_tu
             _release(holder)
 
 
-def test_a_holder_that_dies_releases_its_locks(backend: str) -> None:
+def test_a_holder_that_dies_releases_its_locks(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     holder = _holding("table")
     with pytest.raises(locks.LockHeld):
         with locks.hold(load_settings(), write=[(DWD_REQUEST, {"event_date": "2026-03-05"})]):
             pass
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait(timeout=30)
+    monkeypatch.setenv("STRATA_LOCK_WAIT", "10")  # Postgres ends the dead client's session a moment later
     with locks.hold(load_settings(), write=[(DWD_REQUEST, {"event_date": "2026-03-05"})]):
         pass
 

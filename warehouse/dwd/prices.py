@@ -19,34 +19,27 @@ import polars as pl
 from warehouse.settings import Settings
 from warehouse.storage import lake
 from warehouse.tables import DWD_MODEL_PRICE
+
 _COLUMNS = {
     "model": pl.String, "effective_from": pl.Date, "input_price_per_1k": pl.Float64,
     "output_price_per_1k": pl.Float64, "cached_input_price_per_1k": pl.Float64, "bills_refusals": pl.Boolean,
 }
-_OPTIONAL = {"cached_input_price_per_1k", "bills_refusals"}
+_OPTIONAL = frozenset({"cached_input_price_per_1k", "bills_refusals"})
 #: Statuses of a request refused before inference (not billed unless the price row says so).
 REFUSED = range(400, 500)
 
 
 def load_prices(settings: Settings, csv_path: Path) -> int:
-    """Replace the price table with the contents of ``csv_path``; returns the Delta version."""
+    """Replace the price table with the contents of ``csv_path``; returns the Delta version.
+
+    A file with a missing column or a bad row changes nothing (see :mod:`warehouse.dwd.reference`).
+    """
+    from warehouse.dwd.reference import read_checked
     from warehouse.storage.publish import publish
 
-    try:
-        frame = pl.read_csv(csv_path, schema_overrides={"effective_from": pl.String})
-    except Exception as exc:  # polars raises several types for unreadable CSV
-        raise ValueError(f"{csv_path}: not a readable price CSV: {exc}") from None
-    missing = sorted(set(_COLUMNS) - _OPTIONAL - set(frame.columns))
-    if missing:
-        raise ValueError(f"{csv_path}: missing price column(s) {missing}; expected {list(_COLUMNS)}")
-    frame = frame.with_columns(pl.lit(None, _COLUMNS[c]).alias(c) for c in _OPTIONAL if c not in frame.columns)
-    frame = frame.select(list(_COLUMNS)).with_columns(
-        pl.col("effective_from").str.to_date("%Y-%m-%d", strict=False))
+    frame = read_checked(csv_path, DWD_MODEL_PRICE, "price", optional=_OPTIONAL)
     result = publish(settings, DWD_MODEL_PRICE, frame, mode="overwrite")
-    if result.rows_rejected:
-        bad = result.rejected.head(3).to_dicts()
-        raise ValueError(f"{csv_path}: {result.rows_rejected} price row(s) break the contract, e.g. {bad}")
-    assert result.version is not None
+    assert result.version is not None and not result.rows_rejected
     return result.version
 
 

@@ -31,6 +31,7 @@ def vacuum_now(settings: Settings, table: Table, *, purge_log: bool = False) -> 
     delta = lake.open_table(settings, table)
     if delta is None:
         return 0
+    locks.verify(settings, table)
     removed = delta.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
     passed(f"vacuum {table.name}")
     if purge_log and _older_log_entries(settings, delta):
@@ -82,6 +83,7 @@ def apply_retention(settings: Settings, *, days: int | None = None, today: dt.da
             delta = lake.open_table(settings, table)
             if delta is None:
                 continue
+            locks.verify(settings, table)
             metrics = delta.delete(f"{_date_partition(table)} < '{cutoff.isoformat()}'")
             passed(f"commit {table.name}")
             deleted[table.name] = int(metrics.get("num_deleted_rows", 0))

@@ -2,7 +2,9 @@
 
 Every layer table is a Delta table at ``<lake root>/<layer>/<name>``. Writes go
 through :func:`commit`, which is one Delta transaction: data files are written first
-and become visible only when the log entry lands, so a crash leaves nothing visible.
+and become visible only when the log entry lands, so a crash leaves nothing visible. The
+writer's locks are checked after the last batch, just before that entry: a writer that lost
+its lock commits nothing (:func:`warehouse.storage.locks.verify`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from deltalake import ColumnProperties, CommitProperties, DeltaTable, WriterProp
 from deltalake.exceptions import TableNotFoundError
 
 from warehouse.settings import Settings
+from warehouse.storage import locks
 from warehouse.storage.boundaries import passed
 from warehouse.storage.objectstore import filesystem, storage_options
 from warehouse.tables import Table
@@ -259,9 +262,25 @@ def commit(
             raise ValueError(f"replace_partitions on {table} needs at least one partition")
         # The writer refuses rows outside the predicate, so a partition never leaks into another.
         kwargs["predicate"] = " OR ".join(f"({partition_predicate(p)})" for p in parts)
+    lost: list[locks.LockLost] = []
+
+    def batches() -> Iterable[pa.RecordBatch]:
+        yield from (data.to_batches() if isinstance(data, pa.Table) else data)
+        try:  # the last batch is in: only the last file and the log entry are left to write
+            locks.verify(settings, table)
+        except locks.LockLost as exc:
+            lost.append(exc)
+            raise  # aborts the write: nothing commits
+
     # Handed the table it has just opened, the writer reads the log once and updates it in place.
-    write_deltalake(delta if delta is not None else location, data,  # type: ignore[call-overload]
-                    mode="append" if mode == "append" else "overwrite", **kwargs)
+    try:
+        write_deltalake(delta if delta is not None else location,  # type: ignore[call-overload]
+                        pa.RecordBatchReader.from_batches(data.schema, batches()),
+                        mode="append" if mode == "append" else "overwrite", **kwargs)
+    except Exception:
+        if lost:  # the writer wraps it in a DeltaError: raise the caller's own error
+            raise lost[0] from None
+        raise
     version = (delta if delta is not None else DeltaTable(location, storage_options=options)).version()
     passed(f"commit {table.name}")
     return version

@@ -17,6 +17,14 @@ Two backends, one interface: file locks (``flock``) under ``STRATA_HOME/locks`` 
 machine — and, when ``STRATA_LOCK_URL`` names a Postgres database, session advisory locks
 that every worker of a cluster sees. Both are released by the operating system or the
 database when a process dies, so a crash never leaves a table locked.
+
+A Postgres lock can also be lost while its process lives: its session is terminated
+(``pg_terminate_backend``, a database restart, a network cut), and a second writer gets in.
+So every Delta commit first asks :func:`verify` whether this process still holds the locks of
+the table it commits to, and fails with :class:`LockLost` — publishing nothing — when it does
+not. What is left is the time between that check and the commit itself (writing the last data
+file and the log entry); on object storage Delta's conditional commit still refuses the second
+of two overlapping commits.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Protocol
+from typing import Iterable, Iterator, Protocol, Sequence, cast
 
 from warehouse.settings import Settings
 from warehouse.tables import Table
@@ -44,6 +52,11 @@ _POLL_S = 0.05
 
 class LockHeld(RuntimeError):
     """Another process holds a lock this step needs; the message says who and how to wait."""
+
+
+class LockLost(RuntimeError):
+    """A lock this process took is no longer held (its Postgres session ended): nothing was committed;
+    running the step again is safe."""
 
 
 @dataclass(frozen=True, order=True)
@@ -63,6 +76,7 @@ class _Backend(Protocol):
     def acquire(self, key: Key, exclusive: bool, deadline: float) -> object | None: ...
     def release(self, handle: object) -> None: ...
     def holders(self, key: Key) -> list[str]: ...
+    def lost(self, held: dict[Key, object]) -> list[Key]: ...
 
 
 def _command() -> str:
@@ -106,12 +120,26 @@ class _Files:
                 time.sleep(_POLL_S)
         badge = path.with_suffix(f".{os.getpid()}.holder")
         badge.write_text(_holder())
-        return fd, badge
+        return fd, badge, path
 
     def release(self, handle: object) -> None:
-        fd, badge = handle  # type: ignore[misc]
+        fd, badge, _ = cast(tuple[int, Path, Path], handle)
         badge.unlink(missing_ok=True)
         os.close(fd)  # closing the descriptor releases the flock
+
+    def lost(self, held: dict[Key, object]) -> list[Key]:
+        """A flock lasts as long as its descriptor; it is lost only if its file was removed (or replaced)
+        under it, for then the next writer locks another file of the same name."""
+        out = []
+        for key, handle in held.items():
+            fd, _, path = cast(tuple[int, Path, Path], handle)
+            try:
+                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:
+                out.append(key)
+        return out
 
     def holders(self, key: Key) -> list[str]:
         out = []
@@ -128,22 +156,58 @@ class _Files:
         return out
 
 
+#: What a holder's text may not carry inside a SQL comment (``*``, ``/``, ``%``, ``\\``), and its escape.
+_COMMENT_SAFE = re.compile(r"[*/%\\]")
+_COMMENT_UNSAFE = re.compile(r"\\x([0-9a-f]{2})")
+
+
 class _Postgres:
-    """Session advisory locks in one Postgres database, seen by every worker of a cluster."""
+    """Session advisory locks in one Postgres database, seen by every worker of a cluster.
+
+    Who holds a lock is read from ``pg_stat_activity``: ``application_name`` is cut at 63 bytes,
+    so every statement of the session also carries the whole holder as a leading comment, and its
+    ``query`` column (the session's last statement, up to ``track_activity_query_size``) shows it.
+    """
 
     def __init__(self, url: str) -> None:
+        self.url = url
+        self.conn = self._connect()
+
+    def _connect(self):  # type: ignore[no-untyped-def]  # psycopg is imported here, not at module level
         import psycopg
 
-        self.conn = psycopg.connect(url, autocommit=True, application_name=f"strata: {_holder()}"[:63])
+        holder = _holder()
+        # Comments nest in Postgres and psycopg reads % as a placeholder: neither may pass through.
+        self.comment = "/* strata: " + _COMMENT_SAFE.sub(lambda m: f"\\x{ord(m[0]):02x}", holder) + " */ "
+        return psycopg.connect(self.url, autocommit=True, application_name=f"strata: {holder}"[:63])
+
+    def _execute(self, query: str, params: Sequence[object]) -> list[tuple]:
+        return self.conn.execute(self.comment + query, params).fetchall()  # type: ignore[arg-type]
 
     @staticmethod
     def _id(key: Key) -> int:
         return int.from_bytes(hashlib.blake2b(key.name.encode(), digest_size=8).digest(), "big", signed=True)
 
+    @classmethod
+    def _split(cls, key: Key) -> tuple[int, int]:
+        """(classid, objid) under which ``pg_locks`` shows the bigint advisory lock of ``key``."""
+        lock_id = cls._id(key) & 0xFFFFFFFFFFFFFFFF
+        return lock_id >> 32, lock_id & 0xFFFFFFFF
+
     def acquire(self, key: Key, exclusive: bool, deadline: float) -> object | None:
+        import psycopg
+
         function = "pg_try_advisory_lock" if exclusive else "pg_try_advisory_lock_shared"
         while True:
-            (got,) = self.conn.execute(f"SELECT {function}(%s)", (self._id(key),)).fetchone()  # type: ignore[misc]
+            try:
+                ((got,),) = self._execute(f"SELECT {function}(%s)", (self._id(key),))
+            except psycopg.OperationalError:
+                if not self.conn.closed:
+                    raise
+                # The session ended (terminated, a restart) and its locks with it: take a new one. A lock
+                # this process still counts as held is lost; :func:`verify` stops its commit.
+                self.conn = self._connect()
+                continue
             if got:
                 return (key, exclusive)
             if time.monotonic() >= deadline:
@@ -151,17 +215,42 @@ class _Postgres:
             time.sleep(_POLL_S)
 
     def release(self, handle: object) -> None:
-        key, exclusive = handle  # type: ignore[misc]
+        import psycopg
+
+        key, exclusive = cast(tuple[Key, bool], handle)
         function = "pg_advisory_unlock" if exclusive else "pg_advisory_unlock_shared"
-        self.conn.execute(f"SELECT {function}(%s)", (self._id(key),))
+        try:
+            self._execute(f"SELECT {function}(%s)", (self._id(key),))
+        except psycopg.OperationalError:
+            if not self.conn.closed:
+                raise  # else the session ended, and the lock with it
 
     def holders(self, key: Key) -> list[str]:
-        lock_id = self._id(key) & 0xFFFFFFFFFFFFFFFF
-        rows = self.conn.execute(
-            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-            "WHERE l.locktype = 'advisory' AND l.granted AND l.classid::bigint = %s AND l.objid::bigint = %s "
-            "AND l.pid <> pg_backend_pid()", (lock_id >> 32, lock_id & 0xFFFFFFFF)).fetchall()
-        return [name.removeprefix("strata: ") for (name,) in rows]
+        rows = self._execute(
+            "SELECT a.query, a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.classid::bigint = %s "
+            "AND l.objid::bigint = %s AND l.pid <> pg_backend_pid()", self._split(key))
+        out = []
+        for query, name in rows:
+            whole = re.match(r"/\* strata: (.*?) \*/", query or "")
+            out.append(_COMMENT_UNSAFE.sub(lambda m: chr(int(m[1], 16)), whole[1]) if whole
+                       else (name or "").removeprefix("strata: "))
+        return out
+
+    def lost(self, held: dict[Key, object]) -> list[Key]:
+        """The keys this session no longer holds: every key when the session itself is gone."""
+        import psycopg
+
+        split = {self._split(key): key for key in held}
+        try:
+            rows = self._execute(
+                "SELECT c, o FROM unnest(%s::bigint[], %s::bigint[]) AS t(c, o) WHERE NOT EXISTS ("
+                "SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+                "AND l.pid = pg_backend_pid() AND l.classid::bigint = t.c AND l.objid::bigint = t.o)",
+                ([c for c, _ in split], [o for _, o in split]))
+        except psycopg.OperationalError:
+            return sorted(held)
+        return sorted(split[(c, o)] for c, o in rows)
 
 
 class _Held:
@@ -227,6 +316,22 @@ def hold(settings: Settings, *, write: Iterable[tuple[Table, dict[str, object] |
                 if mine[1] == 0:
                     del _held.keys[key]
                     backend.release(mine[2])
+
+
+def verify(settings: Settings, table: Table) -> None:
+    """Fail with :class:`LockLost` when a lock this process took for ``table`` (the table's or a
+    partition's) is no longer held. Called immediately before each commit; costs one query on
+    Postgres, two ``stat`` calls per lock on files, nothing when no lock of the table is held."""
+    with _held.lock:
+        mine = {key: entry[2] for key, entry in _held.keys.items()
+                if key.name == table.name or key.name.startswith(table.name + "#")}
+        if not mine:
+            return
+        lost = _backend(settings).lost(mine)
+    if lost:
+        raise LockLost(f"{table.name}: this process no longer holds the lock of {', '.join(k.name for k in lost)} "
+                       "(its Postgres session ended — terminated, a database restart, a network cut — or its lock "
+                       "file was removed), so another writer may be at work: nothing was committed; run the step again")
 
 
 def held(table: Table, partition: dict[str, object] | None = None) -> bool:
