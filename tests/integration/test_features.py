@@ -25,7 +25,7 @@ from features.encoding import entity_keys
 from features.materialize import materialize, watermarks
 from features.online import get_online_features, reader, views_of
 from features.repo.definitions import feature_names, feature_tables, join_key, view_name
-from features.store import PROJECT, applied_store, sqlite_path
+from features.store import PROJECT, REDIS_PASSWORD_VARIABLE, applied_store, open_store, sqlite_path, write_config
 from tests import feature_lake
 from tests.feature_lake import DAY1, DAY2
 from tests.services import free_port, redis_databases, stop_tree
@@ -336,3 +336,16 @@ def test_the_sources_name_the_stores_endpoint_only_for_a_lake_on_it(tmp_path: Pa
         objects = definitions(load_settings({**endpoint, "STRATA_LAKE_URI": lake_uri}))
         sources = [o.batch_source for o in objects if hasattr(o, "batch_source") and o.batch_source is not None]
         assert sources and {s.s3_endpoint_override or None for s in sources} == {expected}
+
+
+def test_the_feast_config_names_the_redis_password_and_feast_reads_it_from_the_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(REDIS_PASSWORD_VARIABLE, "stale")  # the settings win; restored afterwards
+    password = "s3cret-pw$HOME"  # a '$' in it is not expanded either
+    settings = load_settings({"STRATA_HOME": str(tmp_path),
+                              "STRATA_ONLINE_STORE": f"redis://app:{password}@127.0.0.1:6379/11"})
+    store = open_store(settings)
+    assert password not in (tmp_path / "feast" / "feature_store.yaml").read_text()
+    assert store.config.online_store.connection_string == f"127.0.0.1:6379,db=11,username=app,password={password}"
+    with pytest.raises(ValueError, match="password with a comma"):
+        write_config(load_settings({"STRATA_HOME": str(tmp_path), "STRATA_ONLINE_STORE": "redis://:a,b@127.0.0.1/11"}))
