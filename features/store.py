@@ -4,8 +4,11 @@ The repo config is generated from the warehouse settings (never edited by hand):
 registry and the SQLite online store live under ``STRATA_HOME/feast``, the online store is
 Redis when the settings say so, and the offline store is ``duckdb`` reading the DWS Delta
 tables (on ``s3://`` too: the sources carry the endpoint, the credentials come from the
-environment as for every other reader). Applying is idempotent and costs nothing when the
-definitions and the config are unchanged: a fingerprint of both is kept beside the registry.
+environment as for every other reader). No secret is written into it: a Redis password is
+named as ``${STRATA_FEAST_REDIS_PASSWORD}``, which Feast expands from the environment when it
+loads the file, and :func:`open_store` sets from the settings. Applying is idempotent and costs
+nothing when the definitions and the config are unchanged: a fingerprint of both is kept beside
+the registry.
 """
 
 from __future__ import annotations
@@ -35,8 +38,13 @@ def sqlite_path(settings: Settings) -> Path:
     return feast_dir(settings) / "online_store.db"
 
 
+#: The environment variable the generated config takes the Redis password from.
+REDIS_PASSWORD_VARIABLE = "STRATA_FEAST_REDIS_PASSWORD"
+
+
 def redis_connection_string(url: str) -> str:
-    """A ``redis://[:password@]host:port/db`` URL as Feast's ``host:port,db=N,password=…`` string."""
+    """A ``redis://[[user]:password@]host:port/db`` URL as Feast's ``host:port,db=N,…`` string; the
+    password as a reference to :data:`REDIS_PASSWORD_VARIABLE`, never the password itself."""
     parts = urlsplit(url)
     if parts.scheme not in ("redis", "rediss"):
         raise ValueError(f"the Redis online store needs a redis:// URL, not {parts.scheme}://…")
@@ -44,8 +52,13 @@ def redis_connection_string(url: str) -> str:
     db = parts.path.strip("/")
     if db:
         text += f",db={int(db)}"
+    if parts.username:
+        text += f",username={unquote(parts.username)}"
     if parts.password:
-        text += f",password={unquote(parts.password)}"
+        if "," in unquote(parts.password):
+            raise ValueError("Feast's Redis connection string cannot carry a password with a comma in it: "
+                             "choose a Redis password without ','")
+        text += f",password=${{{REDIS_PASSWORD_VARIABLE}}}"
     if parts.scheme == "rediss":
         text += ",ssl=true"
     return text
@@ -129,7 +142,7 @@ def open_store(settings: Settings) -> Any:
     from feast import FeatureStore
 
     utc()
-    _lake_environment(settings)
+    _secrets_environment(settings)
     return FeatureStore(repo_path=str(write_config(settings)))
 
 
@@ -153,10 +166,14 @@ def applied_store(settings: Settings) -> tuple[Any, bool]:
     return store, True
 
 
-def _lake_environment(settings: Settings) -> None:
-    """Credentials for an ``s3://`` lake where Feast's readers look for them (the environment)."""
+def _secrets_environment(settings: Settings) -> None:
+    """The secrets Feast reads from the environment rather than from its config: credentials for
+    an ``s3://`` lake where Feast's readers look for them, the Redis password the config names."""
     for name, value in (("AWS_ACCESS_KEY_ID", settings.s3_access_key_id),
                         ("AWS_SECRET_ACCESS_KEY", settings.s3_secret_access_key),
                         ("AWS_REGION", settings.s3_region), ("AWS_ENDPOINT_URL", settings.s3_endpoint_url)):
         if value and not os.environ.get(name):
             os.environ[name] = value
+    password = urlsplit(settings.redis_url).password
+    if settings.online_store == "redis" and password:
+        os.environ[REDIS_PASSWORD_VARIABLE] = unquote(password)

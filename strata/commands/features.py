@@ -81,13 +81,21 @@ def serve_cmd(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(6566, "--port", help="Port to listen on."),
     workers: int = typer.Option(1, "--workers", min=1, help="Server processes."),
+    allow_writes: bool = typer.Option(False, "--allow-writes", help="Also serve Feast's writes: /push, "
+                                      "/write-to-online-store, /materialize, /materialize-incremental."),
+    max_entities: int = typer.Option(1000, "--max-entities", min=1, help="Entities one lookup may name."),
+    max_body: int = typer.Option(1 << 20, "--max-body-bytes", min=1024, help="Largest request body."),
 ) -> None:
-    """Serve online features over HTTP with Feast's feature server (POST /get-online-features)."""
+    """Serve online features over HTTP with Feast's feature server: lookups (POST /get-online-features)
+    and GET /health only, unless --allow-writes."""
+    from features.http_api import Limits
     from features.serve import serve
     from warehouse.settings import load_settings
 
-    out.print(f"serving features on http://{host}:{port} (Ctrl-C stops)")
-    serve(load_settings(), host, port, workers)
+    served = "lookups and writes" if allow_writes else "lookups only"
+    out.print(f"serving features on http://{host}:{port} ({served}; Ctrl-C stops)")
+    serve(load_settings(), host, port, workers, allow_writes=allow_writes,
+          limits=Limits(max_body=max_body, max_entities=max_entities))
 
 
 @app.command("check-consistency")

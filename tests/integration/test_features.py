@@ -8,24 +8,30 @@ store over the Delta log.
 from __future__ import annotations
 
 import datetime as dt
+import http.client
 import json
+import re
 import sqlite3
 import struct
 import subprocess
 import sys
+import threading
 import time
-import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pyarrow as pa
 import pytest
 
 from features.encoding import entity_keys
+from features.http_api import READ_ROUTES, WRITE_ROUTES, Limits, build_app
 from features.materialize import materialize, watermarks
 from features.online import get_online_features, reader, views_of
 from features.repo.definitions import feature_names, feature_tables, join_key, view_name
-from features.store import PROJECT, applied_store, sqlite_path
+from features.store import PROJECT, REDIS_PASSWORD_VARIABLE, applied_store, open_store, sqlite_path, write_config
 from tests import feature_lake
 from tests.feature_lake import DAY1, DAY2
 from tests.services import free_port, redis_databases, stop_tree
@@ -245,37 +251,140 @@ def test_forget_removes_the_users_online_rows(world: dict) -> None:
     assert all(v is None for v in get_online_features(settings, "user", "alice").values())
 
 
-def test_the_feature_server_serves_over_http(world: dict) -> None:
+def _serve(port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([str(Path(sys.executable).parent / "strata"), "features", "serve", "--port", str(port)],
+                            env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def _call(port: int, method: str, path: str, body: Any = None) -> tuple[int, str]:
+    con = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        con.request(method, path, None if body is None else json.dumps(body), {"Content-Type": "application/json"})
+        response = con.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        con.close()
+
+
+def _lookup(port: int, body: dict, server: subprocess.Popen[bytes], log: Path, wait: float = 60) -> dict:
+    """A lookup once the server answers (it loads Feast first): its JSON answer."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            status, text = _call(port, "POST", "/get-online-features", body)
+            assert status == 200, text
+            return json.loads(text)
+        except OSError:  # not listening yet
+            assert server.poll() is None, log.read_text()[-2000:]
+            assert time.monotonic() < deadline, f"the feature server did not answer within {wait:.0f} s"
+            time.sleep(0.3)
+
+
+def _answers(port: int) -> bool:
+    try:
+        return _call(port, "GET", "/health")[0] == 200
+    except OSError:
+        return False
+
+
+def test_the_feature_server_serves_over_http_and_dies_whole(world: dict, tmp_path: Path) -> None:
+    """Feast's lookups over HTTP, no writes; after ``kill -9`` of the master no worker keeps the port (a
+    restart on it works), and nothing is left in the home folder or in /tmp (gunicorn's control
+    socket, Feast's metrics folder)."""
     settings = world["ours"]
     port = free_port()
-    env = {**settings.to_env(), "PATH": str(Path(sys.executable).parent)}
-    log = open(world["root"] / "serve.log", "wb")
-    server = subprocess.Popen([str(Path(sys.executable).parent / "strata"), "features", "serve", "--port", str(port)],
-                              env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    home, tmp = tmp_path / "user", tmp_path / "tmp"
+    home.mkdir(), tmp.mkdir()
+    env = {**settings.to_env(), "PATH": str(Path(sys.executable).parent), "HOME": str(home), "TMPDIR": str(tmp)}
+    log = tmp_path / "serve.log"
+    view = views_of("model_version")[0]
+    keys = world["keys"]["dws.model_features"][:3]
+    body = {"features": [f"{view.name}:{f}" for f in view.features[:5]], "entities": {view.key: keys}}
+    ours = reader(settings).read(view, keys, list(view.features[:5]))[0]
+    server = _serve(port, env, log)
     try:
-        view = views_of("model_version")[0]
-        keys = world["keys"]["dws.model_features"][:3]
-        body = json.dumps({"features": [f"{view.name}:{f}" for f in view.features[:5]],
-                           "entities": {view.key: keys}}).encode()
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                request = urllib.request.Request(f"http://127.0.0.1:{port}/get-online-features", data=body,
-                                                 headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(request, timeout=5) as response:
-                    answer = json.loads(response.read())
-                break
-            except OSError:
-                assert server.poll() is None, (world["root"] / "serve.log").read_text()[-2000:]
-                assert time.monotonic() < deadline, "the feature server did not answer within 60 s"
-                time.sleep(0.3)
-        names = answer["metadata"]["feature_names"]
-        served = {name: result["values"] for name, result in zip(names, answer["results"])}
-        ours = reader(settings).read(view, keys, list(view.features[:5]))[0]
+        answer = _lookup(port, body, server, log)
+        served = {name: result["values"] for name, result in zip(answer["metadata"]["feature_names"],
+                                                                  answer["results"])}
         assert served == ours
+        assert _call(port, "POST", "/write-to-online-store", {})[0] == 404  # reads only (Feast's app: 422)
+        server.kill()  # the master, with SIGKILL: it can do nothing about it
+        server.wait()
+        deadline = time.monotonic() + 10
+        while _answers(port):
+            assert time.monotonic() < deadline, "a worker still serves the port 10 s after its master was killed"
+            time.sleep(0.2)
+        server = _serve(port, env, log)
+        answer = _lookup(port, body, server, log)
+        assert answer["results"][1]["values"] == served[answer["metadata"]["feature_names"][1]]
     finally:
         stop_tree(server)
-        log.close()
+    assert not (home / ".gunicorn").exists()
+    assert not list(tmp.glob("feast_metrics_*"))
+
+
+@contextmanager
+def _listening(app: Any) -> Iterator[int]:
+    """``app`` served over HTTP by uvicorn in a thread (its lifespan run as under gunicorn); the port."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            assert thread.is_alive(), "the app did not start"
+            time.sleep(0.05)
+        yield server.config.port
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def _probe(port: int, route: Any) -> list[int]:
+    """What each method of one of Feast's routes answers (a path parameter filled with ``x``)."""
+    path = re.sub(r"{[^}]+}", "x", route.path)
+    if not hasattr(route, "methods"):  # the static files' mount, the chat's websocket
+        return [_call(port, "GET", f"{path}/chat/index.html" if hasattr(route, "routes") else path)[0]]
+    return [_call(port, method, path, {})[0] for method in route.methods]
+
+
+def test_the_feature_server_answers_lookups_only_and_refuses_bad_ones_with_4xx(world: dict) -> None:
+    """The attacker's view: every route of Feast's app is tried; only the lookup and the health
+    check answer unless writes are allowed. Oversized bodies, too many entities and values of the
+    wrong type get a 4xx saying why (Feast's app answered 200, or a 500), a good lookup Feast's answer."""
+    from feast.feature_server import get_app
+
+    store, _ = applied_store(world["ours"])
+    every = get_app(store).routes
+    assert {"/write-to-online-store", "/materialize", "/push", "/materialize-incremental", "/chat", "/ws/chat",
+            "/static"} <= {r.path for r in every}
+    view = views_of("user")[0]
+    keys = world["keys"]["dws.user_features"][:2]
+    lookup = {"features": [f"{view.name}:{f}" for f in view.features[:3]], "entities": {view.key: keys}}
+    refused = {"a body over the limit": ({**lookup, "pad": "x" * 5000}, 413, "over the limit of 4,096 bytes"),
+               "too many entities": ({**lookup, "entities": {view.key: ["k"] * 51}}, 413, "at most 50"),
+               "a number for a string key": ({**lookup, "entities": {view.key: [7]}}, 422, "takes str values"),
+               "a null key": ({**lookup, "entities": {view.key: [None]}}, 422, "takes str values, not null"),
+               "an unknown key": ({**lookup, "entities": {"user": keys}}, 422, "unknown entity key"),
+               "the wrong key": ({**lookup, "entities": {"tenant_id": ["t"]}}, 422, "need the entity key"),
+               "keys of unequal length": ({**lookup, "entities": {view.key: keys, "tenant_id": ["t"]}}, 422,
+                                          "differ in length"),
+               "no features": ({"entities": {view.key: keys}}, 422, "name the features")}
+    for allow_writes in (False, True):
+        app = build_app(store, allow_writes=allow_writes, limits=Limits(max_body=4096, max_entities=50))
+        served = READ_ROUTES | (WRITE_ROUTES if allow_writes else frozenset())
+        assert {(r.path, m) for r in app.routes for m in r.methods} == served
+        with _listening(app) as port:
+            for route in every:
+                answers = _probe(port, route)
+                wanted = {(route.path, m) for m in getattr(route, "methods", ())} & served
+                assert all((a not in (404, 405)) == bool(wanted) for a in answers), (route.path, answers)
+            status, text = _call(port, "POST", "/get-online-features", lookup)
+            assert status == 200 and json.loads(text)["results"][0]["values"] == keys
+            for what, (body, status, says) in refused.items():
+                answer = _call(port, "POST", "/get-online-features", body)
+                assert (answer[0], says in json.loads(answer[1])["detail"]) == (status, True), (what, answer)
 
 
 def test_end_to_end_from_generated_logs(tmp_path: Path) -> None:
@@ -336,3 +445,16 @@ def test_the_sources_name_the_stores_endpoint_only_for_a_lake_on_it(tmp_path: Pa
         objects = definitions(load_settings({**endpoint, "STRATA_LAKE_URI": lake_uri}))
         sources = [o.batch_source for o in objects if hasattr(o, "batch_source") and o.batch_source is not None]
         assert sources and {s.s3_endpoint_override or None for s in sources} == {expected}
+
+
+def test_the_feast_config_names_the_redis_password_and_feast_reads_it_from_the_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(REDIS_PASSWORD_VARIABLE, "stale")  # the settings win; restored afterwards
+    password = "s3cret-pw$HOME"  # a '$' in it is not expanded either
+    settings = load_settings({"STRATA_HOME": str(tmp_path),
+                              "STRATA_ONLINE_STORE": f"redis://app:{password}@127.0.0.1:6379/11"})
+    store = open_store(settings)
+    assert password not in (tmp_path / "feast" / "feature_store.yaml").read_text()
+    assert store.config.online_store.connection_string == f"127.0.0.1:6379,db=11,username=app,password={password}"
+    with pytest.raises(ValueError, match="password with a comma"):
+        write_config(load_settings({"STRATA_HOME": str(tmp_path), "STRATA_ONLINE_STORE": "redis://:a,b@127.0.0.1/11"}))

@@ -62,6 +62,7 @@ def test_one_setting_moves_the_online_store_to_redis(tmp_path: Path) -> None:
     assert "pw" not in s.masked()["redis_url"]
     from features.store import online_store_config
 
-    assert online_store_config(s) == {"type": "redis", "connection_string": "10.0.0.5:6380,db=3,password=pw"}
+    assert online_store_config(s) == {"type": "redis",
+                                      "connection_string": "10.0.0.5:6380,db=3,password=${STRATA_FEAST_REDIS_PASSWORD}"}
     assert online_store_config(load_settings({"STRATA_HOME": str(tmp_path)}))["path"] == str(
         tmp_path / "feast" / "online_store.db")
