@@ -37,6 +37,8 @@ from warehouse.settings import ConfigError, Settings, load_settings
 Interval = tuple[dt.datetime, dt.datetime]
 #: A step's arguments after the settings: positional, then keyword.
 Arguments = tuple[tuple[Any, ...], dict[str, Any]]
+#: What a step takes from its run: its arguments, from the settings and the run's data interval.
+Given = Callable[[Settings, Interval], Arguments]
 
 
 class Skip(Exception):
@@ -87,7 +89,7 @@ def landing_zone(settings: Settings, interval: Interval) -> Arguments:
     return ([settings.landing_dir],), {}
 
 
-def changed_reference(file: str, table_name: str) -> Callable[[Settings, Interval], Arguments]:
+def changed_reference(file: str, table_name: str) -> Given:
     """The landing zone's reference ``file`` when it changed since ``table_name`` was last written;
     else :class:`Skip` (a daily run need not rewrite unchanged reference data)."""
 
@@ -129,7 +131,7 @@ class TaskStep:
     function: Callable[..., StepResult]
     #: The step's arguments after the settings, from the run's data interval; raises :class:`Skip`
     #: when the run holds nothing for the step to do.
-    given: Callable[[Settings, Interval], Arguments] = first_day
+    given: Given = first_day
     #: Run as one mapped task per shard: each is given ``shard=(i, n)`` (``[i, n]`` through XCom),
     #: and the shards are there once a model is registered (:func:`shards`).
     sharded: bool = False
