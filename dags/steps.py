@@ -1,14 +1,26 @@
 """The one bridge from a DAG task to the pipeline: run a named step, and speak Airflow's language.
 
 ``strata.orchestration.tasks`` does the work and never imports Airflow; this module turns its
-outcomes into what Airflow understands: a step with nothing to do (or not built yet) is a
-skip, a refusal fails at once with its one-line message (retrying cannot help), and any
-other failure propagates, so the task's bounded retries apply.
+outcomes into what Airflow understands: a step with nothing to do is a skip, a refusal (an
+unknown step among them) fails at once with its one-line message (retrying cannot help), and
+any other failure propagates, so the retries of :data:`DEFAULT_ARGS` apply.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
+
+#: Every DAG's ``default_args``, so every task has one retry policy. What reaches a retry may pass
+#: on one (storage, a lock another writer holds, a commit conflict): two more tries, the first 1-2
+#: minutes later, the second 2-4 (exponential backoff; Airflow's jitter keeps tasks that failed
+#: together from retrying together; never more than 10): contention of a few minutes passes, and
+#: an outage fails the task within minutes. A skip upstream (nothing to do) does not stop the
+#: tasks after it; a failure does.
+DEFAULT_ARGS: dict[str, Any] = {
+    "retries": 2, "retry_delay": dt.timedelta(minutes=1), "retry_exponential_backoff": 2.0,
+    "max_retry_delay": dt.timedelta(minutes=10), "trigger_rule": "none_failed",
+}
 
 
 def run_step(name: str, context: dict[str, Any], **options: Any) -> dict[str, object]:
@@ -26,7 +38,7 @@ def run_step(name: str, context: dict[str, Any], **options: Any) -> dict[str, ob
 
 
 def shards(name: str) -> list[list[int]]:
-    """The shards a mapped step runs over (skipped while the step does not exist)."""
+    """The shards a mapped step runs over (skipped while no model is registered)."""
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
     from strata.orchestration import tasks

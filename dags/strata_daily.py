@@ -9,7 +9,7 @@ from airflow.sdk import CronDataIntervalTimetable, dag, task, task_group
 from assets import (ADS_FEATURE_CONSISTENCY, ADS_MARTS, ADS_SCORE_DAILY, ADS_USER_RISK_SCORES, DWD_FEEDBACK,
                     DWD_MODEL_PRICE, DWD_QUARANTINE, DWD_REQUEST, DWD_TENANT_QUOTA, DWS_MODEL, DWS_TENANT, DWS_USER,
                     ONLINE_FEATURES, OPS_BOOKS)
-from steps import run_step, shards
+from steps import DEFAULT_ARGS, run_step, shards
 
 
 @dag(
@@ -17,8 +17,7 @@ from steps import run_step, shards
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
     max_active_runs=1,
-    default_args={"retries": 2, "retry_delay": dt.timedelta(minutes=1), "retry_exponential_backoff": 2.0,
-                  "max_retry_delay": dt.timedelta(minutes=10), "trigger_rule": "none_failed"},
+    default_args=DEFAULT_ARGS,
     tags=["strata"],
 )
 def strata_daily() -> None:
@@ -28,8 +27,9 @@ def strata_daily() -> None:
     that just ended; a backfill builds each day of its range, one at a time, in order). Every
     task replaces exactly its date's partitions, so reruns and backfills are idempotent.
 
-    A layer whose pipeline step has not been built yet is skipped with a line saying so, and
-    the layers after it still run (`none_failed`); a failure stops everything downstream.
+    A task with nothing to do (reference data unchanged, a check the online store has moved on
+    from, scores before a model is registered) is skipped with a line saying why, and the tasks
+    after it still run (`none_failed`); a failure stops everything downstream.
     """
 
     @task_group

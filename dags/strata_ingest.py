@@ -7,7 +7,7 @@ import datetime as dt
 from airflow.sdk import CronDataIntervalTimetable, dag, task
 
 from assets import ODS_FEEDBACK, ODS_REQUESTS, OPS_LANDED_FILES
-from steps import run_step
+from steps import DEFAULT_ARGS, run_step
 
 
 @dag(
@@ -15,8 +15,7 @@ from steps import run_step
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
     max_active_runs=1,
-    default_args={"retries": 2, "retry_delay": dt.timedelta(minutes=1), "retry_exponential_backoff": 2.0,
-                  "max_retry_delay": dt.timedelta(minutes=10)},
+    default_args=DEFAULT_ARGS,
     tags=["strata", "ods"],
 )
 def strata_ingest() -> None:

@@ -7,7 +7,7 @@ import datetime as dt
 from airflow.sdk import CronDataIntervalTimetable, dag, task
 
 from assets import DWD_QUARANTINE, ODS_FEEDBACK, ODS_REQUESTS
-from steps import run_step
+from steps import DEFAULT_ARGS, run_step
 
 
 @dag(
@@ -15,7 +15,7 @@ from steps import run_step
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
     max_active_runs=1,
-    default_args={"retries": 2, "retry_delay": dt.timedelta(minutes=5)},
+    default_args=DEFAULT_ARGS,
     tags=["strata", "privacy"],
 )
 def strata_retention() -> None:

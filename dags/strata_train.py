@@ -7,7 +7,7 @@ import datetime as dt
 from airflow.sdk import DeltaDataIntervalTimetable, dag, task
 
 from assets import USER_RISK_MODEL
-from steps import run_step
+from steps import DEFAULT_ARGS, run_step
 
 
 @dag(
@@ -15,7 +15,7 @@ from steps import run_step
     start_date=dt.datetime(2026, 1, 5, tzinfo=dt.timezone.utc),  # a Monday: weeks run Monday to Monday
     catchup=False,
     max_active_runs=1,
-    default_args={"retries": 1, "retry_delay": dt.timedelta(minutes=5)},
+    default_args=DEFAULT_ARGS,
     tags=["strata", "models"],
 )
 def strata_train() -> None:

@@ -105,7 +105,7 @@ DWD_ONLY = r"^dwd\."
 def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int, echo: Echo) -> bool:
     """Generate a week of logs and run the real DAGs through Airflow, day by day; True when every
     day's DWD requests and duplicates match the generator's manifest and every DAG run succeeded."""
-    from strata import lake_report, pipeline
+    from strata import lake_report
     from strata.console import progress
     from strata.orchestration.dag_runs import RunReport, run_dags
     from warehouse.privacy import pseudonym
@@ -124,10 +124,8 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
          f"{manifest['feedback']['lines']:,} feedback events arriving up to 3 days late")
 
     all_days = sorted(set(manifest["feedback"]["days"]) | set(manifest["days"]))
-    # a model learns from the DWS features, read through the Feast repo that materialization applies,
-    # of the days before the last day of traffic
-    layers = all(hasattr(pipeline, step) for step in ("train", "build_dws", "materialize"))
-    trained = layers and len(manifest["days"]) >= 2
+    # a model learns from the days before the last day of traffic
+    trained = len(manifest["days"]) >= 2
     empty = {day for day, events in manifest["feedback"]["days"].items() if not events and day not in manifest["days"]}
     plan = daily_plan(all_days, max(manifest["days"]), trained=trained, empty=empty)
     echo(f"[bold]2/3 run the DAGs through Airflow[/] ({len(plan)} runs with dag.test(), day by day: "
@@ -135,14 +133,7 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
          f"Airflow's log: {settings.airflow_home / 'demo.log'}")
     for reference in ("prices.csv", "quotas.csv"):
         shutil.copy(generated / reference, _landing(settings) / reference)
-    for layer, step_name in (("DWS", "build_dws"), ("features", "materialize"), ("ADS", "build_ads"),
-                             ("training", "train"), ("scores", "score")):
-        if not hasattr(pipeline, step_name):
-            echo(f"  {layer}: not built yet (strata.pipeline has no {step_name}): its tasks are skipped")
-    if hasattr(pipeline, "train") and not layers:
-        echo("  training and scores: need the DWS features and the Feast repo (strata.pipeline has no build_dws "
-             "or materialize yet): skipped")
-    elif layers and not trained:
+    if not trained:
         echo(f"  training and scores: a model learns from the days before the last day of traffic, and "
              f"{days} day(s) have none: skipped (try --days 7)")
     all_ok = True

@@ -1,7 +1,7 @@
 """What the lake holds, as rich tables: every table's version and rows, the quarantine by rule,
 the books per day, a few analyst answers, an online feature lookup, the model and its riskiest users.
 
-A section whose layer has not been built yet (its table or step does not exist) is one line
+A section whose layer has not been built yet (its table does not exist, nothing is materialized) is one line
 saying so — never a made-up table.
 """
 
@@ -109,15 +109,11 @@ def ads_section(settings: Settings, echo: Echo, day: dt.date) -> None:
 
 
 def features_section(settings: Settings, echo: Echo, user_id: str) -> None:
-    """One user's online features, through the pipeline's lookup (once the feature layer exists)."""
+    """One user's online features, through the pipeline's lookup (once they are materialized)."""
     from strata import pipeline
 
-    lookup = getattr(pipeline, "get_online_features", None)
-    if lookup is None:
-        echo("online features: not built yet (strata.pipeline has no get_online_features) — skipped")
-        return
     try:
-        values: dict[str, Any] = lookup(settings, "user", user_id)
+        values: dict[str, Any] = pipeline.get_online_features(settings, "user", user_id)
     except LookupError as exc:  # no online store yet
         echo(f"online features: not materialized yet ({exc}) — skipped")
         return

@@ -1,46 +1,56 @@
-"""What a DAG task runs: one named step of :mod:`strata.pipeline`, for its run's data interval.
+"""What a DAG task runs: one step of :data:`STEPS`, for its run's data interval.
 
-A task in ``dags/`` imports this inside its body and hands over its name and context. Here,
-and nowhere else, it is decided:
+A task in ``dags/`` imports this inside its body and hands over its step's name and its
+context. Here, and nowhere else, it is decided:
 
 * where the lake is: a task refuses to run unless ``STRATA_HOME`` is set explicitly to an
   absolute path (a worker started in another folder must not quietly start a second lake);
-* which step runs: looked up by name in the pipeline, so a layer whose step has not landed
-  yet is *skipped* with one line saying so — never faked — and runs once it lands;
+* which step runs: :data:`STEPS` declares every step a task may name; a task naming any
+  other fails at once, saying which steps there are;
 * what the step is given: the run's data interval becomes its date (the interval's first
   day; the last for a step over a week), never ``now()``;
 * how a failure reads: one line naming the step, the date and what to do, marked as a
   refusal (configuration, bad or missing input: retrying cannot help) or as a failure that
-  a retry may cure (storage, a lock held, a commit conflict); a step whose input is not there
-  yet (:class:`~warehouse.errors.NotYet`: a week without reviews to learn from) is a skip.
+  a retry may cure (storage, a lock held, a commit conflict);
+* when there is nothing to do, which is a *skip*: reference data that has not changed, a
+  consistency check the online store has moved on from, scoring before a model is registered,
+  and a step whose input is not there yet (:class:`~warehouse.errors.NotYet`: a week without
+  reviews to learn from).
 
 It never imports ``airflow``; ``dags/steps.py`` turns the outcomes into Airflow's skip and fail.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from strata import pipeline
+from strata.pipeline import StepResult
 from warehouse.errors import NotYet
 from warehouse.settings import ConfigError, Settings, load_settings
 
 #: A run's data interval, as Airflow gives it (timezone-aware).
 Interval = tuple[dt.datetime, dt.datetime]
+#: A step's arguments after the settings: positional, then keyword.
+Arguments = tuple[tuple[Any, ...], dict[str, Any]]
+#: What a step takes from its run: its arguments, from the settings and the run's data interval.
+Given = Callable[[Settings, Interval], Arguments]
 
 
 class Skip(Exception):
     """Nothing for this task to do; the message says why (the task is marked skipped)."""
 
 
-class StepMissing(Skip):
-    """The pipeline has no step of this name yet: its layer has not been built."""
-
-
 class StepRefused(RuntimeError):
     """A retry cannot help (configuration, bad or missing input); the message says what to do."""
+
+
+class UnknownStep(StepRefused):
+    """A task names a step :data:`STEPS` does not declare: the DAG file and the registry disagree."""
 
 
 class StepFailed(RuntimeError):
@@ -50,6 +60,110 @@ class StepFailed(RuntimeError):
 #: Errors a retry cannot cure: the same input gives the same error.
 _REFUSALS: tuple[type[BaseException], ...] = (ConfigError, ValueError, LookupError, TypeError, FileNotFoundError,
                                               NotADirectoryError, PermissionError)
+
+
+def _day(moment: dt.datetime) -> dt.date:
+    return moment.astimezone(dt.timezone.utc).date()
+
+
+# ---- what a step takes from its run ---------------------------------------------------------------
+
+
+def first_day(settings: Settings, interval: Interval) -> Arguments:
+    """The interval's first day: the day a daily layer builds."""
+    return (_day(interval[0]),), {}
+
+
+def last_day(settings: Settings, interval: Interval) -> Arguments:
+    """The interval's last day: a model is trained on the whole week, up to it."""
+    return (_day(interval[1] - dt.timedelta(microseconds=1)),), {}
+
+
+def end_as_today(settings: Settings, interval: Interval) -> Arguments:
+    """The interval's end as ``today``: retention counts its cutoff back from the run's "today"."""
+    return (), {"today": _day(interval[1])}
+
+
+def landing_zone(settings: Settings, interval: Interval) -> Arguments:
+    """The landing zone: ingest lands whatever new files are there, whatever the interval."""
+    return ([settings.landing_dir],), {}
+
+
+def changed_reference(file: str, table_name: str) -> Given:
+    """The landing zone's reference ``file`` when it changed since ``table_name`` was last written;
+    else :class:`Skip` (a daily run need not rewrite unchanged reference data)."""
+
+    def given(settings: Settings, interval: Interval) -> Arguments:
+        from warehouse.storage import lake
+        from warehouse.tables import table
+
+        path = settings.landing_dir / file
+        if not path.is_file():
+            raise Skip(f"no {file} at {path}: nothing to load (drop one there to load it)")
+        delta = lake.open_table(settings, table(table_name))
+        if delta is not None:
+            last = delta.history(1)[0]
+            if path.stat().st_mtime * 1000 < last["timestamp"]:
+                raise Skip(f"{path} has not changed since {table_name} version {last['version']} was written: "
+                           "nothing to load")
+        return (path,), {}
+
+    return given
+
+
+def first_day_unless_moved_on(settings: Settings, interval: Interval) -> Arguments:
+    """The interval's first day, unless the online store has moved on from it (a rerun, a backfill):
+    then :class:`Skip`, since the check of that day was made when the store reflected it."""
+    from features.consistency import moved_on
+
+    day = _day(interval[0])
+    later = moved_on(settings, day)
+    if later is not None:
+        raise Skip(f"the online store reflects the features up to {later:%Y-%m-%d %H:%M} UTC: the check of {day} "
+                   "was made when the store reflected that day, and its rows stand")
+    return (day,), {}
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskStep:
+    """A pipeline step a DAG task may run, and what it takes from the run."""
+
+    function: Callable[..., StepResult]
+    #: The step's arguments after the settings, from the run's data interval; raises :class:`Skip`
+    #: when the run holds nothing for the step to do.
+    given: Given = first_day
+    #: Run as one mapped task per shard: each is given ``shard=(i, n)`` (``[i, n]`` through XCom),
+    #: and the shards are there once a model is registered (:func:`shards`).
+    sharded: bool = False
+
+
+#: Every step a DAG task may run, by the name the task gives (its own name): here and nowhere else.
+STEPS: dict[str, TaskStep] = {
+    "land": TaskStep(pipeline.land, landing_zone),
+    "load_prices": TaskStep(pipeline.load_prices, changed_reference("prices.csv", "dwd.model_price")),
+    "load_quotas": TaskStep(pipeline.load_quotas, changed_reference("quotas.csv", "dwd.tenant_quota")),
+    "build_dwd": TaskStep(pipeline.build_dwd),
+    "build_dws": TaskStep(pipeline.build_dws),
+    "materialize": TaskStep(pipeline.materialize),
+    "check_consistency": TaskStep(pipeline.check_consistency, first_day_unless_moved_on),
+    "build_ads": TaskStep(pipeline.build_ads),
+    "score": TaskStep(pipeline.score, sharded=True),
+    "summarize_scores": TaskStep(pipeline.summarize_scores),
+    "train": TaskStep(pipeline.train, last_day),
+    "apply_retention": TaskStep(pipeline.apply_retention, end_as_today),
+}
+
+
+def find_step(name: str) -> TaskStep:
+    """The step a task named ``name`` runs; :class:`UnknownStep` (a refusal) for a name not in :data:`STEPS`."""
+    try:
+        return STEPS[name]
+    except KeyError:
+        raise UnknownStep(f"no step {name!r}: a DAG task names a step strata.orchestration.tasks.STEPS does not "
+                          f"declare (known: {', '.join(STEPS)}); fix the task's name or declare the step") from None
+
+
+# ---- running a step -------------------------------------------------------------------------------
 
 
 def task_settings(env: Mapping[str, str] | None = None) -> Settings:
@@ -78,72 +192,6 @@ def interval_of(context: Mapping[str, Any]) -> Interval:
     return start, end
 
 
-def _day(moment: dt.datetime) -> dt.date:
-    return moment.astimezone(dt.timezone.utc).date()
-
-
-def _arguments(name: str, settings: Settings, interval: Interval,
-               options: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """How a run's interval becomes a step's arguments (the default: the interval's first day)."""
-    start, end = interval
-    if name == "land":
-        return (settings, [settings.landing_dir]), options
-    if name in _REFERENCE:
-        return (settings, _new_reference(settings, name)), options
-    if name == "apply_retention":  # the cutoff counts back from the interval's end, the run's "today"
-        return (settings,), {"today": _day(end), **options}
-    if name == "check_consistency":
-        _store_not_moved_on(settings, _day(start))
-    if name == "train":  # a model is trained on the whole interval, up to its last day
-        _needs(name, "build_dws", "the DWS features it learns from")
-        return (settings, _day(end - dt.timedelta(microseconds=1))), options
-    if "shard" in options:  # a mapped task's shard comes through XCom as a list [i, n]
-        options = {**options, "shard": tuple(options["shard"])}
-    return (settings, _day(start)), options
-
-
-#: Reference data a daily run loads from the landing zone: step → (file, table it writes).
-_REFERENCE = {"load_prices": ("prices.csv", "dwd.model_price"), "load_quotas": ("quotas.csv", "dwd.tenant_quota")}
-
-
-def _new_reference(settings: Settings, name: str) -> Path:
-    """The landing zone's reference file (``prices.csv``, ``quotas.csv``) when it changed since its
-    table was last written; else :class:`Skip` (a daily run need not rewrite unchanged reference data)."""
-    from warehouse.storage import lake
-    from warehouse.tables import table
-
-    file, table_name = _REFERENCE[name]
-    path = settings.landing_dir / file
-    if not path.is_file():
-        raise Skip(f"no {file} at {path}: nothing to load (drop one there to load it)")
-    delta = lake.open_table(settings, table(table_name))
-    if delta is not None:
-        last = delta.history(1)[0]
-        if path.stat().st_mtime * 1000 < last["timestamp"]:
-            raise Skip(f"{path} has not changed since {table_name} version {last['version']} was written: "
-                       "nothing to load")
-    return path
-
-
-def _needs(name: str, step: str, what: str) -> None:
-    """Skip ``name`` while the step that makes its input does not exist yet (its layer is not built)."""
-    try:
-        find_step(step)
-    except StepMissing:
-        raise StepMissing(f"{name} needs {what}, and strata.pipeline has no step {step!r} yet: skipped until "
-                          "that layer is built") from None
-
-
-def _store_not_moved_on(settings: Settings, day: dt.date) -> None:
-    """Skip a consistency check of a day the online store has moved on from (a rerun, a backfill)."""
-    from features.consistency import moved_on
-
-    later = moved_on(settings, day)
-    if later is not None:
-        raise Skip(f"the online store reflects the features up to {later:%Y-%m-%d %H:%M} UTC: the check of {day} "
-                   "was made when the store reflected that day, and its rows stand")
-
-
 def _registered_model(settings: Settings, name: str) -> None:
     """Skip scoring until a model is registered (the weekly training registers the first)."""
     from batch_inference.registry import BadCard, ModelError, get
@@ -156,17 +204,6 @@ def _registered_model(settings: Settings, name: str) -> None:
         raise Skip(f"{exc}: scoring is skipped until strata_train registers one") from None
 
 
-def find_step(name: str) -> Callable[..., Any]:
-    """The pipeline's step called ``name``; :class:`StepMissing` when it has none yet."""
-    from strata import pipeline
-
-    step = getattr(pipeline, name, None)
-    if not callable(step):
-        raise StepMissing(f"strata.pipeline has no step {name!r} yet: its layer is not built, so this task is "
-                          "skipped (it runs once the step exists)")
-    return step
-
-
 def one_line(exc: BaseException) -> str:
     """An error as one line: its message's first line, else its type's name."""
     text = " ".join(str(exc).split("\n", 1)[0].split())
@@ -175,13 +212,15 @@ def one_line(exc: BaseException) -> str:
 
 def run_step(name: str, context: Mapping[str, Any], **options: Any) -> dict[str, object]:
     """Run step ``name`` for the context's data interval; returns the step's summary (for XCom)."""
+    step = find_step(name)
     settings = task_settings()
     interval = interval_of(context)
-    step = find_step(name)
-    args, kwargs = _arguments(name, settings, interval, options)
+    args, given = step.given(settings, interval)
+    if step.sharded and "shard" in options:  # a mapped task's shard comes through XCom as a list [i, n]
+        options = {**options, "shard": tuple(options["shard"])}
     what = f"{name} for {_day(interval[0])}"
     try:
-        result = step(*args, **kwargs)
+        result = step.function(settings, *args, **{**given, **options})
     except NotYet as exc:
         raise Skip(f"{what}: {one_line(exc)}") from None
     except _REFUSALS as exc:
@@ -192,9 +231,12 @@ def run_step(name: str, context: Mapping[str, Any], **options: Any) -> dict[str,
 
 
 def shards(name: str, model: str = "user_risk") -> list[list[int]]:
-    """The shards a mapped scoring step runs over, ``[i, n]`` each (``STRATA_SCORE_SHARDS`` of them);
-    a skip while the step does not exist or no model is registered."""
+    """The shards a mapped step runs over, ``[i, n]`` each (``STRATA_SCORE_SHARDS`` of them);
+    a skip while no model is registered."""
+    step = find_step(name)
+    if not step.sharded:
+        raise StepRefused(f"{name} is not a sharded step: a mapped task runs one of "
+                          f"{', '.join(n for n, s in STEPS.items() if s.sharded)}")
     settings = task_settings()
-    find_step(name)
     _registered_model(settings, model)
     return [[i, settings.score_shards] for i in range(settings.score_shards)]

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from strata import pipeline
+from strata.orchestration import tasks as task_steps
 from strata.orchestration.env import dags_folder
 from warehouse.tables import all_tables
 
@@ -51,7 +52,9 @@ for dag_id, dag in bag.dags.items():
         "periodic": coerce_to_core_timetable(dag.timetable).periodic, "catchup": dag.catchup, "max_active_runs": dag.max_active_runs,
         "tags": sorted(dag.tags), "doc": dag.doc_md or "", "start_date": str(dag.start_date),
         "tasks": {t.task_id: {"outlets": [a.name for a in t.outlets], "retries": t.retries,
-                              "retry_delay": t.retry_delay.total_seconds(), "mapped": isinstance(t, MappedOperator),
+                              "retry_delay": t.retry_delay.total_seconds(),
+                              "backoff": t.retry_exponential_backoff, "max_retry_delay": str(t.max_retry_delay),
+                              "mapped": isinstance(t, MappedOperator),
                               "upstream": sorted(t.upstream_task_ids), "trigger_rule": getattr(t.trigger_rule, "value", t.trigger_rule)}
                   for t in dag.tasks},
     }
@@ -92,6 +95,10 @@ def test_every_dag_is_periodic_backfillable_and_bounded(probe: dict[str, Any]) -
         assert "+00:00" in dag["start_date"], f"{dag_id}: start_date must be a fixed UTC date"
         for task_id, task in dag["tasks"].items():
             assert 1 <= task["retries"] <= 3 and task["retry_delay"] >= 30, f"{dag_id}.{task_id}: bounded retries"
+    # One retry policy, from one place (dags/steps.py's DEFAULT_ARGS).
+    policies = {(t["retries"], t["retry_delay"], t["backoff"], t["max_retry_delay"])
+                for dag in probe["dags"].values() for t in dag["tasks"].values()}
+    assert len(policies) == 1, policies
 
 
 def test_the_daily_dag_has_a_group_per_layer_in_order_and_maps_scores_over_shards(probe: dict[str, Any]) -> None:
@@ -102,7 +109,7 @@ def test_the_daily_dag_has_a_group_per_layer_in_order_and_maps_scores_over_shard
     assert tasks["scores.score_shards"]["upstream"] == ["ads.build_ads"]
     assert tasks["scores.score"]["mapped"] and tasks["scores.score"]["upstream"] == ["scores.score_shards"]
     assert tasks["scores.summarize_scores"]["upstream"] == ["scores.score"]
-    # A layer not built yet is skipped; the layers after it still run, a failure stops them. The day's
+    # A task with nothing to do is skipped; the tasks after it still run, a failure stops them. The day's
     # score summary needs every shard (skipped with them until a model is registered).
     assert tasks.pop("scores.summarize_scores")["trigger_rule"] == "all_success"
     assert all(t["trigger_rule"] == "none_failed" for t in tasks.values())
@@ -159,3 +166,4 @@ def test_dag_files_are_thin_airflow_sdk_at_top_level_and_a_task_runs_the_step_it
         assert len(calls) == 1 and calls[0].func.id in ("run_step", "shards"), ast.unparse(function)
         step = ast.literal_eval(calls[0].args[0])
         assert step == function.name or (function.name == "score_shards" and step == "score")
+        assert step in task_steps.STEPS, f"{name}: task {function.name} runs {step!r}, which no step is declared as"

@@ -1,7 +1,8 @@
-"""What a DAG task runs: the home check, step lookup, interval → arguments, and one-line errors."""
+"""What a DAG task runs: the home check, the step registry, interval → arguments, and one-line errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,14 @@ WEEK = {"data_interval_start": dt.datetime(2026, 1, 5, tzinfo=UTC),
         "data_interval_end": dt.datetime(2026, 1, 12, tzinfo=UTC)}
 
 
+def stand_in(monkeypatch: pytest.MonkeyPatch, name: str, function: Any) -> None:
+    """Run ``function`` in place of the registered step ``name``, taking what the step takes."""
+    monkeypatch.setitem(tasks.STEPS, name, dataclasses.replace(tasks.STEPS[name], function=function))
+
+
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch, strata_env: Path) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
-    """Record what pipeline steps are given, standing in for steps that do not exist yet."""
+    """Record what pipeline steps are given, standing in for the real ones."""
     seen: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
 
     def step(*args: Any, **kwargs: Any) -> StepResult:
@@ -30,7 +36,7 @@ def calls(monkeypatch: pytest.MonkeyPatch, strata_env: Path) -> list[tuple[tuple
         return StepResult("recorded", {"rows": 3}, {"dwd.request": 7})
 
     for name in ("train", "score", "build_dws", "apply_retention", "land"):
-        monkeypatch.setattr(pipeline, name, step, raising=False)
+        stand_in(monkeypatch, name, step)
     return seen
 
 
@@ -45,12 +51,22 @@ def test_a_task_refuses_to_run_without_an_explicit_absolute_home(monkeypatch: py
         tasks.run_step("build_dwd", DAY)
 
 
-def test_a_step_the_pipeline_does_not_have_yet_is_a_skip_naming_it(strata_env: Path) -> None:
-    assert not hasattr(pipeline, "build_nothing_yet")
-    with pytest.raises(tasks.StepMissing, match="no step 'build_nothing_yet' yet"):
-        tasks.run_step("build_nothing_yet", DAY)
-    with pytest.raises(tasks.StepMissing):
-        tasks.shards("build_nothing_yet")
+def test_a_task_naming_an_unknown_step_fails_saying_which_steps_there_are(strata_env: Path) -> None:
+    """A renamed step fails its task at once (a refusal: no retry), never a silent skip."""
+    known = r"\(known: land, load_prices, .*, train, apply_retention\)"
+    with pytest.raises(tasks.UnknownStep, match=rf"^no step 'build_dwd_v2': .*{known}"):
+        tasks.run_step("build_dwd_v2", DAY)
+    with pytest.raises(tasks.UnknownStep, match=rf"^no step 'build_dwd_v2': .*{known}"):
+        tasks.shards("build_dwd_v2")
+    assert issubclass(tasks.UnknownStep, tasks.StepRefused)
+    with pytest.raises(tasks.StepRefused, match="build_dwd is not a sharded step: a mapped task runs one of score"):
+        tasks.shards("build_dwd")
+
+
+def test_the_registry_declares_the_pipelines_steps_under_their_own_names() -> None:
+    assert {name: step.function for name, step in tasks.STEPS.items()} == {
+        name: getattr(pipeline, name) for name in tasks.STEPS}
+    assert [name for name, step in tasks.STEPS.items() if step.sharded] == ["score"]
 
 
 def test_a_run_without_a_data_interval_is_refused(strata_env: Path) -> None:
@@ -102,14 +118,6 @@ def test_scoring_waits_for_a_registered_model_then_shards_come_from_the_settings
     assert tasks.shards("score") == [[0, 3], [1, 3], [2, 3]]
 
 
-def test_training_waits_for_the_features_layer(calls: list[tuple[tuple[Any, ...], dict[str, Any]]],
-                                               strata_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(pipeline, "build_dws")
-    with pytest.raises(tasks.StepMissing, match="train needs the DWS features .* no step 'build_dws' yet"):
-        tasks.run_step("train", WEEK)
-    assert calls == []
-
-
 def test_a_bad_input_is_a_one_line_refusal_and_anything_else_may_be_retried(
         monkeypatch: pytest.MonkeyPatch, strata_env: Path) -> None:
     def refuses(*_: Any) -> StepResult:
@@ -118,11 +126,11 @@ def test_a_bad_input_is_a_one_line_refusal_and_anything_else_may_be_retried(
     def breaks(*_: Any) -> StepResult:
         raise OSError("connection reset by peer")
 
-    monkeypatch.setattr(pipeline, "build_dws", refuses, raising=False)
+    stand_in(monkeypatch, "build_dws", refuses)
     with pytest.raises(tasks.StepRefused) as refused:
         tasks.run_step("build_dws", DAY)
     assert str(refused.value) == "build_dws for 2026-01-04: no ODS rows with event_date 2026-01-04: nothing to build"
-    monkeypatch.setattr(pipeline, "build_dws", breaks, raising=False)
+    stand_in(monkeypatch, "build_dws", breaks)
     with pytest.raises(tasks.StepFailed, match=r"^build_dws for 2026-01-04 failed \(OSError\): connection reset"):
         tasks.run_step("build_dws", DAY)
 
@@ -133,8 +141,7 @@ def test_a_step_whose_input_is_not_there_yet_is_a_skip(monkeypatch: pytest.Monke
     def unlabelled(*_: Any) -> StepResult:
         raise NotEnoughLabels("the training split (12 examples) lacks positives or negatives: wait for more reviews")
 
-    monkeypatch.setattr(pipeline, "train", unlabelled)
-    monkeypatch.setattr(pipeline, "build_dws", lambda *_: None)  # the features training needs exist
+    stand_in(monkeypatch, "train", unlabelled)
     with pytest.raises(tasks.Skip, match=r"^train for 2026-01-05: the training split .* wait for more reviews$"):
         tasks.run_step("train", WEEK)
 
