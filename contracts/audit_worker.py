@@ -7,20 +7,22 @@ own audit of a small day took a quarter of the time its GX import did (a cold DW
 of work, 4.5 s with a private worker's import).
 
 The worker listens on a Linux abstract socket named for the user and this code's version (no
-file anywhere, gone with the process) and answers only peers of its own user (``SO_PEERCRED``):
-requests are pickles. The first process that needs it starts it, detached, and it exits after
-:data:`IDLE_S` seconds without an audit; a worker that died is replaced on the next audit. Audits
-from several processes take turns (GX is not thread-safe); each takes a fraction of a second on
-the ≤ 20,000-row samples ``publish`` sends. Where there are no abstract sockets (not Linux), each
-process starts a private worker instead.
+file anywhere, gone with the process). Any local user can compute that name and bind it while no
+worker runs, so each side checks the other's user (``SO_PEERCRED``) before it reads or sends a
+byte, and messages are JSON and Arrow IPC (:mod:`contracts.audit_wire`), which run no code when
+read. The first process that needs it starts it, detached, and it exits after :data:`IDLE_S`
+seconds without an audit; a worker that died is replaced on the next audit. Audits from several
+processes take turns (GX is not thread-safe); each takes a fraction of a second on the ≤ 20,000-row
+samples ``publish`` sends. Where there are no abstract sockets (not Linux), or the name is held by
+another user's socket, a process starts a private worker instead, over a socket pair.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
-import pickle
 import socket
 import struct
 import subprocess
@@ -33,6 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from contracts import audit_wire
 from contracts.gx_audit import AuditResult
 from contracts.model import Contract
 
@@ -40,43 +43,55 @@ from contracts.model import Contract
 IDLE_S = 300.0
 #: How long a process waits for a worker it started to listen.
 _START_S = 30.0
+#: How long the name may stay refused after the worker started for it exited (it found the name
+#: taken): the worker that took it listens right after it binds; a socket that never listens is
+#: another user's.
+_TAKEN_S = 1.0
 _PACKAGE = Path(__file__).resolve().parent
 _lock = threading.Lock()
 _private: socket.socket | None = None
+_foreign = False  # the shared name is held by another user's socket: this process audits privately
+_log = logging.getLogger(__name__)
 
 
 def warm_up() -> None:
     """Make sure a worker runs (it imports GX at once), without waiting for it."""
     with _lock:
-        if _address():
-            _connect().close()
-        else:
+        conn = _connect()
+        if conn is None:
             _private_connection()
+        else:
+            conn.close()
 
 
 def pid() -> int:
     """Process id of the worker that serves this process."""
-    return int(_request(("pid",)))
+    return int(_request({"op": "pid"})["pid"])
 
 
 def audit(sample: pa.Table, contract: Contract, *, now: datetime | None = None) -> AuditResult:
-    """:func:`contracts.gx_audit.audit` of ``sample``, run in the worker."""
-    status, payload = _request(("audit", sample, contract, now))
-    if status == "error":
-        raise payload
-    return payload
+    """:func:`contracts.gx_audit.audit` of ``sample``, run in the worker; the worker's error is
+    raised as its own type where that is built in, else as its nearest built-in type."""
+    answer = _request({"op": "audit", "contract": audit_wire.contract_text(contract), "now": audit_wire.encode(now)},
+                      sample)
+    if "error" in answer:
+        raise audit_wire.exception(answer["error"])
+    result = audit_wire.decode(answer["result"])
+    assert isinstance(result, AuditResult)
+    return result
 
 
-def _request(message: tuple[Any, ...]) -> Any:
-    """Send one request and return the answer, replacing a worker that died once."""
+def _request(header: dict[str, Any], table: pa.Table | None = None) -> dict[str, Any]:
+    """Send one request and return the answer's header, replacing a worker that died once."""
     global _private
     with _lock:
         for attempt in (1, 2):
             try:
-                if _address():
-                    with _connect() as conn:
-                        return _exchange(conn, message)
-                return _exchange(_private_connection(), message)
+                conn = _connect()
+                if conn is None:
+                    return _exchange(_private_connection(), header, table)
+                with conn:
+                    return _exchange(conn, header, table)
             except (BrokenPipeError, ConnectionResetError, EOFError) as exc:
                 _private = None
                 if attempt == 2:
@@ -85,11 +100,9 @@ def _request(message: tuple[Any, ...]) -> Any:
     raise AssertionError("unreachable")
 
 
-def _exchange(conn: socket.socket, message: tuple[Any, ...]) -> Any:
-    with conn.makefile("wb") as out:
-        pickle.dump(message, out, protocol=pickle.HIGHEST_PROTOCOL)
-    with conn.makefile("rb") as answers:
-        return pickle.load(answers)
+def _exchange(conn: socket.socket, header: dict[str, Any], table: pa.Table | None) -> dict[str, Any]:
+    audit_wire.send(conn, header, table)
+    return audit_wire.receive(conn)[0]
 
 
 @functools.lru_cache(maxsize=1)
@@ -103,28 +116,64 @@ def _address() -> str | None:
     return f"\0strata-gx-audit-{os.getuid()}-{version.hexdigest()[:16]}"
 
 
-def _connect() -> socket.socket:
-    """A connection to the shared worker, started first when none listens."""
+def _peer_uid(conn: socket.socket) -> int:
+    """The user of the process at the other end of a Unix socket (of the listener, for a client)."""
+    return int(struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                   struct.calcsize("3i")))[1])
+
+
+def _connect() -> socket.socket | None:
+    """A connection to the shared worker, started first when none listens; None where there is
+    no shared worker to be had: no abstract sockets, or the name is held by another user's socket
+    (then this process audits in a private worker from now on)."""
     address = _address()
-    assert address is not None
+    if address is None or _foreign:
+        return None
     started: float | None = None
+    worker: subprocess.Popen[bytes] | None = None
+    exited: float | None = None
     while True:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.setblocking(False)  # a full backlog fails at once (a listener that never accepts)
         try:
             conn.connect(address)
-            return conn
         except (ConnectionRefusedError, FileNotFoundError):
             conn.close()
-        if started is None:
-            started = time.monotonic()
-            _spawn(["--serve", address.lstrip("\0")])  # argv holds no NUL: the worker puts it back
-        elif time.monotonic() - started > _START_S:
+        except BlockingIOError:
+            conn.close()
+            _refuse(address, "its listener's queue is full")
+            return None
+        else:
+            uid = _peer_uid(conn)
+            if uid == os.getuid():
+                conn.setblocking(True)
+                return conn
+            conn.close()  # nothing read, nothing sent
+            _refuse(address, f"it is held by uid {uid}")
+            return None
+        now = time.monotonic()
+        if worker is None:
+            started = now
+            worker = _spawn(["--serve", address.lstrip("\0")])  # argv holds no NUL: the worker puts it back
+        elif exited is None and worker.poll() is not None:
+            exited = now
+        elif exited is not None and now - exited > _TAKEN_S:
+            _refuse(address, "a socket that does not listen holds it")
+            return None
+        elif started is not None and now - started > _START_S:
             raise RuntimeError(f"the GX audit worker did not start within {_START_S:.0f} s")
         time.sleep(0.02)
 
 
+def _refuse(address: str, why: str) -> None:
+    global _foreign
+    _foreign = True
+    _log.warning("the GX audit worker's socket name @%s cannot be used (%s): this process audits in a "
+                 "private worker (3-4 s to import Great Expectations)", address.lstrip("\0"), why)
+
+
 def _private_connection() -> socket.socket:
-    """This process's own worker, over a socket pair (where there are no abstract sockets)."""
+    """This process's own worker, over a socket pair (where there is no shared worker to be had)."""
     global _private
     if _private is None:
         ours, theirs = socket.socketpair()
@@ -134,15 +183,16 @@ def _private_connection() -> socket.socket:
     return _private
 
 
-def _spawn(args: list[str], pass_fds: tuple[int, ...] = ()) -> None:
+def _spawn(args: list[str], pass_fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
     """Start a worker detached from this process: no inherited pipes (a scheduler waiting on a task's
     output would wait for the worker too), its own session, one thread of numeric work."""
     path = os.pathsep.join(p for p in (str(_PACKAGE.parent), os.environ.get("PYTHONPATH", "")) if p)
     threads = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     shared = not pass_fds  # a private worker's errors may go where its process's go
-    subprocess.Popen([sys.executable, "-m", "contracts.audit_worker", *args], stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if shared else None, pass_fds=pass_fds,
-                     start_new_session=shared, cwd="/", env={**os.environ, **threads, "PYTHONPATH": path})
+    return subprocess.Popen([sys.executable, "-m", "contracts.audit_worker", *args], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if shared else None,
+                            pass_fds=pass_fds, start_new_session=shared, cwd="/",
+                            env={**os.environ, **threads, "PYTHONPATH": path})
 
 
 # ---- the worker -------------------------------------------------------------------------------
@@ -158,40 +208,37 @@ class _Worker:
 
     def serve(self, conn: socket.socket) -> None:
         """Answer the requests on one connection until it closes."""
-        with conn, conn.makefile("rb") as requests, conn.makefile("wb") as answers:
+        with conn:
             while True:
                 try:
-                    message = pickle.load(requests)
-                except (EOFError, OSError, pickle.UnpicklingError):
+                    header, table = audit_wire.receive(conn)
+                except (EOFError, OSError, ValueError):  # closed, or not a message (JSON, Arrow)
                     return
                 with self.turn:
                     self.busy += 1
                     try:
-                        answer = self.answer(message)
+                        answer = self.answer(header, table)
                     finally:
                         self.busy -= 1
                         self.last = time.monotonic()
                 try:
-                    data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
-                except Exception:  # noqa: BLE001 - an exception that does not pickle
-                    data = pickle.dumps(("error", RuntimeError(repr(answer[1]))))
-                try:
-                    answers.write(data)
-                    answers.flush()
+                    audit_wire.send(conn, answer)
                 except OSError:
                     return
 
     @staticmethod
-    def answer(message: tuple[Any, ...]) -> Any:
-        if message[0] == "pid":
-            return os.getpid()
+    def answer(header: dict[str, Any], table: pa.Table | None) -> dict[str, Any]:
+        if header.get("op") == "pid":
+            return {"pid": os.getpid()}
         from contracts.gx_audit import audit as gx_audit
 
-        _, sample, contract, now = message
         try:
-            return ("ok", gx_audit(sample, contract, now=now))
+            if header.get("op") != "audit" or table is None:
+                raise ValueError(f"not a GX audit worker request: {header.get('op')!r}")
+            contract, now = audit_wire.contract_from(header["contract"]), audit_wire.decode(header["now"])
+            return {"result": audit_wire.encode(gx_audit(table, contract, now=now))}
         except Exception as exc:  # noqa: BLE001 - handed back to the caller
-            return ("error", exc)
+            return {"error": audit_wire.error(exc)}
 
 
 def _import_gx() -> None:
@@ -222,8 +269,7 @@ def _serve_shared(address: str) -> None:
             conn, _ = listener.accept()
         except socket.timeout:
             continue
-        uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1]
-        if uid != os.getuid():  # requests are pickles: only this user's processes may send them
+        if _peer_uid(conn) != os.getuid():  # only this user's processes are answered
             conn.close()
             continue
         conn.settimeout(None)

@@ -4,7 +4,9 @@ Airflow's own, read after the worker process has imported the lake's libraries (
 deltalake, DuckDB) and loaded the table contracts: every task runs in a process forked from the
 worker, which then starts with them instead of spending ~1.5 s importing them (a daily run is
 nine tasks). Importing them starts no thread, so forking afterwards is safe. Only Airflow's own
-processes read this module (the scheduler's Celery executor imports it too).
+processes read this module (the scheduler's Celery executor imports it too). Importing it imports
+the ``strata`` package first, so the tasks inherit :data:`strata.PROCESS_ENV` (ONNX Runtime's
+telemetry off) whatever environment the worker was started with.
 """
 
 from __future__ import annotations

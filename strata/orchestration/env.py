@@ -14,6 +14,7 @@ import secrets
 import sys
 from pathlib import Path
 
+from strata import PROCESS_ENV
 from warehouse.settings import Settings
 
 #: Small on purpose: the embedded default shares a laptop with the work it schedules.
@@ -50,13 +51,15 @@ def airflow_env(settings: Settings, *, port: int = 8080, log_port: int = 8793, d
     ``database`` is a ``postgresql+psycopg://`` URL for Postgres metadata (default: SQLite under
     the Airflow home); ``celery_broker`` switches to the CeleryExecutor with that broker (a
     ``redis://`` URL) and ``celery_results`` as its result backend. Services bind 127.0.0.1;
-    Strata's own settings travel along, so tasks find the same lake (``STRATA_HOME`` explicit).
+    Strata's own settings travel along, so tasks find the same lake (``STRATA_HOME`` explicit), and so
+    do :data:`strata.PROCESS_ENV`'s defaults (ONNX Runtime's telemetry off).
     """
     home = settings.airflow_home
     home.mkdir(parents=True, exist_ok=True)
     sql = database or f"sqlite:///{home / 'airflow.db'}"
     env = {
         **settings.to_env(),
+        **{name: os.environ.get(name, value) for name, value in PROCESS_ENV.items()},  # no telemetry
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder()),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -432,7 +434,6 @@ def test_a_dead_audit_worker_is_replaced() -> None:
 
 def test_processes_share_one_audit_worker_of_their_user() -> None:
     import subprocess
-    import sys
 
     from contracts import audit_worker
 
@@ -440,3 +441,102 @@ def test_processes_share_one_audit_worker_of_their_user() -> None:
     theirs = subprocess.run([sys.executable, "-c", "from contracts import audit_worker; print(audit_worker.pid())"],
                             capture_output=True, text=True, check=True, cwd=Path(__file__).parents[2]).stdout
     assert int(theirs) == ours
+
+
+def test_audit_worker_messages_rebuild_every_contract_and_nothing_else() -> None:
+    from contracts import all_contracts, audit_wire
+
+    for name, contract in all_contracts().items():
+        assert audit_wire.contract_from(audit_wire.contract_text(contract)) == contract, name
+    assert audit_wire.decode({"$": "tuple", "v": [{"$": "timedelta", "v": [1, 2, 3]}, {"$": "dict", "v": {"$": 1}}]}) \
+        == (timedelta(1, 2, 3), {"$": 1})
+    with pytest.raises(ValueError, match="unknown tag 'posix.system'"):
+        audit_wire.decode({"$": "posix.system", "v": ["touch /tmp/x"]})
+    with pytest.raises(TypeError, match="cannot send a PosixPath"):
+        audit_wire.encode(Path("/"))
+
+
+def test_an_error_in_the_audit_worker_comes_back_with_its_type_and_message() -> None:
+    from contracts import audit_worker
+
+    with pytest.raises(ValueError, match="now must be timezone-aware") as raised:
+        audit_worker.audit(conform(feedback(), FEEDBACK, now=NOW), FEEDBACK, now=datetime(2026, 1, 2))
+    assert "raised in the GX audit worker" in raised.value.__notes__[0]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
+                    reason="needs root on Linux: the squatter drops to uid nobody (65534) to hold the socket name")
+def test_a_socket_name_held_by_another_user_gets_no_byte_and_the_audit_a_private_worker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Another user binds the worker's name while no worker runs (here a name of the test's own,
+    computed as the client would): one that answers a pickle that writes a file, one that never
+    listens. The client sends and reads nothing, writes nothing, and audits in a private worker
+    without waiting out the start timeout."""
+    import pickle
+    import select
+    import signal
+    import socket
+    import time
+
+    from contracts import audit_worker
+
+    marker = tmp_path / "written when the answer is unpickled"
+
+    class Evil:
+        def __reduce__(self) -> tuple[Any, ...]:
+            return open, (str(marker), "w")
+
+    evil = pickle.dumps(Evil())
+
+    def squat(address: str, listens: bool) -> tuple[int, int]:
+        report, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the squatter: uid nobody, holding the name
+            try:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+                listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                listener.bind(address)
+                if listens:
+                    listener.listen(8)
+                os.write(write, b"ready\n")
+                while listens:
+                    conn, _ = listener.accept()
+                    conn.settimeout(5)
+                    try:
+                        conn.sendall(evil)
+                        got = conn.recv(1 << 16)
+                    except OSError:
+                        got = b""
+                    os.write(write, f"read {len(got)} bytes\n".encode())
+                    conn.close()
+                time.sleep(120)
+            finally:
+                os._exit(0)
+        os.close(write)
+        assert os.read(report, 6) == b"ready\n"
+        return pid, report
+
+    sample = conform(feedback(), FEEDBACK, now=NOW)
+    monkeypatch.setattr(audit_worker, "_private", None)
+    for listens in (True, False):
+        address = f"\0strata-gx-audit-{os.getuid()}-squatted-{os.getpid()}-{int(listens)}"
+        monkeypatch.setattr(audit_worker, "_address", lambda address=address: address)
+        monkeypatch.setattr(audit_worker, "_foreign", False, raising=False)
+        squatter, report = squat(address, listens)
+        try:
+            started = time.monotonic()
+            assert audit_worker.audit(sample, FEEDBACK, now=NOW).success
+            assert time.monotonic() - started < (60 if listens else 20)  # the first imports GX privately
+            assert not marker.exists()
+            if listens:
+                assert select.select([report], [], [], 10)[0]
+                assert os.read(report, 100) == b"read 0 bytes\n"  # not one byte of the request went out
+            assert "cannot be used" in caplog.text
+            assert ("held by uid 65534" if listens else "does not listen") in caplog.text
+            caplog.clear()
+        finally:
+            os.kill(squatter, signal.SIGKILL)
+            os.waitpid(squatter, 0)
+            os.close(report)
