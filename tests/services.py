@@ -231,6 +231,7 @@ def _unprivileged() -> dict[str, Any]:
 
 
 def _link_or_copy(source: str, target: str) -> None:
+    """A hard link of ``source`` at ``target``, or a copy where they are on different file systems."""
     try:
         os.link(source, target)
     except OSError:  # another file system
