@@ -1,10 +1,14 @@
-"""Shared fixtures: every test runs against its own temporary STRATA_HOME."""
+"""Shared fixtures: every test runs against its own temporary STRATA_HOME; the Postgres and Redis
+servers (the machine's, or from the wheels) are shared by the whole run."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests import services
 
 #: The repository root, and the test data shipped with the tests.
 REPO = Path(__file__).resolve().parents[1]
@@ -25,3 +29,17 @@ def strata_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("AIRFLOW_HOME", raising=False)
     monkeypatch.setenv("STRATA_PSEUDONYM_KEY", "test-key-not-a-secret-0123456789")
     return home
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[services.Postgres]:
+    """The run's Postgres: see ``tests.services.postgres_server``."""
+    with services.postgres_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[services.Redis]:
+    """The run's Redis: see ``tests.services.redis_server``."""
+    with services.redis_server() as server:
+        yield server

@@ -38,8 +38,7 @@ from strata.demo import arrive
 from strata.orchestration.dag_runs import Run, RunReport, run_dags
 from strata.orchestration.env import airflow_env
 from tests.lake_rows import assert_same_lake, lake_rows
-from tests.services import (S3_KEYS, create_bucket, free_port, postgres_database, postgres_user, redis_databases,
-                            s3_server, stop_tree)
+from tests.services import S3_KEYS, Postgres, Redis, create_bucket, free_port, s3_server, stop_tree
 from warehouse.settings import Settings, load_settings
 from synthetic_workload import generate
 from warehouse.storage import lake
@@ -309,7 +308,8 @@ class ClusterRun:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, generated: tuple[Path, dict[str, Any]]) -> Iterator[ClusterRun]:
+def cluster(tmp_path_factory: pytest.TempPathFactory, generated: tuple[Path, dict[str, Any]],
+            postgres_server: Postgres, redis_server: Redis) -> Iterator[ClusterRun]:
     """A cluster on fresh services, booting and then working in the background from the moment it is
     asked for; everything is stopped, dropped and flushed afterwards."""
     logs = tmp_path_factory.mktemp("cluster")
@@ -317,18 +317,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, generated: tuple[Path, dic
     days = sorted(generated[1]["days"])
     for day in days:  # every day's files, as the embedded runs see them arrive one day at a time
         arrive(generated[0], landing, day)
-    with s3_server(logs / "moto.log") as endpoint, postgres_database("strata_af_") as database, \
-            redis_databases(12, 13) as (broker, results):
+    with s3_server(logs / "moto.log") as endpoint, postgres_server.database("strata_af_") as database, \
+            redis_server.databases(12, 13) as (broker, results):
         create_bucket(endpoint, "strata-lake")
         settings = load_settings({"STRATA_HOME": str(logs / "home"), "STRATA_LAKE_URI": "s3://strata-lake/lake",
                                   "STRATA_LANDING_DIR": str(landing),
                                   "STRATA_S3_ENDPOINT_URL": endpoint, "STRATA_S3_REGION": "us-east-1",
                                   # the writers' locks every worker sees: advisory locks in Postgres
-                                  "STRATA_LOCK_URL": f"postgresql://{postgres_user()}@127.0.0.1:5432/{database}",
+                                  "STRATA_LOCK_URL": postgres_server.url(database),
                                   "STRATA_PSEUDONYM_KEY": KEY, **S3_KEYS})
         env = {**os.environ, **airflow_env(
             settings, port=free_port(), log_port=free_port(),
-            database=f"postgresql+psycopg://{postgres_user()}@127.0.0.1:5432/{database}",
+            database=postgres_server.url(database, scheme="postgresql+psycopg"),
             celery_broker=broker, celery_results=results)}
         # Runs here are triggered or backfilled, never scheduled by the clock; the scheduler looks for
         # work five times a second, not once (ten task transitions a day), and the DAG files, which

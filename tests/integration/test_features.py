@@ -34,7 +34,7 @@ from features.repo.definitions import feature_names, feature_tables, join_key, v
 from features.store import PROJECT, REDIS_PASSWORD_VARIABLE, applied_store, open_store, sqlite_path, write_config
 from tests import feature_lake
 from tests.feature_lake import DAY1, DAY2
-from tests.services import free_port, redis_databases, stop_tree
+from tests.services import Redis, free_port, stop_tree
 from warehouse.privacy import pseudonym
 from warehouse.settings import Settings, load_settings
 from warehouse.storage import lake
@@ -144,10 +144,10 @@ def test_an_older_row_never_replaces_a_newer_online_value(world: dict) -> None:
     assert reader(settings).read(views_of("user")[0], [key])[1][0] == newest
 
 
-def test_redis_matches_feasts_layout_and_reads_back(world: dict) -> None:
+def test_redis_matches_feasts_layout_and_reads_back(world: dict, redis_server: Redis) -> None:
     import redis
 
-    with redis_databases(10, 11) as (ours_url, feast_url):
+    with redis_server.databases(10, 11) as (ours_url, feast_url):
         ours = _settings(world["root"] / "ours-redis", world["root"] / "lake", STRATA_ONLINE_STORE=ours_url)
         theirs = _settings(world["root"] / "feast-redis", world["root"] / "lake", STRATA_ONLINE_STORE=feast_url)
         materialize(ours)

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,12 +14,12 @@ import polars as pl
 import psycopg
 import pytest
 
+from tests.services import Postgres
 from warehouse.settings import load_settings
 from warehouse.storage import lake, locks
 from warehouse.storage.publish import publish
 from warehouse.tables import DWD_REQUEST, DWD_TENANT_QUOTA
 
-POSTGRES = "postgresql://127.0.0.1:5432/test"
 HOLDER = """
 import sys, time
 from warehouse.settings import load_settings
@@ -53,14 +52,11 @@ def backend(request: pytest.FixtureRequest, strata_env: Path, monkeypatch: pytes
     if request.param == "file":
         yield "file"
         return
-    name = f"strata_locks_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(POSTGRES, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    monkeypatch.setenv("STRATA_LOCK_URL", f"postgresql://127.0.0.1:5432/{name}")
-    yield "postgres"
-    locks._held.backends.clear()  # this process's connection to it
-    with psycopg.connect(POSTGRES, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    server: Postgres = request.getfixturevalue("postgres_server")  # only the Postgres runs need one
+    with server.database("strata_locks_") as name:
+        monkeypatch.setenv("STRATA_LOCK_URL", server.url(name))
+        yield "postgres"
+        locks._held.backends.clear()  # this process's connection to it
 
 
 def _holding(what: str, *more: str, script: str = HOLDER) -> subprocess.Popen[str]:
