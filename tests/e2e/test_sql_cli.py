@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -78,3 +80,45 @@ def test_the_prompt_runs_statements_and_keeps_history(env: dict[str, str]) -> No
     history = (Path(env["STRATA_HOME"]) / "sql_history").read_text().splitlines()
     assert history[-3:] == ["select 6 * 7 as answer;", "select count(*) as quotas from dwd.tenant_quota;",
                             "delete from dwd.tenant_quota;"]
+
+
+def test_out_writes_aside_and_never_into_strata_home(env: dict[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "q.csv"
+    out.write_text("kept\n")
+    failing = "select case when i > 300000 then error('boom') end as x from range(400000) t(i)"  # after a batch
+    failed = _run(env, "sql", failing, "-f", "csv", "--out", str(out))
+    assert failed.returncode == 1 and "error:" in failed.stderr  # DuckDB says boom, or Interrupted (a race)
+    assert out.read_text() == "kept\n" and [p.name for p in tmp_path.iterdir()] == ["q.csv"]  # nothing half-written
+    log = Path(env["STRATA_HOME"]) / "lake" / "dwd" / "tenant_quota" / "_delta_log"
+    commit = log / "00000000000000000001.json"  # a crafted result as the next commit emptied dwd.request
+    refused = _run(env, "sql", "select 1 as x", "-f", "json", "--out", str(commit))
+    assert refused.returncode == 2 and "inside STRATA_HOME" in refused.stderr, refused.stderr
+    assert sorted(p.name for p in log.iterdir()) == ["00000000000000000000.json"]
+
+
+def test_dead_sessions_scratch_is_cleared_at_the_next_start(env: dict[str, str]) -> None:
+    tmp = Path(env["STRATA_HOME"]) / "tmp"
+    dead, live = tmp / "999999999" / "sql-0badc0de", tmp / str(os.getpid()) / "sql-0000live"  # no pid is that high
+    dead.mkdir(parents=True)
+    live.mkdir(parents=True)
+    assert _run(env, "sql", "select 1").returncode == 0
+    assert not dead.parent.exists() and live.is_dir()
+    live.rmdir()
+
+
+def test_ctrl_c_cancels_the_query_not_the_prompt(env: dict[str, str]) -> None:
+    prompt = subprocess.Popen(STRATA + ["sql"], env={**os.environ, **env, "STRATA_SQL_TIMEOUT_S": "30"},
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert prompt.stderr is not None and prompt.stdin is not None
+        assert "strata sql:" in prompt.stderr.readline()  # the session is open
+        prompt.stdin.write("select count(*) from range(10_000_000_000);\n")
+        prompt.stdin.flush()
+        time.sleep(1.0)
+        started = time.monotonic()
+        prompt.send_signal(signal.SIGINT)
+        stdout, stderr = prompt.communicate("select 6 * 7 as answer;\n.quit\n", timeout=60)
+    finally:
+        prompt.kill()
+    assert time.monotonic() - started < 10  # not the timeout's 30 s
+    assert prompt.returncode == 0 and "error: cancelled" in stderr and "42" in stdout, stderr
