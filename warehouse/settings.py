@@ -99,7 +99,7 @@ class Settings:
 
 def _positive(env: Mapping[str, str], name: str, default: str) -> int:
     value = env.get(name, default)
-    if not value.isdigit() or int(value) < 1:
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:  # "²".isdigit() is true
         raise ConfigError(f"{name} must be a whole number >= 1, not {value!r}")
     return int(value)
 

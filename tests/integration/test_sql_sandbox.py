@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import time
@@ -15,7 +16,7 @@ from warehouse.dwd.quotas import load_quotas
 from warehouse.ods.ingest import ingest
 from warehouse.settings import Settings, load_settings
 from warehouse.sql.guard import DENIED_FUNCTIONS, HARMLESS_SIDE_EFFECTS, TABLE_FUNCTIONS, check, denied_functions
-from warehouse.sql.sandbox import QueryRefused, Session, parse_as_of
+from warehouse.sql.sandbox import QueryCancelled, QueryRefused, Session, parse_as_of
 from warehouse.tables import DWD_MODEL_PRICE, ODS_REQUESTS, all_tables, table
 
 PRICES = "model,effective_from,input_price_per_1k,output_price_per_1k\nm,2026-01-01,{price},0.002\n"
@@ -249,3 +250,24 @@ def test_the_readme_analyst_queries_pass_the_check(session: Session) -> None:
     assert len(queries) >= 4
     for sql in queries:
         check(session.con, sql, views, denied_functions(session.con))
+
+
+def test_a_statement_is_bounded_in_time_and_memory(lake: tuple[Settings, Path, dt.datetime]) -> None:
+    settings = dataclasses.replace(lake[0], sql_timeout_s=0.5, sql_memory_limit="1GB", sql_spill_limit="3GB")
+    with Session(settings) as session:
+        assert session.con.execute("select current_setting('memory_limit'), "
+                                   "current_setting('max_temp_directory_size')").fetchone() == ("953.6 MiB", "2.7 GiB")
+        for sql in ("select count(*) from range(10_000_000_000)",  # interrupted while DuckDB computes
+                    "select * from range(10_000_000_000)"):  # interrupted while the result streams
+            started = time.monotonic()
+            with pytest.raises(QueryCancelled, match=r"ran past 0.5 s and was cancelled \(STRATA_SQL_TIMEOUT_S"):
+                for reader in session.execute(sql):
+                    for _ in reader:
+                        pass
+            assert time.monotonic() - started < 5
+        assert session.query("select 42 as answer").to_pylist() == [{"answer": 42}]  # the session goes on
+
+
+def test_as_of_takes_ascii_digits_only() -> None:
+    with pytest.raises(ValueError, match="neither a version number nor an ISO 8601 time"):
+        parse_as_of("dwd.request=²")
