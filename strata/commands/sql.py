@@ -35,7 +35,9 @@ def sql_cmd(
     query: Optional[str] = typer.Argument(None, help="SQL to run; without it, an interactive prompt opens."),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="How to print the result."),
     out_file: Optional[Path] = typer.Option(None, "--out", "-o", dir_okay=False,
-                                            help="Write the result to this file (csv, json, parquet)."),
+                                            help="Write the result to this file (csv, json, parquet): written aside and "
+                                            "renamed into place once whole; not inside STRATA_HOME, the lake or the "
+                                            "landing zone."),
     as_of: list[str] = typer.Option([], "--as-of", help="Read TABLE as of a Delta version or a time: "
                                     "TABLE=VERSION or TABLE=TIMESTAMP (ISO 8601, UTC by default); repeatable."),
     raw: bool = typer.Option(False, "--raw", help="Also read raw lines: the ODS and quarantine tables (they may "
@@ -44,7 +46,8 @@ def sql_cmd(
 ) -> None:
     """Run read-only SQL (DuckDB) on the lake's tables: ads.*, dws.*, dwd.*, ops.* (ods.* with --raw).
 
-    Writes, COPY, ATTACH, INSTALL/LOAD, SET and files outside the lake are refused.
+    Writes, COPY, ATTACH, INSTALL/LOAD, SET, files outside the lake and table functions or functions with
+    side effects beyond range, generate_series, unnest, json_each and json_tree are refused.
     """
     from warehouse.settings import load_settings
     from warehouse.sql.sandbox import Session, parse_as_of

@@ -63,12 +63,15 @@ def check(con: duckdb.DuckDBPyConnection, sql: str, views: Iterable[tuple[str, s
     the message about a table that is not one of them.
     """
     result = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
-    tree = json.loads(result[0]) if result else {"error": True}
-    if tree.get("error") or len(tree.get("statements", ())) != 1:
-        raise QueryRefused("this statement cannot be checked, so it is refused (strata sql runs SELECT, WITH, "
-                           "VALUES, DESCRIBE, SHOW, SUMMARIZE, PIVOT … IN (…) and EXPLAIN of one; "
-                           "for PRAGMA table_info use DESCRIBE)")
-    _Walk(frozenset(views), denied, unknown_hint).node(tree["statements"][0], frozenset())
+    try:
+        tree = json.loads(result[0]) if result else {"error": True}
+        if tree.get("error") or len(tree.get("statements", ())) != 1:
+            raise QueryRefused("this statement cannot be checked, so it is refused (strata sql runs SELECT, WITH, "
+                               "VALUES, DESCRIBE, SHOW, SUMMARIZE, PIVOT … IN (…) and EXPLAIN of one; "
+                               "for PRAGMA table_info use DESCRIBE)")
+        _Walk(frozenset(views), denied, unknown_hint).node(tree["statements"][0], frozenset())
+    except RecursionError:
+        raise QueryRefused("this statement is nested too deeply to be checked, so it is refused") from None
 
 
 class _Walk:
