@@ -217,6 +217,22 @@ def test_every_macro_allowed_calls_only_allowed_functions(session: Session) -> N
         if name not in denied:
             check(session.con, f"select {definition}", [], denied)
 
+#: Functions whose names look like I/O that were read and found pure (DuckDB 1.5).
+_REVIEWED = {"current_query", "current_query_id", "has_table_privilege", "has_tablespace_privilege",
+             "parse_delta_filter_logline", "parse_filename", "pg_conf_load_time", "pg_table_is_visible",
+             "regexp_split_to_table"}
+
+
+def test_a_function_whose_name_suggests_io_is_denied_or_reviewed(session: Session) -> None:
+    """A tripwire for DuckDB upgrades: ``write_blob`` carried no side-effect mark."""
+    looks_like_io = {name for (name,) in session.con.execute(
+        "select distinct function_name from duckdb_functions() where function_type in ('scalar', 'aggregate', 'macro') "
+        "and regexp_matches(function_name, 'write|file|read|exec|sql|setting|secret|env|sleep|variable|http|"
+        "checkpoint|attach|copy|export|import|install|load|extension|logging|_log|system|shell|plan|query|table|blob')"
+    ).fetchall()}
+    assert "write_blob" in looks_like_io
+    assert looks_like_io - denied_functions(session.con) - _REVIEWED == set()
+
 
 def test_files_tables_and_strings_as_tables_are_refused(session: Session) -> None:
     for sql in ("from 'outside.csv'", 'select * from "/etc/passwd"', "show '/etc/passwd'", "describe '/etc/passwd'",

@@ -55,7 +55,6 @@ READS = "SELECT (and WITH, VALUES, DESCRIBE, SHOW, SUMMARIZE) or EXPLAIN of one"
 BATCH_ROWS = 64 * 1024
 
 
-
 class QueryCancelled(RuntimeError):
     """A statement was interrupted: it ran past the session's timeout, or Ctrl-C."""
 
