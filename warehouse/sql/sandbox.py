@@ -211,25 +211,26 @@ class Session:
         A statement is interrupted once it has run ``timeout_s`` (its result's streaming included)
         or on :meth:`cancel`: running or reading it then raises :class:`QueryCancelled`.
         """
-        statements = self.statements(sql)
         self._stop = None
-        for statement in statements:
-            self._raise_if_stopped()
-            timer = threading.Timer(self.timeout_s, self._interrupt,
-                                    [f"the statement ran past {self.timeout_s:g} s and was cancelled "
-                                     "(STRATA_SQL_TIMEOUT_S sets the limit)"])
-            timer.daemon = True
-            timer.start()
-            try:
-                yield self._guarded(self.con.execute(statement.query).to_arrow_reader(BATCH_ROWS))
-            except duckdb.PermissionException as e:
-                hint = "" if self.raw else "; raw lines (ODS, quarantine) need --raw"
-                raise duckdb.PermissionException(f"{e}\n(strata sql reads only the lake's tables{hint})") from None
-            except Exception:
+        try:
+            for statement in self.statements(sql):  # checking runs SQL too: a Ctrl-C may come then
                 self._raise_if_stopped()
-                raise
-            finally:
-                timer.cancel()
+                timer = threading.Timer(self.timeout_s, self._interrupt,
+                                        [f"the statement ran past {self.timeout_s:g} s and was cancelled "
+                                         "(STRATA_SQL_TIMEOUT_S sets the limit)"])
+                timer.daemon = True
+                timer.start()
+                try:
+                    yield self._guarded(self.con.execute(statement.query).to_arrow_reader(BATCH_ROWS))
+                except duckdb.PermissionException as e:
+                    hint = "" if self.raw else "; raw lines (ODS, quarantine) need --raw"
+                    raise duckdb.PermissionException(f"{e}\n(strata sql reads only the lake's tables{hint})") \
+                        from None
+                finally:
+                    timer.cancel()
+        except Exception:
+            self._raise_if_stopped()
+            raise
 
     def cancel(self) -> None:
         """Interrupt the running statement and run no more of the current :meth:`execute` (Ctrl-C)."""
