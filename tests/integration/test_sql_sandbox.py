@@ -181,6 +181,13 @@ def test_every_table_function_off_the_allow_list_is_refused(session: Session,
             session.query(f'select * from "{name}"()')
         with pytest.raises(QueryRefused):
             session.query(f"select 1 from dwd.model_price, (from (select 1) join lateral \"{name}\"() on true)")
+    pragmas = {name for (name,) in session.con.execute(
+        "select distinct function_name from duckdb_functions() where function_type = 'pragma'").fetchall()}
+    not_run = (QueryRefused, duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException)
+    for name in sorted(pragmas):  # the statements that call them: refused, or not even bound while parsed
+        for sql in (f'pragma "{name}"', f'call "{name}"()'):
+            with pytest.raises(not_run):
+                session.query(sql)
     assert session.query("select count(*) as n from range(3), generate_series(1, 3)").column("n")[0].as_py() == 9
 
 
