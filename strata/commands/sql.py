@@ -35,9 +35,9 @@ def sql_cmd(
     query: Optional[str] = typer.Argument(None, help="SQL to run; without it, an interactive prompt opens."),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="How to print the result."),
     out_file: Optional[Path] = typer.Option(None, "--out", "-o", dir_okay=False,
-                                            help="Write the result to this file (csv, json, parquet): written aside and "
-                                            "renamed into place once whole; not inside STRATA_HOME, the lake or the "
-                                            "landing zone."),
+                                            help="Write the result to this file (csv, json, parquet): written aside "
+                                            "and renamed into place once whole; not inside STRATA_HOME, the lake or "
+                                            "the landing zone."),
     as_of: list[str] = typer.Option([], "--as-of", help="Read TABLE as of a Delta version or a time: "
                                     "TABLE=VERSION or TABLE=TIMESTAMP (ISO 8601, UTC by default); repeatable."),
     raw: bool = typer.Option(False, "--raw", help="Also read raw lines: the ODS and quarantine tables (they may "

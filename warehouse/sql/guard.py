@@ -114,8 +114,8 @@ class _Walk:
             known = (schema, name) in self.views or (not schema and name in ctes)
             if catalog not in _CATALOGS or not known:
                 shown = ".".join(p for p in (catalog, schema, name) if p)
-                raise QueryRefused(f"{shown!r} is not a table of the lake: strata sql reads the views "
-                                   f"<layer>.<table> (.tables lists them), not files or other tables{self.unknown_hint}")
+                raise QueryRefused(f"{shown!r} is not a table of the lake: strata sql reads the views <layer>.<table> "
+                                   f"(.tables lists them), not files or other tables{self.unknown_hint}")
         elif kind == "SHOW_REF" and node.get("query") is None:
             if str(node.get("table_name", "")).strip('"').lower() not in _SHOWN:
                 raise QueryRefused(f"SHOW {node.get('table_name')} is refused")
