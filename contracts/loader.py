@@ -25,6 +25,8 @@ from contracts.types import logical_type, parse_type
 
 CONTRACTS_DIR = Path(__file__).resolve().parent / "tables"
 LAYERS = ("ods", "dwd", "dws", "ads", "ops")
+#: A contract file is read up to this size (the largest shipped is ~16 KB): `diff OLD /dev/zero` read without end.
+MAX_CONTRACT_BYTES = 2**20
 
 _SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$")
 _TABLE = re.compile(r"^(ods|dwd|dws|ads|ops)\.[a-z][a-z0-9_]*$")
@@ -111,12 +113,19 @@ def clear_cache() -> None:
 
 
 def read_contract(path: Path | str) -> Contract:
-    """Parse and check one contract file (not cached; any path)."""
+    """Parse and check one contract file (not cached; any path, at most :data:`MAX_CONTRACT_BYTES`)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_CONTRACT_BYTES + 1)  # /dev/zero or a huge file: read no more than that
+        text = data.decode("utf-8")
     except OSError as e:
         raise ContractError(f"{path}: cannot read contract: {e}") from e
+    except UnicodeDecodeError as e:
+        raise ContractError(f"{path}: a contract is UTF-8 text: {e}") from None
+    if len(data) > MAX_CONTRACT_BYTES:
+        raise ContractError(f"{path}: larger than {MAX_CONTRACT_BYTES // 2**20} MiB, not a contract "
+                            "(the largest shipped is ~16 KB)")
     return parse_contract(text, source=str(path), path=path)
 
 

@@ -54,6 +54,10 @@ class Settings:
     s3_secret_access_key: str | None = None
     #: Derived files that hold for every home (the ADS dbt project's parse): safe to delete.
     cache_dir: Path = Path("~/.cache/strata").expanduser()
+    #: Bounds of a ``strata sql`` statement: seconds it may run, DuckDB's memory and spill limits.
+    sql_timeout_s: float = 300.0
+    sql_memory_limit: str = "2GB"
+    sql_spill_limit: str = "10GB"
 
     def require_pseudonym_key(self) -> bytes:
         """The HMAC key for user pseudonyms; refuses to run without one."""
@@ -84,7 +88,8 @@ class Settings:
                "STRATA_ONLINE_STORE": self.online_store, "STRATA_REDIS_URL": self.redis_url,
                "STRATA_ODS_RETENTION_DAYS": str(self.ods_retention_days), "STRATA_LOCK_WAIT": str(self.lock_wait),
                "STRATA_TS_FLOOR": self.ts_floor.date().isoformat(), "STRATA_SCORE_SHARDS": str(self.score_shards),
-               "STRATA_CACHE_DIR": str(self.cache_dir)}
+               "STRATA_CACHE_DIR": str(self.cache_dir), "STRATA_SQL_TIMEOUT_S": f"{self.sql_timeout_s:g}",
+               "STRATA_SQL_MEMORY_LIMIT": self.sql_memory_limit, "STRATA_SQL_SPILL_LIMIT": self.sql_spill_limit}
         optional = {"STRATA_PSEUDONYM_KEY": self.pseudonym_key, "STRATA_LOCK_URL": self.lock_url,
                     "STRATA_S3_ENDPOINT_URL": self.s3_endpoint_url,
                     "STRATA_S3_REGION": self.s3_region, "AWS_ACCESS_KEY_ID": self.s3_access_key_id,
@@ -94,9 +99,28 @@ class Settings:
 
 def _positive(env: Mapping[str, str], name: str, default: str) -> int:
     value = env.get(name, default)
-    if not value.isdigit() or int(value) < 1:
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:  # "²".isdigit() is true
         raise ConfigError(f"{name} must be a whole number >= 1, not {value!r}")
     return int(value)
+
+
+def _seconds(env: Mapping[str, str], name: str, default: str) -> float:
+    value = env.get(name, default)
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise ConfigError(f"{name} must be a number of seconds > 0, not {value!r}")
+    return seconds
+
+
+def _size(env: Mapping[str, str], name: str, default: str) -> str:
+    value = env.get(name, default).strip()
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+)?\s*([KMGT]i?B)", value, re.IGNORECASE) or not float(
+            re.sub(r"[^0-9.]", "", value)) > 0:
+        raise ConfigError(f"{name} must be a size such as 512MB or 4GB, not {value!r}")
+    return value
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
@@ -156,4 +180,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         s3_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
         cache_dir=Path(env.get("STRATA_CACHE_DIR") or Path(env.get("XDG_CACHE_HOME") or "~/.cache") / "strata")
         .expanduser().resolve(),
+        sql_timeout_s=_seconds(env, "STRATA_SQL_TIMEOUT_S", "300"),
+        sql_memory_limit=_size(env, "STRATA_SQL_MEMORY_LIMIT", "2GB"),
+        sql_spill_limit=_size(env, "STRATA_SQL_SPILL_LIMIT", "10GB"),
     )

@@ -35,7 +35,9 @@ def sql_cmd(
     query: Optional[str] = typer.Argument(None, help="SQL to run; without it, an interactive prompt opens."),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="How to print the result."),
     out_file: Optional[Path] = typer.Option(None, "--out", "-o", dir_okay=False,
-                                            help="Write the result to this file (csv, json, parquet)."),
+                                            help="Write the result to this file (csv, json, parquet): written aside "
+                                            "and renamed into place once whole; not inside STRATA_HOME, the lake or "
+                                            "the landing zone."),
     as_of: list[str] = typer.Option([], "--as-of", help="Read TABLE as of a Delta version or a time: "
                                     "TABLE=VERSION or TABLE=TIMESTAMP (ISO 8601, UTC by default); repeatable."),
     raw: bool = typer.Option(False, "--raw", help="Also read raw lines: the ODS and quarantine tables (they may "
@@ -44,7 +46,8 @@ def sql_cmd(
 ) -> None:
     """Run read-only SQL (DuckDB) on the lake's tables: ads.*, dws.*, dwd.*, ops.* (ods.* with --raw).
 
-    Writes, COPY, ATTACH, INSTALL/LOAD, SET and files outside the lake are refused.
+    Writes, COPY, ATTACH, INSTALL/LOAD, SET, files outside the lake and table functions or functions with
+    side effects beyond range, generate_series, unnest, json_each and json_tree are refused.
     """
     from warehouse.settings import load_settings
     from warehouse.sql.sandbox import Session, parse_as_of
@@ -54,6 +57,13 @@ def sql_cmd(
     if out_file is not None and fmt is Format.table:
         raise typer.BadParameter("--out writes csv, json or parquet: choose one with --format", param_hint="--out")
     settings = load_settings()
+    if out_file is not None:
+        from warehouse.sql.export import target
+
+        try:
+            out_file = target(out_file, settings)
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--out") from None
     pins = dict(parse_as_of(text) for text in as_of)
     with Session(settings, raw=raw, as_of=pins) as session:
         for view in session.views:
@@ -73,15 +83,14 @@ def sql_cmd(
 
 
 def _export(reader: pa.RecordBatchReader, fmt: str, out_file: Path | None) -> None:
-    from warehouse.sql.export import write
+    from warehouse.sql.export import write, write_file
 
     if out_file is None:
         sys.stdout.flush()
         write(reader, fmt, sys.stdout.buffer)
         sys.stdout.buffer.flush()
         return
-    with open(out_file, "wb") as handle:
-        rows = write(reader, fmt, handle)
+    rows = write_file(reader, fmt, out_file)
     console.print(f"wrote {rows:,} row(s) to {out_file}")
 
 
@@ -104,10 +113,11 @@ def _print_table(reader: pa.RecordBatchReader, max_rows: int) -> None:
 def _prompt(session: Session, settings: Settings, max_rows: int) -> None:
     """An interactive prompt with line editing and history (GNU readline, kept under STRATA_HOME)."""
     import readline
+    import signal
 
     import duckdb
 
-    from warehouse.sql.sandbox import QueryRefused
+    from warehouse.sql.sandbox import QueryCancelled, QueryRefused
 
     history = settings.home / "sql_history"
     try:
@@ -144,11 +154,14 @@ def _prompt(session: Session, settings: Settings, max_rows: int) -> None:
                 continue
             lines = []
             readline.add_history(" ".join(part.strip() for part in text.splitlines()))
+            cancel = signal.signal(signal.SIGINT, lambda *_: session.cancel())  # Ctrl-C stops the query only
             try:
                 for reader in session.execute(text):
                     _print_table(reader, max_rows)
-            except (duckdb.Error, QueryRefused) as e:
+            except (duckdb.Error, QueryRefused, QueryCancelled) as e:
                 console.print(f"[red]error:[/] {escape(str(e))}")
+            finally:
+                signal.signal(signal.SIGINT, cancel)
     finally:
         history.parent.mkdir(parents=True, exist_ok=True)
         readline.write_history_file(history)

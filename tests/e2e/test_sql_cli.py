@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -78,3 +82,65 @@ def test_the_prompt_runs_statements_and_keeps_history(env: dict[str, str]) -> No
     history = (Path(env["STRATA_HOME"]) / "sql_history").read_text().splitlines()
     assert history[-3:] == ["select 6 * 7 as answer;", "select count(*) as quotas from dwd.tenant_quota;",
                             "delete from dwd.tenant_quota;"]
+
+
+def test_out_writes_aside_and_never_into_strata_home(env: dict[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "q.csv"
+    out.write_text("kept\n")
+    failing = "select case when i > 300000 then error('boom') end as x from range(400000) t(i)"  # after a batch
+    failed = _run(env, "sql", failing, "-f", "csv", "--out", str(out))
+    assert failed.returncode == 1 and "error:" in failed.stderr  # DuckDB says boom, or Interrupted (a race)
+    assert out.read_text() == "kept\n" and [p.name for p in tmp_path.iterdir()] == ["q.csv"]  # nothing half-written
+    log = Path(env["STRATA_HOME"]) / "lake" / "dwd" / "tenant_quota" / "_delta_log"
+    commit = log / "00000000000000000001.json"  # a crafted result as the next commit emptied dwd.request
+    refused = _run(env, "sql", "select 1 as x", "-f", "json", "--out", str(commit))
+    assert refused.returncode == 2 and "inside STRATA_HOME" in refused.stderr, refused.stderr
+    assert sorted(p.name for p in log.iterdir()) == ["00000000000000000000.json"]
+
+
+def test_dead_sessions_scratch_is_cleared_at_the_next_start(env: dict[str, str]) -> None:
+    tmp = Path(env["STRATA_HOME"]) / "tmp"
+    dead, live = tmp / "999999999" / "sql-0badc0de", tmp / str(os.getpid()) / "sql-0000live"  # no pid is that high
+    dead.mkdir(parents=True)
+    live.mkdir(parents=True)
+    assert _run(env, "sql", "select 1").returncode == 0
+    assert not dead.parent.exists() and live.is_dir()
+    live.rmdir()
+
+
+def _cpu_s(pid: int) -> float:
+    """Seconds of CPU a process has used (Linux): how a test sees a query running."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_ctrl_c_cancels_the_query_not_the_prompt(env: dict[str, str]) -> None:
+    prompt = subprocess.Popen(STRATA + ["sql"], env={**os.environ, **env, "STRATA_SQL_TIMEOUT_S": "60"},
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert prompt.stderr is not None and prompt.stdin is not None and prompt.stdout is not None
+    errors: list[str] = []
+    threading.Thread(target=lambda: errors.extend(iter(prompt.stderr.readline, "")), daemon=True).start()
+
+    def wait(done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 60
+        while not done() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    try:
+        wait(lambda: any("strata sql:" in line for line in errors))  # the session is open, the prompt waits
+        idle = _cpu_s(prompt.pid)
+        prompt.stdin.write("select count(*) from range(10_000_000_000);\n")
+        prompt.stdin.flush()
+        wait(lambda: _cpu_s(prompt.pid) > idle + 0.5)  # the query runs (a Ctrl-C at the prompt clears the line)
+        started = time.monotonic()
+        prompt.send_signal(signal.SIGINT)
+        wait(lambda: any("error: cancelled" in line for line in errors))
+        cancelled_in = time.monotonic() - started
+        prompt.stdin.write("select 6 * 7 as answer;\n.quit\n")
+        prompt.stdin.close()
+        stdout = prompt.stdout.read()
+        prompt.wait(60)
+    finally:
+        prompt.kill()
+    assert cancelled_in < 10, "".join(errors)  # not the 60 s timeout
+    assert prompt.returncode == 0 and "42" in stdout, "".join(errors)

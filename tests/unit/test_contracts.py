@@ -21,7 +21,7 @@ from contracts import (
     write_lock,
 )
 from strata.commands.contracts import app
-from contracts.loader import CONTRACTS_DIR, parse_contract, read_contract, read_directory
+from contracts.loader import CONTRACTS_DIR, MAX_CONTRACT_BYTES, parse_contract, read_contract, read_directory
 
 TABLES = {
     "ods.request_log_raw", "ods.feedback_raw", "dwd.request", "dwd.feedback", "dwd.quarantine",
@@ -274,3 +274,15 @@ def test_cli_lint_show_diff(tmp_path: Path) -> None:
     breaking.write_text(edited(request_yaml(), COLUMN_BLOCK, ""))
     result = runner.invoke(app, ["diff", str(old), str(breaking)])
     assert result.exit_code == 1 and "column_removed" in result.output and "major version bump" in result.output
+
+
+def test_a_contract_file_is_read_up_to_a_mebibyte(tmp_path: Path) -> None:
+    """`contracts diff OLD /dev/zero` read without end; a file past the cap is refused unread."""
+    shipped = (CONTRACTS_DIR / "dwd.request.yaml").read_text()
+    big = tmp_path / "dwd.request.yaml"
+    big.write_text(shipped + "#" * MAX_CONTRACT_BYTES + "\n")  # valid YAML: one long comment
+    with pytest.raises(ContractError, match="larger than 1 MiB, not a contract"):
+        read_contract(big)
+    big.write_bytes(b"\xff" + shipped.encode())
+    with pytest.raises(ContractError, match="a contract is UTF-8 text"):
+        read_contract(big)

@@ -20,6 +20,14 @@ def test_defaults_live_under_home(tmp_path: Path) -> None:
     assert s.pseudonym_key is None
 
 
+def test_sql_bounds_have_defaults_and_travel_to_a_child(tmp_path: Path) -> None:
+    s = load_settings({"STRATA_HOME": str(tmp_path)})
+    assert (s.sql_timeout_s, s.sql_memory_limit, s.sql_spill_limit) == (300.0, "2GB", "10GB")
+    tuned = load_settings({"STRATA_HOME": str(tmp_path), "STRATA_SQL_TIMEOUT_S": "2.5",
+                           "STRATA_SQL_MEMORY_LIMIT": "512MiB", "STRATA_SQL_SPILL_LIMIT": "1.5GB"})
+    assert load_settings(tuned.to_env()) == tuned
+
+
 def test_lake_uri_override_keeps_remote_uris(tmp_path: Path) -> None:
     s = load_settings({"STRATA_HOME": str(tmp_path), "STRATA_LAKE_URI": "s3://bucket/lake/"})
     assert ODS_REQUESTS.uri(s) == "s3://bucket/lake/ods/request_log_raw"
@@ -31,6 +39,11 @@ def test_lake_uri_override_keeps_remote_uris(tmp_path: Path) -> None:
         ({"STRATA_ONLINE_STORE": "memcached"}, "STRATA_ONLINE_STORE"),
         ({"STRATA_PSEUDONYM_KEY": "short"}, "at least 16"),
         ({"STRATA_ODS_RETENTION_DAYS": "-3"}, "STRATA_ODS_RETENTION_DAYS"),
+        ({"STRATA_ODS_RETENTION_DAYS": "²"}, "STRATA_ODS_RETENTION_DAYS"),
+        ({"STRATA_SQL_TIMEOUT_S": "0"}, "STRATA_SQL_TIMEOUT_S"),
+        ({"STRATA_SQL_TIMEOUT_S": "nan"}, "STRATA_SQL_TIMEOUT_S"),
+        ({"STRATA_SQL_MEMORY_LIMIT": "lots"}, "STRATA_SQL_MEMORY_LIMIT must be a size such as 512MB"),
+        ({"STRATA_SQL_SPILL_LIMIT": "0GB"}, "STRATA_SQL_SPILL_LIMIT"),
     ],
 )
 def test_bad_settings_say_which_variable(tmp_path: Path, env: dict[str, str], message: str) -> None:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
 from decimal import Decimal
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from warehouse.sql.export import write
+from warehouse.settings import load_settings
+from warehouse.sql.export import target, write, write_file
 
 
 def reader() -> pa.RecordBatchReader:
@@ -36,3 +39,33 @@ def test_json_lines_and_an_empty_result() -> None:
     assert empty.getvalue() == b"a\n"
     with pytest.raises(ValueError, match="unknown format 'xml'"):
         write(reader(), "xml", io.BytesIO())
+
+
+def test_a_result_file_goes_outside_strata_home_and_the_lake(tmp_path: Path) -> None:
+    lake = tmp_path / "elsewhere" / "lake"
+    (lake / "dwd" / "request" / "_delta_log").mkdir(parents=True)
+    settings = load_settings({"STRATA_HOME": str(tmp_path / "home"), "STRATA_LAKE_URI": str(lake),
+                              "STRATA_LANDING_DIR": str(tmp_path / "landing")})
+    link = tmp_path / "commit.json"
+    link.symlink_to(lake / "dwd" / "request" / "_delta_log" / "00000000000000000001.json")
+    for path, where in ((lake / "dwd" / "request" / "_delta_log" / "00000000000000000001.json", "the lake"),
+                        (link, "the lake"), (tmp_path / "home" / "x.csv", "STRATA_HOME"),
+                        (tmp_path / "landing" / "x.jsonl", "the landing zone")):
+        with pytest.raises(ValueError, match=f"inside {where}"):
+            target(path, settings)
+    with pytest.raises(ValueError, match="is not a folder"):
+        target(tmp_path / "nope" / "x.csv", settings)
+    assert target(tmp_path / "x.csv", settings) == tmp_path / "x.csv"
+
+
+def test_a_failing_result_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    def failing() -> Iterator[pa.RecordBatch]:
+        yield from reader()
+        raise OSError("the query failed")
+
+    out = tmp_path / "q.csv"
+    out.write_text("kept\n")
+    with pytest.raises(OSError, match="the query failed"):
+        write_file(pa.RecordBatchReader.from_batches(reader().schema, failing()), "csv", out)
+    assert out.read_text() == "kept\n" and [p.name for p in tmp_path.iterdir()] == ["q.csv"]
+    assert write_file(reader(), "csv", out) == 3 and out.read_text().startswith("model,versions,cost\n")

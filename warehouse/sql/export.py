@@ -1,12 +1,22 @@
-"""Writing a query's result as CSV, JSON lines or Parquet, batch by batch (memory stays bounded)."""
+"""Writing a query's result as CSV, JSON lines or Parquet, batch by batch (memory stays bounded).
+
+A result file is written aside and renamed into place once whole (a failing query leaves the
+target as it was), and never inside ``STRATA_HOME``, the lake or the landing zone: a result
+written as a table's next Delta commit would rewrite the table.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import secrets
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import polars as pl
 import pyarrow as pa
+
+from warehouse.settings import Settings
 
 #: Formats a result can be written in (``table`` is the console's, see strata/commands/sql.py).
 FILE_FORMATS = ("csv", "json", "parquet")
@@ -41,6 +51,33 @@ def write(reader: pa.RecordBatchReader, fmt: str, out: BinaryIO) -> int:
         first = False
     if first and fmt == "csv":  # no batch at all: still the header
         out.write((",".join(reader.schema.names) + "\n").encode())
+    return rows
+
+
+def target(path: Path, settings: Settings) -> Path:
+    """Where a result file may go: ``path`` resolved (a symlink counts where it points), in a
+    folder that exists, outside STRATA_HOME, the lake and the landing zone; else ValueError."""
+    resolved = path.expanduser().resolve()
+    kept = [("STRATA_HOME", settings.home), ("the landing zone", settings.landing_dir)]
+    if "://" not in settings.lake_uri:
+        kept.append(("the lake", Path(settings.lake_uri)))
+    for what, folder in kept:
+        if resolved.is_relative_to(folder.resolve()):
+            raise ValueError(f"{path} is inside {what} ({folder}): write results elsewhere")
+    if not resolved.parent.is_dir():
+        raise ValueError(f"{resolved.parent} is not a folder")
+    return resolved
+
+
+def write_file(reader: pa.RecordBatchReader, fmt: str, path: Path) -> int:
+    """:func:`write` into a file beside ``path``, renamed onto it once whole; returns the rows written."""
+    part = path.with_name(f".{path.name}.{secrets.token_hex(4)}.part")
+    try:
+        with open(part, "xb") as handle:
+            rows = write(reader, fmt, handle)
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
     return rows
 
 

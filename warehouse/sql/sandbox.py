@@ -14,10 +14,16 @@ to an older version (or the version current at a time). The sandbox is DuckDB's 
 * ``lock_configuration = true``: no ``SET`` can undo the above.
 * DuckDB's directory setting still lets ``COPY … TO '<a folder of the lake>'`` write, so
   only statements DuckDB's parser reports as reads run: SELECT (with DESCRIBE, SHOW,
-  SUMMARIZE, VALUES and table-function PRAGMAs, which it parses as SELECT) and EXPLAIN of
-  one; writes, COPY, ATTACH, INSTALL/LOAD, SET and the rest are refused with a message.
+  SUMMARIZE and VALUES, which it parses as SELECT) and EXPLAIN of one; writes, COPY, ATTACH,
+  INSTALL/LOAD, SET and the rest are refused with a message.
+* A SELECT can still write (``enable_logging(storage_path => …)``, ``write_blob``): each one's
+  syntax tree is checked by :mod:`warehouse.sql.guard` — the lake's views, a few table
+  functions, functions without side effects.
   Statements are parsed by the sandboxed connection itself, since parsing IMPORT DATABASE
   already reads files.
+* A statement runs at most ``STRATA_SQL_TIMEOUT_S`` (DuckDB has no timeout of its own: a
+  timer interrupts it) in ``STRATA_SQL_MEMORY_LIMIT`` of memory, spilling at most
+  ``STRATA_SQL_SPILL_LIMIT`` into this process's scratch folder.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import datetime as dt
 import secrets
 import shutil
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +41,10 @@ import duckdb
 import pyarrow as pa
 
 from warehouse.settings import Settings
+from warehouse.sql.guard import QueryRefused, check, denied_functions
 from warehouse.storage import lake
 from warehouse.storage.objectstore import configure_duckdb
+from warehouse.storage.scratch import scratch_dir
 from warehouse.tables import PII, Table, all_tables, table
 
 #: Payload columns kept away from a session without ``raw`` wherever a table holds them.
@@ -46,8 +55,8 @@ READS = "SELECT (and WITH, VALUES, DESCRIBE, SHOW, SUMMARIZE) or EXPLAIN of one"
 BATCH_ROWS = 64 * 1024
 
 
-class QueryRefused(ValueError):
-    """A statement that is not a read: nothing of it ran."""
+class QueryCancelled(RuntimeError):
+    """A statement was interrupted: it ran past the session's timeout, or Ctrl-C."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +84,7 @@ def parse_as_of(text: str) -> tuple[Table, int | dt.datetime]:
         raise ValueError(f"--as-of {text!r}: expected TABLE=VERSION or TABLE=TIMESTAMP, e.g. dwd.request=3")
     target = table(name.strip())
     when = when.strip()
-    if when.isdigit():
+    if when.isascii() and when.isdigit():  # "²".isdigit() is true, and int() refuses it
         return target, int(when)
     try:
         moment = dt.datetime.fromisoformat(when)
@@ -94,8 +103,12 @@ class Session:
         for pinned in pins:
             if is_raw(pinned) and not raw:
                 raise QueryRefused(f"{pinned} holds raw lines: reading it needs --raw")
-        self.scratch = settings.home / "scratch" / f"sql-{secrets.token_hex(4)}"
+        # Under this process's scratch folder: a session killed before close() leaves it to the
+        # next process's start, which clears the folders of processes no longer running.
+        self.scratch = scratch_dir(settings) / f"sql-{secrets.token_hex(4)}"
         self.scratch.mkdir(parents=True)
+        self.timeout_s = settings.sql_timeout_s
+        self._stop: str | None = None  # why the running statement is being interrupted
         con = duckdb.connect()
         try:
             con.execute("SET TimeZone = 'UTC'")
@@ -106,6 +119,9 @@ class Session:
             self.views = self._create_views(con, settings, pins)
             allowed = [self._folder(settings, v.table) for v in self.views]
             con.execute("SET temp_directory = ?", [str(self.scratch)])  # spills stay under STRATA_HOME
+            con.execute("SET memory_limit = ?", [settings.sql_memory_limit])
+            con.execute("SET max_temp_directory_size = ?", [settings.sql_spill_limit])
+            self._denied = denied_functions(con)
             con.execute("SET allowed_directories = ?", [allowed])
             con.execute("SET enable_external_access = false")
             con.execute("SET lock_configuration = true")
@@ -139,6 +155,10 @@ class Session:
             raise LookupError(f"--as-of names {', '.join(sorted(map(str, unknown)))}, which does not exist in the lake")
         return views
 
+    @property
+    def _unknown_hint(self) -> str:
+        return "" if self.raw else " (raw lines — ODS and quarantine tables — are views only with --raw)"
+
     @staticmethod
     def _folder(settings: Settings, t: Table) -> str:
         return t.uri(settings).rstrip("/") + "/"
@@ -148,19 +168,20 @@ class Session:
         statements = self.con.extract_statements(sql)
         if not statements:
             raise QueryRefused("no SQL statement to run")
+        views = [(v.table.layer, v.table.name.split(".", 1)[1]) for v in self.views]
         for statement in statements:
-            kind = statement.type
-            if kind == duckdb.StatementType.EXPLAIN:
-                kind = self._explained(statement.query)
-            if kind != duckdb.StatementType.SELECT:
+            read = self._explained(statement.query) if statement.type == duckdb.StatementType.EXPLAIN else statement
+            if read.type != duckdb.StatementType.SELECT:
                 # DuckDB expands some reads into a CREATE with no text of its own (PIVOT without IN values).
-                made = "" if statement.query.strip() else " (DuckDB makes one of PIVOT … ON col without IN (…) values: " \
-                                                           "list the values)"
-                raise QueryRefused(f"{kind.name} statements are refused{made}: strata sql is read-only, it runs {READS}")
+                made = "" if read.query.strip() else " (DuckDB makes one of PIVOT … ON col without IN (…) values: " \
+                                                      "list the values)"
+                raise QueryRefused(f"{read.type.name} statements are refused{made}: strata sql is read-only, "
+                                   f"it runs {READS}")
+            check(self.con, read.query, views, self._denied, unknown_hint=self._unknown_hint)
         return statements
 
-    def _explained(self, query: str) -> duckdb.StatementType:
-        """The type of the statement an EXPLAIN [ANALYZE] [(options)] statement explains.
+    def _explained(self, query: str) -> duckdb.Statement:
+        """The statement an EXPLAIN [ANALYZE] [(options)] statement explains.
 
         EXPLAIN ANALYZE runs its statement: it may only explain a read.
         """
@@ -182,21 +203,56 @@ class Session:
         inner = self.con.extract_statements(query[words[i][0]:])
         if len(inner) != 1:
             raise QueryRefused("EXPLAIN explains one statement")
-        return inner[0].type
+        return inner[0]
 
     def execute(self, sql: str) -> Iterator[pa.RecordBatchReader]:
-        """Run every statement of ``sql`` (each checked first), yielding each one's result as batches."""
-        for statement in self.statements(sql):
+        """Run every statement of ``sql`` (each checked first), yielding each one's result as batches.
+
+        A statement is interrupted once it has run ``timeout_s`` (its result's streaming included)
+        or on :meth:`cancel`: running or reading it then raises :class:`QueryCancelled`.
+        """
+        self._stop = None
+        try:
+            for statement in self.statements(sql):  # checking runs SQL too: a Ctrl-C may come then
+                self._raise_if_stopped()
+                timer = threading.Timer(self.timeout_s, self._interrupt,
+                                        [f"the statement ran past {self.timeout_s:g} s and was cancelled "
+                                         "(STRATA_SQL_TIMEOUT_S sets the limit)"])
+                timer.daemon = True
+                timer.start()
+                try:
+                    yield self._guarded(self.con.execute(statement.query).to_arrow_reader(BATCH_ROWS))
+                except duckdb.PermissionException as e:
+                    hint = "" if self.raw else "; raw lines (ODS, quarantine) need --raw"
+                    raise duckdb.PermissionException(f"{e}\n(strata sql reads only the lake's tables{hint})") \
+                        from None
+                finally:
+                    timer.cancel()
+        except Exception:
+            self._raise_if_stopped()
+            raise
+
+    def cancel(self) -> None:
+        """Interrupt the running statement and run no more of the current :meth:`execute` (Ctrl-C)."""
+        self._interrupt("cancelled")
+
+    def _interrupt(self, why: str) -> None:
+        self._stop = why
+        self.con.interrupt()
+
+    def _raise_if_stopped(self) -> None:
+        if self._stop is not None:
+            raise QueryCancelled(self._stop) from None
+
+    def _guarded(self, reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
+        """``reader``, raising :class:`QueryCancelled` instead of DuckDB's interrupt error once stopped."""
+        def batches() -> Iterator[pa.RecordBatch]:
             try:
-                yield self.con.execute(statement.query).to_arrow_reader(BATCH_ROWS)
-            except duckdb.PermissionException as e:
-                hint = "" if self.raw else "; raw lines (ODS, quarantine) need --raw"
-                raise duckdb.PermissionException(f"{e}\n(strata sql reads only the lake's tables{hint})") from None
-            except duckdb.CatalogException as e:
-                if self.raw or not any(t.name in str(e) or f'"{t.layer}"' in str(e) for t in all_tables() if is_raw(t)):
-                    raise
-                raise duckdb.CatalogException(f"{e}\n(raw lines — ODS and quarantine tables — are views only "
-                                              "with --raw)") from None
+                yield from reader
+            except Exception:
+                self._raise_if_stopped()
+                raise
+        return pa.RecordBatchReader.from_batches(reader.schema, batches())
 
     def query(self, sql: str) -> pa.Table:
         """The result of the last statement of ``sql``, whole (for small results and tests)."""
