@@ -18,7 +18,7 @@ import polars as pl
 
 from contracts.errors import Violation
 from contracts.model import Contract
-from contracts.rules import checked, rules
+from contracts.rules import checked, rule_named
 from contracts.types import polars_dtype
 
 _TRUE = ["true", "1", "yes", "y", "t"]
@@ -286,7 +286,7 @@ def _message(contract: Contract, rule: str) -> str:
     column, kind = rule.rsplit(".", 1)
     if kind == "type":
         return "NaN or infinity in a numeric column"
-    return next(r for r in rules() if r.name == kind).violation(contract.column(column))
+    return rule_named(kind).violation(contract.column(column))
 
 
 def _check_time(now: datetime | None) -> datetime:

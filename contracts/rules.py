@@ -497,9 +497,10 @@ class NullRate(Rule):
         return f"≤{tol:.0%} null" if tol else None
 
 
-#: Every rule kind, in the order a column's shape (the lock file) lists them.
+#: Every rule kind, in the order a column's shape (the lock file) lists them, and by name.
 _RULES: list[Rule] = [Required(), Unique(), AllowedValues(), Minimum(), Maximum(), Pattern(), MinItems(),
                       MaxFuture(), NullRate()]
+_BY_NAME: dict[str, Rule] = {r.name: r for r in _RULES}
 
 
 def rules() -> tuple[Rule, ...]:
@@ -507,11 +508,16 @@ def rules() -> tuple[Rule, ...]:
     return tuple(_RULES)
 
 
+def rule_named(name: str) -> Rule:
+    """The rule whose ids end in ``.<name>``; ``KeyError`` when this process knows none."""
+    return _BY_NAME[name]
+
+
 def checked(column: Column, contract: Contract) -> list[Rule]:
     """The rules the enforcers check on ``column`` of ``contract``: of those it states, the
     ones this process knows (a contract may come from one that registered more)."""
-    known = {r.name: r for r in _RULES}
-    return [rule for name, _ in column.rules if (rule := known.get(name)) is not None and rule.applies(column, contract)]
+    return [rule for name, _ in column.rules
+            if (rule := _BY_NAME.get(name)) is not None and rule.applies(column, contract)]
 
 
 @contextmanager
@@ -524,12 +530,13 @@ def registered(rule: Rule) -> Iterator[Rule]:
     clash = [r for r in _RULES if r.name == rule.name or r.odcs == rule.odcs]
     if clash:
         raise ValueError(f"rule {rule.name!r} ({rule.odcs}) clashes with {clash[0].name!r} ({clash[0].odcs})")
-    saved = list(_RULES)
     _RULES.append(rule)
+    _BY_NAME[rule.name] = rule
     try:
         yield rule
     finally:
-        _RULES[:] = saved
+        _RULES.remove(rule)
+        del _BY_NAME[rule.name]
 
 
 def span(td: timedelta) -> str:

@@ -105,7 +105,7 @@ def test_a_rule_registered_once_is_enforced_everywhere(max_length: Rule, tmp_pat
 
     # The GX suite, audited in this process (the shared worker knows only the shipped rules).
     suite = expectation_suite(contract, now=NOW)
-    assert [e.expectation_type for e in suite.expectations if e.meta["rule"] == "note.max_length"] == [
+    assert [e.expectation_type for e in suite.expectations if (e.meta or {})["rule"] == "note.max_length"] == [
         "expect_column_value_lengths_to_be_between"]
     assert audit(notes("short", None).to_arrow(), contract, now=NOW).success
     result = audit(notes("short", "far too long").to_arrow(), contract, now=NOW)
