@@ -36,6 +36,8 @@ nullValues) and the ``timestamp`` logical type first appear in ODCS v3.1.0; v3.0
 standard slot for allowed values or row counts. Files are validated against the JSON
 Schema shipped with the package, so a misspelt key is an error, not silently ignored.
 
+Each kind of column rule is defined once, in :mod:`contracts.rules`: how it is read, its row
+check, its expectations, its lock entry, how a change of it is classified, how it is shown.
 Rule ids (the same in row checks, ``conform`` errors, audit failures and quarantine rows):
 ``<column>.type`` (value present but not convertible, or lossy), ``<column>.required``
 (null or missing), ``<column>.min`` / ``.max``, ``<column>.allowed_values``,
@@ -51,7 +53,7 @@ Expectations, Feast) are imported only inside the functions that use them.
 """
 
 from contracts.arrow import arrow_schema, conform
-from contracts.compat import Change, diff_contracts
+from contracts.compat import diff_contracts
 from contracts.dbt_models import check_dbt_models, dbt_columns
 from contracts.errors import ContractError, ContractViolation, Violation
 from contracts.feast_import import load_feast
@@ -62,6 +64,7 @@ from contracts.loader import all_contracts, load_contract, parse_contract, read_
 from contracts.lock import LockProblem, check_lock, write_lock
 from contracts.model import Column, Contract, Freshness, RowCountBounds
 from contracts.rowchecks import RowSplit, split_rows
+from contracts.rules import Change
 
 __all__ = [
     "AuditFailure", "AuditResult", "Change", "Column", "Contract", "ContractError", "ContractViolation",

@@ -10,43 +10,22 @@ changes and descriptions are compatible. A breaking change needs a major version
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import date, datetime
-from decimal import Decimal
 from typing import Any
 
 from contracts.model import Column, Contract
+from contracts.rules import Change, rules
 from contracts.types import is_widening, parse_type
 
 
-@dataclass(frozen=True)
-class Change:
-    """One difference between two versions of a contract."""
-
-    kind: str
-    column: str | None
-    detail: str
-    breaking: bool
-
-    def __str__(self) -> str:
-        where = f"{self.column}: " if self.column else ""
-        return f"{'BREAKING' if self.breaking else 'compatible'} {self.kind}: {where}{self.detail}"
-
-
 def column_shape(c: Column) -> dict[str, Any]:
-    """What of a column compatibility depends on, as JSON-ready values (descriptions excluded)."""
-    return {
-        "type": c.physical_type,
-        "required": c.required,
-        "unique": c.unique,
-        "allowed_values": list(c.allowed_values) if c.allowed_values is not None else None,
-        "minimum": _json(c.minimum),
-        "maximum": _json(c.maximum),
-        "pattern": c.pattern,
-        "min_items": c.min_items,
-        "max_future_s": c.max_future.total_seconds() if c.max_future is not None else None,
-        "tolerances": dict(c.tolerances),
-    }
+    """What of a column compatibility depends on, as JSON-ready values (descriptions excluded):
+    its type, each rule's entry (:attr:`Rule.lock_key <contracts.rules.Rule.lock_key>`), its tolerances."""
+    shape: dict[str, Any] = {"type": c.physical_type}
+    for rule in rules():
+        if rule.lock_key is not None:
+            shape[rule.lock_key] = rule.shape(c.rule(rule.name))
+    shape["tolerances"] = dict(c.tolerances)
+    return shape
 
 
 def contract_shape(contract: Contract) -> dict[str, Any]:
@@ -87,7 +66,8 @@ def diff_shapes(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
             added.remove(twin)
     changes += [Change("column_removed", n, "column removed", True) for n in removed]
     for n in added:
-        required = new_cols[n]["required"]
+        # Rows written before have no value here: a rule that nulls break makes the addition breaking.
+        required = any(new_cols[n][r.lock_key] != r.lock_default for r in rules() if r.about_nulls and r.lock_key)
         changes.append(Change("column_added", n, f"{'required' if required else 'nullable'} column added", required))
     for name in old_cols:
         if name in new_cols:
@@ -111,63 +91,14 @@ def _column_changes(name: str, old: dict[str, Any], new: dict[str, Any]) -> list
         out.append(Change("type_widened" if widened else "type_changed", name,
                           f"{old['type']} → {new['type']}", not widened))
     t = parse_type(new["type"])
-    for flag in ("required", "unique"):
-        if old[flag] != new[flag]:
-            out.append(Change(f"{flag}_{'added' if new[flag] else 'removed'}", name,
-                              f"{flag}: {old[flag]} → {new[flag]}", bool(new[flag])))
-    a, b = old["allowed_values"], new["allowed_values"]
-    if a != b:
-        if b is None:
-            out.append(Change("allowed_values_widened", name, "allowed-values rule dropped", False))
-        elif a is None or not set(a) <= set(b):
-            lost = "rule added" if a is None else f"values {sorted(set(a) - set(b), key=str)} no longer allowed"
-            out.append(Change("allowed_values_narrowed", name, lost, True))
-        elif set(a) != set(b):
-            out.append(Change("allowed_values_widened", name, f"values {sorted(set(b) - set(a), key=str)} added",
-                              False))
-    out += _bound_change(name, "minimum", _parse(old["minimum"], t), _parse(new["minimum"], t), lower=True)
-    out += _bound_change(name, "maximum", _parse(old["maximum"], t), _parse(new["maximum"], t), lower=False)
-    out += _bound_change(name, "min_items", old["min_items"], new["min_items"], lower=True)
-    out += _bound_change(name, "max_future", old["max_future_s"], new["max_future_s"], lower=False)
-    if old["pattern"] != new["pattern"]:
-        dropped = new["pattern"] is None
-        out.append(Change("pattern_removed" if dropped else "pattern_changed", name,
-                          f"{old['pattern']!r} → {new['pattern']!r}", not dropped))
-    for rule in sorted(set(old["tolerances"]) | set(new["tolerances"])):
-        before, after = old["tolerances"].get(rule), new["tolerances"].get(rule)
+    for rule in rules():
+        if rule.lock_key is not None:
+            out += rule.changes(name, old[rule.lock_key], new[rule.lock_key], t)
+    for kind in sorted(set(old["tolerances"]) | set(new["tolerances"])):
+        before, after = old["tolerances"].get(kind), new["tolerances"].get(kind)
         if before != after:
             # A tolerance rule is a limit on bad rows: adding one or lowering it tightens the contract.
             tighter = before is None or (after is not None and after < before)
             out.append(Change(f"tolerance_{'tightened' if tighter else 'relaxed'}", name,
-                              f"{rule}: {before} → {after}", tighter))
+                              f"{kind}: {before} → {after}", tighter))
     return out
-
-
-def _bound_change(name: str, what: str, old: Any, new: Any, *, lower: bool) -> list[Change]:
-    """A lower bound (``lower``) narrows when it rises; an upper bound when it falls; adding one narrows."""
-    if old == new:
-        return []
-    if new is None:
-        return [Change("range_widened", name, f"{what} {old!r} dropped", False)]
-    try:
-        narrowed = old is None or (new > old if lower else new < old)
-    except TypeError:  # the column's type changed too; bounds of different kinds
-        narrowed = True
-    return [Change("range_narrowed" if narrowed else "range_widened", name, f"{what}: {old!r} → {new!r}", narrowed)]
-
-
-def _json(value: Any) -> Any:
-    if isinstance(value, Decimal):  # as text: exact in the lock file
-        return str(value)
-    return value.isoformat() if isinstance(value, (date, datetime)) else value
-
-
-def _parse(value: Any, t: Any) -> Any:
-    """A bound from a shape back to a comparable value."""
-    import pyarrow as pa
-
-    if value is None or not isinstance(value, str):
-        return value
-    if pa.types.is_decimal(t):
-        return Decimal(value)
-    return datetime.fromisoformat(value) if pa.types.is_timestamp(t) else date.fromisoformat(value)

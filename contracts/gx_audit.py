@@ -10,7 +10,7 @@ Great Expectations takes seconds to import; it is imported only when a suite is 
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from contracts.model import Contract
 from contracts.rowchecks import PK_RULE, _check_time
+from contracts.rules import checked
 from contracts.types import pandas_dtype_name
 
 if TYPE_CHECKING:
@@ -64,12 +65,8 @@ class AuditResult:
 
 
 def expectation_suite(contract: Contract, *, now: datetime | None = None) -> gx.ExpectationSuite:
-    """The GX suite of ``contract``; ``now`` fixes the check time of ``future`` rules.
-
-    A bound (``min``, ``max``, ``future``) is expected of the column's minimum or maximum:
-    2 ms an expectation against 8 ms value by value, most of a DWS table's audit. Where it
-    fails, :func:`audit` checks the rule value by value (:func:`bound_expectations`).
-    """
+    """The GX suite of ``contract``: the table's shape, its key, each column's type and every
+    rule of :mod:`contracts.rules` it states; ``now`` fixes the check time of ``future`` rules."""
     import great_expectations as gx
     import great_expectations.expectations as gxe
 
@@ -88,62 +85,29 @@ def expectation_suite(contract: Contract, *, now: datetime | None = None) -> gx.
         add(PK_RULE, gxe.ExpectColumnValuesToBeUnique(column=contract.primary_key[0]))
     elif contract.primary_key:
         add(PK_RULE, gxe.ExpectCompoundColumnsToBeUnique(column_list=list(contract.primary_key)))
-    unique = set(contract.unique_columns)
-    column_bounds = {rule: (column, low, high) for rule, column, low, high in _bounds(contract, now)}
-
     for c in contract.columns:
         add(f"{c.name}.type", gxe.ExpectColumnTypeToBe(column=c.name, type_=pandas_dtype_name(c.arrow_type)))
-        if c.required:
-            add(f"{c.name}.required", gxe.ExpectColumnValuesToNotBeNull(column=c.name))
-        elif c.tolerance("null_rate"):
-            add(f"{c.name}.null_rate",
-                gxe.ExpectColumnValuesToNotBeNull(column=c.name, mostly=1 - c.tolerance("null_rate")))
-        for rule in (f"{c.name}.min", f"{c.name}.max", f"{c.name}.future"):
-            if rule in column_bounds:
-                _, low, high = column_bounds[rule]
-                add(rule, gxe.ExpectColumnMinToBeBetween(column=c.name, min_value=low) if low is not None
-                    else gxe.ExpectColumnMaxToBeBetween(column=c.name, max_value=high))
-        if c.allowed_values is not None:
-            add(f"{c.name}.allowed_values", gxe.ExpectColumnValuesToBeInSet(
-                column=c.name, value_set=list(c.allowed_values), mostly=1 - c.tolerance("allowed_values")))
-        if c.pattern is not None:
-            add(f"{c.name}.pattern", gxe.ExpectColumnValuesToMatchRegex(column=c.name, regex=c.pattern))
-        if c.name in unique:
-            add(f"{c.name}.unique", gxe.ExpectColumnValuesToBeUnique(column=c.name))
+        for rule in checked(c, contract):
+            for expectation in rule.expectations(c, now):
+                add(rule.rule_id(c.name), expectation)
     # In one call: ``add_expectation`` compares each new expectation with every one before it
     # (quadratic: 0.4 s for a DWS table's 127), and each rule here is its own expectation anyway.
     return gx.ExpectationSuite(name=f"{contract.name}@{contract.version}", expectations=expectations)
 
 
-def bound_expectations(contract: Contract, rules: Collection[str], *, now: datetime | None = None) -> list[Any]:
-    """The bound rules among ``rules`` as value-by-value expectations: their verdict is exact
-    (an all-null column has no minimum, yet breaks no bound), and a failure counts and shows
-    the values outside."""
-    import great_expectations.expectations as gxe
-
+def rechecks(contract: Contract, rules: Collection[str], *, now: datetime | None = None) -> list[Any]:
+    """The exact expectations of those of ``rules`` that have them (:meth:`Rule.recheck
+    <contracts.rules.Rule.recheck>`): a bound, first expected of the column's extreme, is
+    checked value by value, whose verdict is exact and whose failure counts the values outside."""
+    now = _check_time(now)
     found = []
-    for rule, column, low, high in _bounds(contract, _check_time(now)):
-        if rule in rules:
-            expectation = gxe.ExpectColumnValuesToBeBetween(column=column, min_value=low, max_value=high)
-            expectation.meta = _meta(contract, rule)
-            found.append(expectation)
-    return found
-
-
-def _bounds(contract: Contract, now: datetime) -> Iterator[tuple[str, str, Any, Any]]:
-    """(rule, column, lowest, highest allowed) of every bound of the contract (one side each)."""
-    import pandas as pd
-
-    def value(v: Any) -> Any:
-        return pd.Timestamp(v) if isinstance(v, datetime) else v
-
     for c in contract.columns:
-        if c.minimum is not None:
-            yield f"{c.name}.min", c.name, value(c.minimum), None
-        if c.maximum is not None:
-            yield f"{c.name}.max", c.name, None, value(c.maximum)
-        if c.max_future is not None:
-            yield f"{c.name}.future", c.name, None, pd.Timestamp(now + c.max_future)
+        for rule in checked(c, contract):
+            if rule.rule_id(c.name) in rules:
+                for expectation in rule.recheck(c, now):
+                    expectation.meta = _meta(contract, rule.rule_id(c.name))
+                    found.append(expectation)
+    return found
 
 
 def _meta(contract: Contract, rule: str) -> dict[str, str]:
@@ -169,12 +133,10 @@ def audit(
     frame = to_pandas(data)
     batch = _batch_definition(contract.name).get_batch(batch_parameters={"dataframe": frame})
     result = batch.validate(suite, result_format=result_format).to_json_dict()
-    bounds = {rule for rule, *_ in _bounds(contract, _check_time(now))}
-    recheck = {_rule(r) for r in result["results"] if not r["success"] and _rule(r) in bounds}
-    if recheck:
-        exact = gx.ExpectationSuite(name=f"{suite.name} bounds", expectations=bound_expectations(contract, recheck,
-                                                                                                   now=now))
-        by_rule = {_rule(r): r for r in batch.validate(exact, result_format=result_format).to_json_dict()["results"]}
+    exact = rechecks(contract, {_rule(r) for r in result["results"] if not r["success"]}, now=now)
+    if exact:
+        recheck = gx.ExpectationSuite(name=f"{suite.name} rechecks", expectations=exact)
+        by_rule = {_rule(r): r for r in batch.validate(recheck, result_format=result_format).to_json_dict()["results"]}
         result["results"] = [by_rule.get(_rule(r), r) for r in result["results"]]
         passed = sum(bool(r["success"]) for r in result["results"])
         result["success"] = passed == len(result["results"])

@@ -12,8 +12,7 @@ import functools
 import json
 import os
 import re
-from datetime import date, datetime, timedelta
-from decimal import Decimal
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,6 +20,7 @@ import pyarrow as pa
 
 from contracts.errors import ContractError
 from contracts.model import Column, Contract, Freshness, RowCountBounds
+from contracts.rules import Invalid, Rule, rules
 from contracts.types import logical_type, parse_type
 
 CONTRACTS_DIR = Path(__file__).resolve().parent / "tables"
@@ -30,15 +30,14 @@ MAX_CONTRACT_BYTES = 2**20
 
 _SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$")
 _TABLE = re.compile(r"^(ods|dwd|dws|ads|ops)\.[a-z][a-z0-9_]*$")
-_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?$")
 _UNITS = {
     "s": 1, "sec": 1, "second": 1, "seconds": 1,
     "m": 60, "min": 60, "minute": 60, "minutes": 60,
     "h": 3600, "hr": 3600, "hour": 3600, "hours": 3600,
     "d": 86400, "day": 86400, "days": 86400,
 }
-_RANGE_OPTIONS = {"integer", "number", "timestamp", "date"}
-_COLUMN_CUSTOM = {"maxFutureSkew"}
+#: Options that describe a column's type rather than state a rule: (option, logical type).
+_TYPE_OPTIONS = {("format", "string"), ("timezone", "timestamp"), ("defaultTimezone", "timestamp")}
 _CONTRACT_CUSTOM = {"layer", "writer"}
 _WRITERS = ("dbt", "python")
 
@@ -269,74 +268,13 @@ def _column(p: Any, index: int, fail: Any) -> Column:
         if p.items.logicalType not in (None, inner):
             raise fail(f"{where}.items.logicalType", f"{p.items.logicalType!r} does not match {inner!r}")
 
-    minimum = maximum = pattern = min_items = None
-    for key, value in options.items():
-        field = f"{where}.logicalTypeOptions.{key}"
-        if key in ("minimum", "maximum") and expected in _RANGE_OPTIONS:
-            bound = _bound(value, arrow_type, field, fail)
-            minimum, maximum = (bound, maximum) if key == "minimum" else (minimum, bound)
-        elif key == "pattern" and expected == "string" and not pa.types.is_binary(arrow_type):
-            try:
-                re.compile(value)
-            except re.error as e:
-                raise fail(field, f"not a valid regular expression: {e}") from None
-            pattern = value
-        elif key == "minItems" and expected == "array":
-            min_items = int(value)
-        elif key == "format" and expected == "string":
-            continue
-        elif key in ("timezone", "defaultTimezone") and expected == "timestamp":
-            continue
-        else:
-            raise fail(field, f"option {key!r} is not enforced by Strata for a {expected} column "
-                       "(supported: minimum/maximum, pattern, minItems, format)")
-    if minimum is not None and maximum is not None and minimum > maximum:
-        raise fail(f"{where}.logicalTypeOptions", f"minimum {minimum!r} is above maximum {maximum!r}")
-
-    allowed: tuple[Any, ...] | None = None
-    tolerances: dict[str, float] = {}
-    for qi, q in enumerate(p.quality or []):
-        field = f"{where}.quality[{qi}]"
-        if q.type == "text":
-            continue
-        metric = q.metric or q.rule
-        if metric == "invalidValues":
-            values = (q.arguments or {}).get("validValues")
-            if not isinstance(values, list) or not values:
-                raise fail(f"{field}.arguments.validValues", "invalidValues needs a non-empty validValues list")
-            extra = set(q.arguments or {}) - {"validValues"}
-            if extra:
-                raise fail(f"{field}.arguments", f"unsupported arguments {sorted(extra)} (only validValues)")
-            allowed = tuple(_check_value(v, arrow_type, f"{field}.arguments.validValues", fail) for v in values)
-            tolerances["allowed_values"] = _tolerance(q, field, fail)
-        elif metric == "nullValues":
-            if p.required:
-                raise fail(field, "nullValues on a required column: required already forbids nulls")
-            tolerances["null_rate"] = _tolerance(q, field, fail)
-        else:
-            raise fail(f"{field}.metric", f"{metric!r} is not enforced on a column by Strata "
-                       "(use required, unique, logicalTypeOptions or metric invalidValues/nullValues)")
-
-    custom = _custom(p.customProperties, _COLUMN_CUSTOM, fail, f"{where}.customProperties")
-    max_future = None
-    if "maxFutureSkew" in custom:
-        if expected != "timestamp":
-            raise fail(f"{where}.customProperties.maxFutureSkew", "only a timestamp column can have one")
-        max_future = _iso_duration(custom["maxFutureSkew"], f"{where}.customProperties.maxFutureSkew", fail)
-
+    stated, tolerances = _rules(p, arrow_type, where, fail)
     return Column(
         name=p.name,
         arrow_type=arrow_type,
         logical_type=expected,
-        required=bool(p.required),
-        unique=bool(p.unique),
+        rules=tuple((r.name, stated[r.name]) for r in rules() if r.name in stated),
         description=(p.description or "").strip(),
-        allowed_values=allowed,
-        minimum=minimum,
-        maximum=maximum,
-        pattern=pattern,
-        min_items=min_items,
-        max_future=max_future,
         primary_key_position=(p.primaryKeyPosition if p.primaryKeyPosition and p.primaryKeyPosition > 0 else 1)
         if p.primaryKey else None,
         partition_position=(p.partitionKeyPosition if p.partitionKeyPosition and p.partitionKeyPosition > 0 else 1)
@@ -346,6 +284,58 @@ def _column(p: Any, index: int, fail: Any) -> Column:
     )
 
 
+def _rules(p: Any, t: pa.DataType, where: str, fail: Any) -> tuple[dict[str, Any], dict[str, float]]:
+    """The parameters of the rules property ``p`` (of Arrow type ``t``) states, and their tolerances."""
+    expected = logical_type(t)
+    slots = {(r.section, r.key): r for r in rules()}
+    stated: dict[str, Any] = {}
+    tolerances: dict[str, float] = {}
+
+    def state(rule: Rule, value: Any, field: str) -> None:
+        try:
+            param = rule.read(value, t)
+        except Invalid as e:
+            raise fail(field + e.at, str(e)) from None
+        if param is not None:
+            stated[rule.name] = param
+
+    def keys(section: str) -> list[str]:
+        return [r.key for r in rules() if r.section == section]
+
+    for rule in rules():
+        if not rule.section:  # a field of the property itself: required, unique
+            state(rule, getattr(p, rule.key), f"{where}.{rule.key}")
+    for key, value in (p.logicalTypeOptions or {}).items():
+        field = f"{where}.logicalTypeOptions.{key}"
+        option = slots.get(("logicalTypeOptions", key))
+        if option is not None and option.fits(t):
+            state(option, value, field)
+        elif (key, expected) not in _TYPE_OPTIONS:
+            raise fail(field, f"option {key!r} is not enforced by Strata for a {expected} column "
+                       f"(supported: {', '.join(keys('logicalTypeOptions'))}, format)")
+    for qi, q in enumerate(p.quality or []):
+        field = f"{where}.quality[{qi}]"
+        if q.type == "text":
+            continue
+        metric = q.metric or q.rule
+        check = slots.get(("quality", metric))
+        if check is None or not check.fits(t):
+            raise fail(f"{field}.metric", f"{metric!r} is not enforced on a column by Strata "
+                       f"(use required, unique, logicalTypeOptions or metric {'/'.join(keys('quality'))})")
+        state(check, q, field)
+        tolerances[check.name] = _tolerance(q, field, fail)
+    custom = _custom(p.customProperties, set(keys("customProperties")), fail, f"{where}.customProperties")
+    for key, value in custom.items():
+        custom_rule = slots["customProperties", key]
+        if not custom_rule.fits(t):
+            raise fail(f"{where}.customProperties.{key}", f"not enforced by Strata for a {expected} column")
+        state(custom_rule, value, f"{where}.customProperties.{key}")
+    for rule in rules():
+        if problem := rule.conflict(stated):
+            raise fail(f"{where}.{rule.section or rule.key}", problem)
+    return stated, tolerances
+
+
 def _ordered(columns: tuple[Column, ...], attr: str, odcs_field: str, fail: Any) -> tuple[str, ...]:
     marked = sorted((getattr(c, attr), c.name) for c in columns if getattr(c, attr) is not None)
     positions = [pos for pos, _ in marked]
@@ -353,44 +343,6 @@ def _ordered(columns: tuple[Column, ...], attr: str, odcs_field: str, fail: Any)
         raise fail(f"schema[0].properties.{odcs_field}",
                    f"positions {positions} of {[n for _, n in marked]} must be 1..{len(marked)}")
     return tuple(n for _, n in marked)
-
-
-def _bound(value: Any, t: pa.DataType, field: str, fail: Any) -> Any:
-    if pa.types.is_timestamp(t):
-        text = value.isoformat() if isinstance(value, datetime) else str(value)
-        try:
-            parsed = datetime.fromisoformat(text)
-        except ValueError:
-            raise fail(field, f"{value!r} is not an ISO 8601 timestamp") from None
-        if parsed.tzinfo is None:
-            raise fail(field, f"{value!r} needs a UTC offset")
-        return parsed
-    if pa.types.is_date(t):
-        try:
-            return value if isinstance(value, date) else date.fromisoformat(str(value))
-        except ValueError:
-            raise fail(field, f"{value!r} is not an ISO 8601 date") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise fail(field, f"{value!r} is not a number")
-    if pa.types.is_decimal(t):
-        return Decimal(str(value))
-    if pa.types.is_integer(t):
-        if float(value) != int(value):
-            raise fail(field, f"{value!r} is not a whole number for an integer column")
-        return int(value)
-    return float(value)
-
-
-def _check_value(value: Any, t: pa.DataType, field: str, fail: Any) -> Any:
-    ok = (
-        (pa.types.is_string(t) and isinstance(value, str))
-        or (pa.types.is_integer(t) and isinstance(value, int) and not isinstance(value, bool))
-        or (pa.types.is_floating(t) and isinstance(value, (int, float)) and not isinstance(value, bool))
-        or (pa.types.is_boolean(t) and isinstance(value, bool))
-    )
-    if not ok:
-        raise fail(field, f"value {value!r} does not fit column type {t}")
-    return float(value) if pa.types.is_floating(t) else value
 
 
 def _tolerance(q: Any, field: str, fail: Any) -> float:
@@ -469,10 +421,3 @@ def _custom(props: list[Any] | None, known: set[str], fail: Any, where: str) -> 
         out[cp.property] = cp.value
     return out
 
-
-def _iso_duration(value: Any, field: str, fail: Any) -> timedelta:
-    m = _DURATION.match(str(value))
-    if not m or not any(m.groups()):
-        raise fail(field, f"{value!r} is not an ISO 8601 duration such as P1D or PT2H")
-    d, h, mi, s = (int(g or 0) for g in m.groups())
-    return timedelta(days=d, hours=h, minutes=mi, seconds=s)

@@ -16,14 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contracts.compat import Change, contract_shape, diff_shapes
+from contracts.compat import contract_shape, diff_shapes
 from contracts.model import Contract
+from contracts.rules import Change, rules
 
 LOCK_PATH = Path(__file__).resolve().parent / "contracts.lock.json"
-#: Column-shape entries left out of the lock file when they have these values.
-_DEFAULTS: dict[str, Any] = {"required": False, "unique": False, "allowed_values": None, "minimum": None,
-                             "maximum": None, "pattern": None, "min_items": None, "max_future_s": None,
-                             "tolerances": {}}
 _NOTE = ("Last released shape of every table contract. Rewrite with `strata contracts lock` when "
          "releasing; tests fail when a contract changes in a breaking way without a major version bump.")
 
@@ -49,8 +46,9 @@ def read_lock(path: Path = LOCK_PATH) -> dict[str, dict[str, Any]]:
     if not Path(path).exists():
         return {}
     tables = json.loads(Path(path).read_text(encoding="utf-8"))["tables"]
+    defaults = _defaults()
     for shape in tables.values():
-        shape["columns"] = {name: {**_DEFAULTS, **col} for name, col in shape["columns"].items()}
+        shape["columns"] = {name: {**defaults, **col} for name, col in shape["columns"].items()}
     return tables
 
 
@@ -60,6 +58,7 @@ def write_lock(path: Path = LOCK_PATH, contracts: Mapping[str, Contract] | None 
 
     contracts = shipped_contracts() if contracts is None else contracts
     dump = functools.partial(json.dumps, ensure_ascii=False)
+    defaults = _defaults()
     lines = ["{", f'  "note": {dump(_NOTE)},', '  "tables": {']
     for ti, (name, contract) in enumerate(sorted(contracts.items())):
         shape = contract_shape(contract)
@@ -68,7 +67,7 @@ def write_lock(path: Path = LOCK_PATH, contracts: Mapping[str, Contract] | None 
                   f'      "partition_columns": {dump(shape["partition_columns"])},', '      "columns": {']
         cols = list(shape["columns"].items())
         for ci, (col, col_shape) in enumerate(cols):
-            compact = {k: v for k, v in col_shape.items() if k == "type" or v != _DEFAULTS[k]}
+            compact = {k: v for k, v in col_shape.items() if k == "type" or v != defaults[k]}
             lines.append(f"        {dump(col)}: {dump(compact)}" + ("," if ci < len(cols) - 1 else ""))
         lines += ["      }", "    }" + ("," if ti < len(contracts) - 1 else "")]
     lines += ["  }", "}"]
@@ -100,6 +99,11 @@ def check_lock(contracts: Mapping[str, Contract] | None = None, path: Path = LOC
             problems.append(LockProblem(name, locked["version"], contract.version,
                                         "shape changed without a version bump (compatible: bump minor)", changes))
     return problems
+
+
+def _defaults() -> dict[str, Any]:
+    """Column-shape entries left out of the lock file when they have these values: a rule not stated."""
+    return {**{r.lock_key: r.lock_default for r in rules() if r.lock_key is not None}, "tolerances": {}}
 
 
 def _version(text: str) -> tuple[int, int, int]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from contracts.rules import checked
 from contracts.types import type_name
 
 
@@ -20,27 +21,63 @@ from contracts.types import type_name
 class Column:
     """One column: its Arrow type and every rule the contract states about it.
 
-    ``tolerances`` maps an aggregate rule (``allowed_values``, ``null_rate``) to the share
-    of rows allowed to break it (0.05 = 5 %); such a rule is checked by the audit only,
-    never row by row.
+    ``rules`` holds each stated rule's parameter by rule name (``required`` → True,
+    ``min`` → 1, ``future`` → a timedelta), in the order of :func:`contracts.rules.rules`,
+    which says what each one means. ``tolerances`` maps an aggregate rule
+    (``allowed_values``, ``null_rate``) to the share of rows allowed to break it (0.05 =
+    5 %); such a rule is checked by the audit only, never row by row.
     """
 
     name: str
     arrow_type: pa.DataType
     logical_type: str
-    required: bool = False
-    unique: bool = False
+    rules: tuple[tuple[str, Any], ...] = ()
     description: str = ""
-    allowed_values: tuple[Any, ...] | None = None
-    minimum: Any = None
-    maximum: Any = None
-    pattern: str | None = None
-    min_items: int | None = None
-    max_future: timedelta | None = None
     primary_key_position: int | None = None
     partition_position: int | None = None
     classification: str | None = None
     tolerances: tuple[tuple[str, float], ...] = ()
+
+    def rule(self, name: str) -> Any:
+        """The parameter of rule ``name`` on this column; None when the contract does not state it."""
+        for key, value in self.rules:
+            if key == name:
+                return value
+        return None
+
+    # Typed shortcuts to the shipped rules' parameters (any rule's is ``rule(name)``).
+
+    @property
+    def required(self) -> bool:
+        return self.rule("required") is not None
+
+    @property
+    def unique(self) -> bool:
+        return self.rule("unique") is not None
+
+    @property
+    def allowed_values(self) -> tuple[Any, ...] | None:
+        return self.rule("allowed_values")
+
+    @property
+    def minimum(self) -> Any:
+        return self.rule("min")
+
+    @property
+    def maximum(self) -> Any:
+        return self.rule("max")
+
+    @property
+    def pattern(self) -> str | None:
+        return self.rule("pattern")
+
+    @property
+    def min_items(self) -> int | None:
+        return self.rule("min_items")
+
+    @property
+    def max_future(self) -> timedelta | None:
+        return self.rule("future")
 
     @property
     def physical_type(self) -> str:
@@ -54,29 +91,6 @@ class Column:
     def tolerance(self, rule: str) -> float:
         """Share of rows allowed to break aggregate rule ``rule`` (0.0 when strict)."""
         return dict(self.tolerances).get(rule, 0.0)
-
-    def rule_ids(self) -> list[str]:
-        """The rule ids this column's checks report, in a stable order."""
-        ids = [f"{self.name}.type"]
-        if self.required:
-            ids.append(f"{self.name}.required")
-        if self.minimum is not None:
-            ids.append(f"{self.name}.min")
-        if self.maximum is not None:
-            ids.append(f"{self.name}.max")
-        if self.allowed_values is not None:
-            ids.append(f"{self.name}.allowed_values")
-        if self.pattern is not None:
-            ids.append(f"{self.name}.pattern")
-        if self.min_items is not None:
-            ids.append(f"{self.name}.min_items")
-        if self.max_future is not None:
-            ids.append(f"{self.name}.future")
-        if self.unique:
-            ids.append(f"{self.name}.unique")
-        if "null_rate" in dict(self.tolerances):
-            ids.append(f"{self.name}.null_rate")
-        return ids
 
 
 @dataclass(frozen=True)
@@ -137,16 +151,11 @@ class Contract:
     def __contains__(self, name: object) -> bool:
         return any(c.name == name for c in self.columns)
 
-    @property
-    def unique_columns(self) -> list[str]:
-        """Columns checked for duplicates on their own (a one-column key is checked as the key)."""
-        return [c.name for c in self.columns if c.unique and (c.name,) != self.primary_key]
-
     def rule_ids(self) -> list[str]:
         """Every rule id the enforcers of this contract can report."""
-        unique = set(self.unique_columns)
-        ids = [r for c in self.columns for r in c.rule_ids()
-               if not (r == f"{c.name}.unique" and c.name not in unique)]
+        ids: list[str] = []
+        for c in self.columns:
+            ids += [f"{c.name}.type", *(rule.rule_id(c.name) for rule in checked(c, self))]
         if self.primary_key:
             ids.append("primary_key.unique")
         ids += ["table.row_count", "table.columns"]

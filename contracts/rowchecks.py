@@ -17,7 +17,8 @@ from typing import Any
 import polars as pl
 
 from contracts.errors import Violation
-from contracts.model import Column, Contract
+from contracts.model import Contract
+from contracts.rules import checked, rule_named
 from contracts.types import polars_dtype
 
 _TRUE = ["true", "1", "yes", "y", "t"]
@@ -84,21 +85,21 @@ def _typed_with_flags(df: pl.DataFrame, contract: Contract, now: datetime | None
     type_flags: list[pl.Expr] = []
     for c in contract.columns:
         target = polars_dtype(c.arrow_type)
-        if c.name in df.columns:
+        present = c.name in df.columns
+        if present:
             value, broken = cast_expr(c.name, df.schema[c.name], target)
             stage1.append(value.alias(c.name))
             if broken is not None:
                 stage1.append(pl.col(c.name).alias(source_column(c.name)))
                 type_flags.append(broken.alias(f"{c.name}.type"))
                 flags.append(f"{c.name}.type")
-            if c.required:
-                stage1.append(pl.col(c.name).is_null().alias(f"{c.name}.required"))
-                flags.append(f"{c.name}.required")
         else:
             stage1.append(pl.lit(None, dtype=target).alias(c.name))
-            if c.required:
-                stage1.append(pl.lit(True).alias(f"{c.name}.required"))
-                flags.append(f"{c.name}.required")
+        given = pl.col(c.name) if present else pl.lit(None, dtype=target)  # the input, before the cast
+        for rule in checked(c, contract):
+            if rule.about_nulls and (expr := rule.row_check(given, c, now)) is not None:
+                stage1.append(expr.alias(rule.rule_id(c.name)))
+                flags.append(rule.rule_id(c.name))
     typed = df.select(stage1)
     if type_flags:
         typed = typed.with_columns(type_flags).drop(source_column(f[: -len(".type")]) for f in flags
@@ -121,31 +122,11 @@ def value_rule_exprs(contract: Contract, now: datetime | None = None) -> list[tu
     """
     now = _check_time(now)
     out: list[tuple[str, pl.Expr]] = []
-    unique = set(contract.unique_columns)
     for c in contract.columns:
-        out += _column_rules(c, now, c.name in unique)
+        for rule in checked(c, contract):
+            if not rule.about_nulls and (expr := rule.row_check(pl.col(c.name), c, now)) is not None:
+                out.append((rule.rule_id(c.name), expr.fill_null(False)))
     return out
-
-
-def _column_rules(c: Column, now: datetime, unique: bool) -> list[tuple[str, pl.Expr]]:
-    col = pl.col(c.name)
-    rules: list[tuple[str, pl.Expr]] = []
-    if c.minimum is not None:
-        rules.append((f"{c.name}.min", col < pl.lit(c.minimum)))
-    if c.maximum is not None:
-        rules.append((f"{c.name}.max", col > pl.lit(c.maximum)))
-    if c.allowed_values is not None and c.tolerance("allowed_values") == 0:
-        values = pl.Series(list(c.allowed_values), dtype=polars_dtype(c.arrow_type))
-        rules.append((f"{c.name}.allowed_values", col.is_not_null() & ~col.is_in(values.implode())))
-    if c.pattern is not None:
-        rules.append((f"{c.name}.pattern", ~col.str.contains(c.pattern)))
-    if c.min_items is not None:
-        rules.append((f"{c.name}.min_items", col.list.len() < c.min_items))
-    if c.max_future is not None:
-        rules.append((f"{c.name}.future", col > pl.lit(now + c.max_future)))
-    if unique:
-        rules.append((f"{c.name}.unique", col.is_not_null() & ~col.is_first_distinct()))
-    return [(rule, expr.fill_null(False)) for rule, expr in rules]
 
 
 def _pk_flag(typed: pl.DataFrame, keys: Sequence[str], flags: list[str]) -> pl.Series:
@@ -303,17 +284,9 @@ def _message(contract: Contract, rule: str) -> str:
     if rule == PK_RULE:
         return f"repeated primary key {list(contract.primary_key)}"
     column, kind = rule.rsplit(".", 1)
-    c = contract.column(column)
-    return {
-        "min": f"values below the minimum {c.minimum}",
-        "max": f"values above the maximum {c.maximum}",
-        "allowed_values": f"values outside {list(c.allowed_values or ())}",
-        "pattern": f"values not matching {c.pattern}",
-        "min_items": f"lists with fewer than {c.min_items} items",
-        "future": f"timestamps later than the check time + {c.max_future}",
-        "unique": "repeated values in a unique column",
-        "type": "NaN or infinity in a numeric column",
-    }[kind]
+    if kind == "type":
+        return "NaN or infinity in a numeric column"
+    return rule_named(kind).violation(contract.column(column))
 
 
 def _check_time(now: datetime | None) -> datetime:

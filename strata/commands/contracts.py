@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 
 import typer
@@ -37,14 +36,15 @@ def show_cmd(table: str = typer.Argument(..., help="Table name, e.g. dwd.request
     """Print a table's contract: columns, types and rules."""
     from contracts.errors import ContractError
     from contracts.loader import load_contract
+    from contracts.rules import rules, span
 
     try:
         c = load_contract(table)
     except ContractError as e:
         console.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
         raise typer.Exit(1) from None
-    fresh = (f"latency ≤ {_span(c.freshness.max_latency)} on {c.freshness.column}"
-             + (f", every {_span(c.freshness.frequency)}" if c.freshness.frequency else "")) if c.freshness else "—"
+    fresh = (f"latency ≤ {span(c.freshness.max_latency)} on {c.freshness.column}"
+             + (f", every {span(c.freshness.frequency)}" if c.freshness.frequency else "")) if c.freshness else "—"
     rows = f"{c.row_count.minimum:,} … {c.row_count.maximum:,}" if c.row_count.maximum else f"≥ {c.row_count.minimum:,}"
     out.print(f"[bold]{c.name}[/] v{c.version} · layer {c.layer} · owner {c.owner}")
     out.print(escape(f"key {list(c.primary_key) or '—'} · partitioned by {list(c.partition_columns) or '—'} · "
@@ -56,29 +56,13 @@ def show_cmd(table: str = typer.Argument(..., help="Table name, e.g. dwd.request
     grid.add_column("rules")
     grid.add_column("description")
     for col in c.columns:
-        rules = []
+        shown = []
         if col.primary_key_position:
-            rules.append(f"key#{col.primary_key_position}")
+            shown.append(f"key#{col.primary_key_position}")
         if col.partition_position:
-            rules.append(f"partition#{col.partition_position}")
-        if col.unique:
-            rules.append("unique")
-        if col.minimum is not None:
-            rules.append(f"≥ {col.minimum}")
-        if col.maximum is not None:
-            rules.append(f"≤ {col.maximum}")
-        if col.allowed_values is not None:
-            tol = col.tolerance("allowed_values")
-            rules.append(f"in {{{', '.join(map(str, col.allowed_values))}}}" + (f" (≤{tol:.0%} off)" if tol else ""))
-        if col.pattern:
-            rules.append(f"~ {col.pattern}")
-        if col.min_items is not None:
-            rules.append(f"≥ {col.min_items} items")
-        if col.max_future is not None:
-            rules.append(f"≤ now + {_span(col.max_future)}")
-        if col.tolerance("null_rate"):
-            rules.append(f"≤{col.tolerance('null_rate'):.0%} null")
-        grid.add_row(col.name, escape(col.physical_type), "✓" if col.required else "", escape("\n".join(rules)),
+            shown.append(f"partition#{col.partition_position}")
+        shown += [text for rule in rules() if col.rule(rule.name) is not None and (text := rule.show(col))]
+        grid.add_row(col.name, escape(col.physical_type), "✓" if col.required else "", escape("\n".join(shown)),
                      escape(col.description))
     out.print(grid)
 
@@ -128,11 +112,3 @@ def lock_cmd(
         raise typer.Exit(1)
     out.print(f"wrote {write_lock()}")
 
-
-def _span(td: timedelta) -> str:
-    """``timedelta(hours=26)`` → ``26h``; whole days as ``d``."""
-    seconds = int(td.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds and seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"

@@ -4,9 +4,10 @@ Each ADS table written by dbt has an ODCS contract (``contracts/tables/ads.<name
 dbt model that builds it declares exactly the contract's columns with ``contract: enforced``
 (types and ``not_null`` constraints from :func:`contracts.dbt_columns`), its grain and column
 descriptions, and the data tests the contract implies: ``unique_key`` and ``not_null`` on the
-primary key, ``accepted_values`` for allowed values, ``relationships`` for the contract's
-foreign keys. So the YAML never restates a schema by hand: edit the contract, then run
-``python -m warehouse.ads.models_yml`` (a test fails while the file and the contracts differ).
+primary key, those of its rules (:meth:`contracts.rules.Rule.dbt_tests`: ``accepted_values``
+for allowed values), ``relationships`` for its foreign keys. So the YAML never restates a
+schema by hand: edit the contract, then run ``python -m warehouse.ads.models_yml`` (a test
+fails while the file and the contracts differ).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from contracts import Contract, all_contracts
 from contracts.dbt_models import dbt_model
+from contracts.rules import rules
 
 MARTS_YML = Path(__file__).resolve().parent / "models" / "marts" / "_marts__models.yml"
 _HEADER = ("# Generated from the ADS contracts (contracts/tables/ads.*.yaml) by\n"
@@ -43,8 +45,7 @@ def model_properties(contract: Contract) -> dict[str, Any]:
         tests: list[Any] = []
         if c.name in contract.primary_key:
             tests.append("not_null")
-        if c.allowed_values is not None:
-            tests.append({"accepted_values": {"arguments": {"values": list(c.allowed_values)}}})
+        tests += [test for rule in rules() if c.rule(rule.name) is not None for test in rule.dbt_tests(c)]
         for relationship in properties[c.name].relationships or []:
             target, field = _reference(contract, c.name, relationship.to)
             tests.append({"relationships": {"arguments": {"to": f"ref('{target}')", "field": field}}})
