@@ -162,6 +162,11 @@ def _find(settings: Settings, table: Table, match: _Matcher) -> tuple[_Marked | 
     return _Marked(match, found.select(contract.primary_key), partitions), ids
 
 
+def searched_tables() -> list[Table]:
+    """The tables a forget searches, and locks exclusively from its first read to its last write."""
+    return [t for t in all_tables() if t.classified(PII) or t.classified(PSEUDONYMOUS) or "request_id" in t.contract]
+
+
 def forget_user(settings: Settings, user_id: str) -> ForgetReport:
     """Remove one user from every table that can hold them, then vacuum those tables.
 
@@ -173,8 +178,7 @@ def forget_user(settings: Settings, user_id: str) -> ForgetReport:
     if not user_id.strip():
         raise ValueError("a user id to forget is required")
     pseud = pseudonym(settings.require_pseudonym_key(), user_id)
-    candidates = [t for t in all_tables() if t.classified(PII) or t.classified(PSEUDONYMOUS)
-                  or "request_id" in t.contract]
+    candidates = searched_tables()
     with locks.hold(settings, write=[(t, None) for t in candidates]):
         audit.recover(settings)  # a forget that crashed: its commits get their audit rows first
         return _forget(settings, user_id, pseud, [t for t in candidates if lake.open_table(settings, t) is not None])
