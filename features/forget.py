@@ -52,7 +52,6 @@ def forget_user(settings: Settings, pseudonym: str) -> dict[str, int]:
 def _forget_sqlite(path: Path, key: bytes, views: list[str]) -> int:
     con = connect_sqlite(path)
     try:
-        con.execute("PRAGMA secure_delete = ON")
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         count = 0
         with con:

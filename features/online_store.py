@@ -48,8 +48,12 @@ def sqlite_epoch(ts: dt.datetime) -> int:
 
 
 def connect_sqlite(path: Path) -> sqlite3.Connection:
-    """A connection to the online store file, configured as Feast leaves it (its journal mode)."""
-    return sqlite3.connect(path, timeout=60, check_same_thread=False)
+    """A connection to the online store file, configured as Feast leaves it (its journal mode), with
+    ``secure_delete``: a value replaced or deleted is zeroed, so an erased user's bytes never linger
+    in free space (an upsert frees the old row's cell)."""
+    con = sqlite3.connect(path, timeout=60, check_same_thread=False)
+    con.execute("PRAGMA secure_delete = ON")
+    return con
 
 
 #: Rows per ``INSERT`` statement: a multi-row ``VALUES`` costs one statement step per 32 rows.
@@ -213,7 +217,6 @@ def prune_sqlite(path: Path, project: str, view: str, keep: set[bytes]) -> int:
     pages); returns how many entities went."""
     con = connect_sqlite(path)
     try:
-        con.execute("PRAGMA secure_delete = ON")
         name = '"' + table_name(project, view).replace('"', '""') + '"'
         gone = [k for (k,) in con.execute(f"SELECT DISTINCT entity_key FROM {name}") if k not in keep]
         with con:

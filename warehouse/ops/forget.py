@@ -8,7 +8,12 @@ classified column is covered with no change to this module:
   how its lines were read (a ``source`` column, as ODS does) each line that could hold the
   id is parsed and its user compared; elsewhere (the quarantine) the raw bytes are searched;
 * any table with a ``request_id`` column also loses the rows of the user's requests
-  (feedback events, quarantined lines of those requests).
+  (feedback events, quarantined lines of those requests);
+* a ``free_text`` column (``ops.audit_log.message``, which may quote a failed rule's examples)
+  keeps its rows, with the user's id and pseudonym replaced by ``[forgotten]``.
+
+Before any table is rewritten, the landing files the user's ODS rows came from lose those
+lines (:mod:`warehouse.ops.landing`), so a crash in between finds the rows, and the work, again.
 
 Each touched partition is rewritten without the user's rows through the one publish path
 (conformed to the contract, so its exact Arrow types survive), in one commit per table;
@@ -260,8 +265,8 @@ def _redact(settings: Settings, table: Table, texts: list[str], report: ForgetRe
                                               for c in columns for t in texts)).to_series()
 
     read = sorted({*columns, *table.partition_columns})
-    found = pl.concat([f.filter(holds(f)) for f in _batches(lake.snapshot(settings, table), read)],
-                      how="vertical_relaxed")
+    hits = [f.filter(holds(f)) for f in _batches(lake.snapshot(settings, table), read)]
+    found = pl.concat(hits, how="vertical_relaxed") if hits else pl.DataFrame()
     if not found.height:
         return
 
