@@ -4,8 +4,9 @@ Called by ``strata forget`` after the lake forgot the user (``strata.pipeline.fo
 the warehouse never needs to know the feature layer exists. The stores are the configured
 one and every one ``materialized.json`` names (a SQLite file or Redis database written to
 before the configuration changed): a user forgotten only where the store is now would stay
-served wherever it was. SQLite deletes with ``secure_delete`` and checkpoints its write-ahead
-log, so the bytes do not linger in free pages; Redis drops the entity's hash (all its views
+served wherever it was. SQLite deletes with ``secure_delete``, checkpoints its write-ahead
+log and vacuums (a page freed by a connection without ``secure_delete`` keeps its bytes), so
+the user's bytes do not linger in free pages; Redis drops the entity's hash (all its views
 at once).
 """
 
@@ -60,6 +61,10 @@ def _forget_sqlite(path: Path, key: bytes, views: list[str]) -> int:
                     count += con.execute(f'DELETE FROM "{table_name(PROJECT, view)}" WHERE entity_key = ?',
                                          [key]).rowcount
         con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        # Pages freed before (by Feast's own connections, which do not zero them) may still hold the
+        # user's bytes: rebuild the file, in memory, so no free page is left.
+        con.execute("PRAGMA temp_store = MEMORY")
+        con.execute("VACUUM")
         return count
     finally:
         con.close()
