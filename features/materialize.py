@@ -8,6 +8,10 @@ old ones. A first run (or a new online store) reads everything. With ``start``/`
 latest row per entity with ``start <= feature_ts < end`` is written, as Feast's
 ``materialize(start, end)`` does.
 
+Every run that reads a table also takes out of the online store the entities the table no
+longer holds (erased by ``forget``, aged out by retention): writing alone never removes one.
+The served tables are locked (shared) for the whole run, so a ``forget`` waits for it.
+
 DuckDB computes the latest rows (``QUALIFY`` over the Delta log, within a memory limit, and
 spilling under ``STRATA_HOME``); batches of rows stream to an encoder thread and then to the
 writer, so memory stays flat however many entities there are. The bytes written are Feast's
