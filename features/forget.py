@@ -76,7 +76,8 @@ def _forget_redis(settings: Settings, store: str, key: bytes) -> int:
         return int(client.delete(key + PROJECT.encode()))
     except Exception as exc:  # noqa: BLE001 - any client error: say which store and what to do
         raise StoreUnreachable(
-            f"the online store {store} (materialized to before) could not be reached ({type(exc).__name__}: {exc}); "
+            f"the online store {store} (configured, or materialized to before) could not be reached "
+            f"({type(exc).__name__}: {exc}); "
             "the user is forgotten in the lake but not there yet: run forget again once it is reachable (with "
             "STRATA_REDIS_URL naming it if it needs a password), or drop its entry from materialized.json if that "
             "store is gone for good") from exc

@@ -140,7 +140,8 @@ def forget(settings: Settings, user_id: str) -> StepResult:
     report = forget_user(settings, user_id)
     online = forget_online(settings, pseudonym(settings.require_pseudonym_key(), user_id))
     counts = {f"{table}_removed": rows for table, rows in report.rows.items()} | {
-        f"{table}_redacted": rows for table, rows in report.redacted.items()} | {"landing_files_rewritten": report.files}
+        f"{table}_redacted": rows for table, rows in report.redacted.items()} | {
+        "landing_files_rewritten": report.files}
     return StepResult("forget", counts | {f"{store}_removed": n for store, n in online.items()}, {}, report)
 
 

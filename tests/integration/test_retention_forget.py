@@ -175,8 +175,8 @@ def test_forget_rewrites_the_landing_zone_and_the_ledger_still_skips_the_files(s
     zone.mkdir(parents=True)
     mixed = zone / "mixed.jsonl.gz"
     kept_lines = [json.dumps(r).encode() for r in _records("stays", 2, DAY, "o")]
-    mixed.write_bytes(gzip.compress(b"".join(line + b"\n" for line in
-                                            [json.dumps(r).encode() for r in _records(victim, 2, DAY, "v")] + kept_lines)))
+    theirs = [json.dumps(r).encode() for r in _records(victim, 2, DAY, "v")]
+    mixed.write_bytes(gzip.compress(b"".join(line + b"\n" for line in theirs + kept_lines)))
     only = _land(settings.landing_dir.parent, "only.jsonl", [json.dumps(r).encode()
                                                               for r in _records(victim, 2, DAY, "w")], DAY)
     assert only.is_relative_to(settings.landing_dir)
