@@ -213,3 +213,21 @@ def test_forget_redacts_the_user_in_audit_messages(tmp_path: Path, strata_env: P
     assert "user_pseudonym.pattern: 1 row(s) (e.g. '[forgotten]', '[forgotten]')" in messages
     assert_no_trace(settings.home, key)
     assert_no_trace(settings.home, victim)
+
+
+def test_retention_takes_the_expired_lines_out_of_the_landing_zone(strata_env: Path) -> None:
+    settings = load_settings()
+    old_day, new_day = dt.date(2026, 1, 1), dt.date(2026, 3, 1)
+    old = _land(settings.landing_dir.parent, "old.jsonl", [json.dumps(r).encode()
+                                                            for r in _records("u", 3, old_day, "a")], old_day)
+    recent = [json.dumps(r).encode() for r in _records("u", 2, new_day, "b")]
+    both = _land(settings.landing_dir.parent, "both.jsonl", [json.dumps(r).encode() for r in
+                                                              _records("u", 1, old_day, "c")] + recent, new_day)
+    ingest(settings, [settings.landing_dir])
+
+    apply_retention(settings, days=30, today=dt.date(2026, 3, 10))
+
+    assert not old.exists()  # every line expired: the file is gone
+    assert both.read_bytes() == b"".join(line + b"\n" for line in recent)  # only the expired line left it
+    assert not ingest(settings, [settings.landing_dir]).landed  # the rewritten file is still skipped
+    assert lake.read(settings, table("ods.request_log_raw")).num_rows == 2
