@@ -245,9 +245,10 @@ def _forget(settings: Settings, user_id: str, pseud: str, existing: list[Table])
             before, after = republish(settings, table, kept, [p for p in partitions if p])
             if before > after:
                 report.rows[table.name] = before - after
-        if table.classified(FREE_TEXT):
-            _redact(settings, table, [user_id, pseud], report)
-        vacuum_now(settings, table, purge_log=True)
+        redacted = bool(table.classified(FREE_TEXT)) and _redact(settings, table, [user_id, pseud], report)
+        if redacted or table.classified(PII) or table.classified(PSEUDONYMOUS) or "request_id" in table.contract:
+            # (The audit log takes appends without a lock: it is vacuumed only when a redaction needs it.)
+            vacuum_now(settings, table, purge_log=True)
     return report
 
 
@@ -255,9 +256,9 @@ def _forget(settings: Settings, user_id: str, pseud: str, existing: list[Table])
 REDACTED = "[forgotten]"
 
 
-def _redact(settings: Settings, table: Table, texts: list[str], report: ForgetReport) -> None:
+def _redact(settings: Settings, table: Table, texts: list[str], report: ForgetReport) -> bool:
     """Replace ``texts`` in the table's free-text columns (an audit message quoting a failed rule's
-    examples): the rows stay, their partitions holding a match are rewritten."""
+    examples): the rows stay, their partitions holding a match are rewritten. Whether any was."""
     columns = [c.name for c in table.classified(FREE_TEXT)]
 
     def holds(frame: pl.DataFrame) -> pl.Series:
@@ -268,7 +269,7 @@ def _redact(settings: Settings, table: Table, texts: list[str], report: ForgetRe
     hits = [f.filter(holds(f)) for f in _batches(lake.snapshot(settings, table), read)]
     found = pl.concat(hits, how="vertical_relaxed") if hits else pl.DataFrame()
     if not found.height:
-        return
+        return False
 
     def redacted(frame: pl.DataFrame) -> pl.DataFrame:
         for text in texts:
@@ -278,3 +279,4 @@ def _redact(settings: Settings, table: Table, texts: list[str], report: ForgetRe
     partitions = found.select(table.partition_columns).unique().to_dicts() if table.partition_columns else []
     republish(settings, table, redacted, partitions)
     report.redacted[table.name] = found.height
+    return True
