@@ -26,8 +26,9 @@ from batch_inference.registry import ModelCard, ModelError, get
 from batch_inference.session import Provider, Session, open_session
 from warehouse.progress import Progress
 from warehouse.settings import Settings
+from warehouse.storage import boundaries, locks
 from warehouse.storage.publish import prefetch, publish
-from warehouse.tables import ADS_USER_RISK_SCORES, table
+from warehouse.tables import ADS_USER_RISK_SCORES, DWD_REQUEST, table
 
 log = logging.getLogger(__name__)
 #: Rows per batch through the session by default.
@@ -88,14 +89,18 @@ def score(settings: Settings, name: str, day: dt.date, *, version: str | None = 
     log.info("scoring %s on %s (%s)", card.ref, session.provider, day)
     session.warm_up()
     at = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), dt.timezone.utc)
-    entities = active_entities(settings, day, card.entity, buckets)
     ttl = dt.timedelta(seconds=float(card.extra.get("ttl_seconds", DEFAULT_TTL.total_seconds())))
-    reader = read_as_of(settings, table(card.source_table), card.entity, [f.name for f in card.features],
-                        entities, at, ttl, batch_rows)
+    source = table(card.source_table)
     partitions = [{"event_date": day, "model_name": card.name, "model_version": card.version, "entity_bucket": b}
                   for b in buckets]
-    result = publish(settings, ADS_USER_RISK_SCORES,
-                     _scored(reader, card, session, day, at, progress, len(entities)), partitions=partitions)
+    # From the first read to the commit: a forget meanwhile waits, so no user it removes is scored back.
+    with locks.hold(settings, write=[(ADS_USER_RISK_SCORES, p) for p in partitions], read=[DWD_REQUEST, source]):
+        entities = active_entities(settings, day, card.entity, buckets)
+        boundaries.first_read("score")
+        reader = read_as_of(settings, source, card.entity, [f.name for f in card.features], entities, at, ttl,
+                            batch_rows)
+        result = publish(settings, ADS_USER_RISK_SCORES,
+                         _scored(reader, card, session, day, at, progress, len(entities)), partitions=partitions)
     return ScoreReport(card.name, card.version, day, shard, session.provider, len(entities), result.version)
 
 

@@ -8,6 +8,10 @@ old ones. A first run (or a new online store) reads everything. With ``start``/`
 latest row per entity with ``start <= feature_ts < end`` is written, as Feast's
 ``materialize(start, end)`` does.
 
+Every run that reads a table also takes out of the online store the entities the table no
+longer holds (erased by ``forget``, aged out by retention): writing alone never removes one.
+The served tables are locked (shared) for the whole run, so a ``forget`` waits for it.
+
 DuckDB computes the latest rows (``QUALIFY`` over the Delta log, within a memory limit, and
 spilling under ``STRATA_HOME``); batches of rows stream to an encoder thread and then to the
 writer, so memory stays flat however many entities there are. The bytes written are Feast's
@@ -24,12 +28,12 @@ from typing import Any, Iterator
 import pyarrow as pa
 
 from features import encoding
-from features.online_store import Chunk, RedisWriter, SqliteWriter, Writer
+from features.online_store import Chunk, RedisWriter, SqliteWriter, Writer, prune_redis, prune_sqlite
 from features.repo.definitions import feature_names, feature_tables, join_key, timestamp_column, view_name
 from features.store import PROJECT, applied_store, feast_dir, replace_text, sqlite_path
 from warehouse.progress import Progress
 from warehouse.settings import Settings
-from warehouse.storage import lake
+from warehouse.storage import boundaries, lake, locks
 from warehouse.storage.duck import lake_reader
 from warehouse.storage.publish import prefetch
 from warehouse.tables import Table
@@ -50,6 +54,8 @@ class ViewRun:
     version: int | None
     entities: int = 0
     values_written: int = 0
+    #: Entities taken out of the online store: their rows are gone from the table (forget, retention).
+    removed: int = 0
     partitions: list[str] = field(default_factory=list)
 
 
@@ -80,6 +86,13 @@ def _load_state(settings: Settings) -> dict[str, Any]:
 
 def _save_state(settings: Settings, state: dict[str, Any]) -> None:
     replace_text(feast_dir(settings) / _STATE, json.dumps(state, indent=1, sort_keys=True))
+
+
+def stores_written(settings: Settings) -> list[str]:
+    """The ids of every online store materialized to from this home, the configured one first
+    (``sqlite:PATH``, ``redis://host:port/db``: never a password)."""
+    current = store_id(settings)
+    return [current, *sorted(set(_load_state(settings)) - {current})]
 
 
 def watermarks(settings: Settings) -> dict[str, dict[str, Any]]:
@@ -167,6 +180,8 @@ def write_view(settings: Settings, table: Table, reader: pa.RecordBatchReader, r
     sink = writer(settings, view_name(table), features)
     try:
         for chunk in _encoded(reader, join_key(table), features, settings.online_store == "sqlite"):
+            if not run.entities:
+                boundaries.first_read("materialize")
             run.values_written += sink.write(chunk)
             run.entities += len(chunk.keys)
             if progress is not None:
@@ -175,10 +190,33 @@ def write_view(settings: Settings, table: Table, reader: pa.RecordBatchReader, r
         sink.close()
 
 
+def prune(settings: Settings, table: Table) -> int:
+    """Take out of the online store the entities of ``table``'s view that the table no longer
+    holds (a materialization only writes; without this an erased entity would stay online)."""
+    key, view = join_key(table), view_name(table)
+    con = lake_reader(settings)
+    held = con.execute(f"SELECT DISTINCT \"{key}\" FROM delta_scan('{table.uri(settings)}')").to_arrow_table()
+    keep = set(encoding.entity_keys(key, held.column(0).combine_chunks()))
+    if settings.online_store == "redis":
+        prefix = encoding.entity_keys(key, pa.array([""]))[0][:-4]  # the key's bytes before the value's length
+        return prune_redis(settings.redis_url, PROJECT, view, feature_names(table), prefix, keep)
+    return prune_sqlite(sqlite_path(settings), PROJECT, view, keep)
+
+
 def materialize(settings: Settings, *, start: dt.datetime | None = None, end: dt.datetime | None = None,
                 full: bool = False, progress: Progress | None = None) -> MaterializeReport:
-    """Bring the online store up to the DWS tables (see the module's docstring)."""
+    """Bring the online store up to the DWS tables (see the module's docstring).
+
+    The served tables are locked (shared) from the first read to the last write, so a
+    ``forget`` waits for the run, then removes what it wrote; a run after it finds nothing.
+    """
     applied_store(settings)  # the online tables exist, the registry knows the views
+    with locks.hold(settings, read=feature_tables()):
+        return _materialize(settings, start, end, full, progress)
+
+
+def _materialize(settings: Settings, start: dt.datetime | None, end: dt.datetime | None, full: bool,
+                 progress: Progress | None) -> MaterializeReport:
     state = _load_state(settings)
     marks = state.setdefault(store_id(settings), {})
     runs = []
@@ -204,6 +242,7 @@ def materialize(settings: Settings, *, start: dt.datetime | None = None, end: dt
         run.partitions = sorted(partitions or [])
         if partitions is None or partitions:
             write_view(settings, table, latest_rows(settings, table, partitions=partitions), run, progress)
+        run.removed = prune(settings, table)
         marks[view] = {"version": version, "table": table.uri(settings), "as_of": _as_of(settings, table),
                        "at": dt.datetime.now(dt.timezone.utc).isoformat()}
         _save_state(settings, state)

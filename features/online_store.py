@@ -48,8 +48,12 @@ def sqlite_epoch(ts: dt.datetime) -> int:
 
 
 def connect_sqlite(path: Path) -> sqlite3.Connection:
-    """A connection to the online store file, configured as Feast leaves it (its journal mode)."""
-    return sqlite3.connect(path, timeout=60, check_same_thread=False)
+    """A connection to the online store file, configured as Feast leaves it (its journal mode), with
+    ``secure_delete``: a value replaced or deleted is zeroed, so an erased user's bytes never linger
+    in free space (an upsert frees the old row's cell)."""
+    con = sqlite3.connect(path, timeout=60, check_same_thread=False)
+    con.execute("PRAGMA secure_delete = ON")
+    return con
 
 
 #: Rows per ``INSERT`` statement: a multi-row ``VALUES`` costs one statement step per 32 rows.
@@ -206,3 +210,38 @@ class RedisWriter:
 
     def close(self) -> None:
         self.client.close()
+
+
+def prune_sqlite(path: Path, project: str, view: str, keep: set[bytes]) -> int:
+    """Delete one view's rows of the entities not in ``keep`` (securely: no bytes left in free
+    pages); returns how many entities went."""
+    con = connect_sqlite(path)
+    try:
+        name = '"' + table_name(project, view).replace('"', '""') + '"'
+        gone = [k for (k,) in con.execute(f"SELECT DISTINCT entity_key FROM {name}") if k not in keep]
+        with con:
+            con.executemany(f"DELETE FROM {name} WHERE entity_key = ?", [[k] for k in gone])
+        return len(gone)
+    finally:
+        con.close()
+
+
+def prune_redis(url: str, project: str, view: str, features: Sequence[str], key_prefix: bytes,
+                keep: set[bytes]) -> int:
+    """Drop one view's fields from the hashes of entities (of the join key ``key_prefix`` starts)
+    not in ``keep`` (a hash left with no field is gone); returns how many entities lost them."""
+    client = redis_client(url)
+    suffix = project.encode()
+    fields = [f"_ts:{view}".encode(), *(mmh3_field(view, f) for f in features)]
+    try:
+        gone = [k for k in client.scan_iter(match=b"*" + suffix, count=REDIS_BATCH)
+                if k.startswith(key_prefix) and k[:-len(suffix)] not in keep]
+        removed = 0
+        for start in range(0, len(gone), REDIS_BATCH):
+            pipe = client.pipeline(transaction=False)
+            for key in gone[start:start + REDIS_BATCH]:
+                pipe.hdel(key, *fields)
+            removed += sum(1 for n in pipe.execute() if n)
+        return removed
+    finally:
+        client.close()

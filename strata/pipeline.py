@@ -131,14 +131,17 @@ def apply_retention(settings: Settings, *, days: int | None = None, today: dt.da
 
 
 def forget(settings: Settings, user_id: str) -> StepResult:
-    """Remove one user from every table that can hold them (then vacuum), and from the online store."""
+    """Remove one user from every table that can hold them (then vacuum), from the landing zone's files,
+    and from every online store ever materialized to."""
     from features.forget import forget_user as forget_online
     from warehouse.ops.forget import forget_user
     from warehouse.privacy import pseudonym
 
     report = forget_user(settings, user_id)
     online = forget_online(settings, pseudonym(settings.require_pseudonym_key(), user_id))
-    counts = {f"{table}_removed": rows for table, rows in report.rows.items()}
+    counts = {f"{table}_removed": rows for table, rows in report.rows.items()} | {
+        f"{table}_redacted": rows for table, rows in report.redacted.items()} | {
+        "landing_files_rewritten": report.files}
     return StepResult("forget", counts | {f"{store}_removed": n for store, n in online.items()}, {}, report)
 
 

@@ -12,6 +12,8 @@ Column classifications used by the walks:
 * ``pii``: the user's identity in clear — a user id, or raw lines that may hold one.
   Tables with such a column are raw data: the raw-data retention applies to them.
 * ``pseudonymous``: the user's keyed pseudonym (an entity key of features and scores).
+* ``free_text``: text for a person that may quote row values (an audit message's examples):
+  erasure redacts a user's id and pseudonym in it, the row stays.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from warehouse.settings import Settings
 
 PII = "pii"
 PSEUDONYMOUS = "pseudonymous"
+FREE_TEXT = "free_text"
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,9 @@ def materialize_cmd(
     report = result.detail
     for v in report.views:
         where = f" partitions {', '.join(v.partitions)}" if v.partitions else ""
+        gone = f", {v.removed:,} removed (no longer in the table)" if v.removed else ""
         out.print(f"{v.view} ({v.table} v{v.version}): {v.mode}{where}, {v.entities:,} entities, "
-                  f"{v.values_written:,} values written")
+                  f"{v.values_written:,} values written{gone}")
     out.print(f"online store: {report.store}")
 
 

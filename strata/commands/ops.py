@@ -42,7 +42,11 @@ def forget_cmd(user: str = typer.Option(..., "--user", help="The user id (as the
     report = result.detail
     for table, rows in report.rows.items():
         out.print(f"{table}: removed {rows:,} row(s)")
+    for table, rows in report.redacted.items():
+        out.print(f"{table}: the user's id redacted in {rows:,} row(s)")
     out.print(f"removed {report.total:,} row(s) in all; old files and log entries vacuumed")
+    if report.files:
+        out.print(f"landing zone: {report.files:,} file(s) rewritten without the user's lines (or deleted)")
     for store in ("online_sqlite", "online_redis"):
         if f"{store}_removed" in result.counts:
             unit = "key(s)" if store == "online_redis" else "row(s)"

@@ -245,7 +245,8 @@ def test_forget_removes_the_users_online_rows(world: dict) -> None:
         left = con.execute(f'SELECT count(*) FROM "{PROJECT}_user_features" WHERE instr(entity_key, ?) > 0',
                            [ALICE.encode()]).fetchone()[0]
         others = con.execute(f'SELECT count(DISTINCT entity_key) FROM "{PROJECT}_user_features"').fetchone()[0]
-    assert left == 0 and others == len(world["keys"]["dws.user_features"]) - 1
+    # Bob, forgotten in the shared lake by the Redis test, left this store at its next materialization.
+    assert left == 0 and others == len(world["keys"]["dws.user_features"]) - 2
     wal = Path(f"{path}-wal")
     assert ALICE.encode() not in path.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
     assert all(v is None for v in get_online_features(settings, "user", "alice").values())

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import AZURE_SAMPLE, SHIPPED_AZURE_MAPPING
+from lake_compare import assert_no_trace
 from warehouse.settings import load_settings
 from warehouse.tables import table
 from warehouse.storage import lake
@@ -163,3 +164,70 @@ def test_forget_removes_lines_a_mapping_gives_the_user_as_a_constant(tmp_path: P
 
     assert report.rows["ods.request_log_raw"] == landed.lines
     assert lake.read(settings, table("ods.request_log_raw")).num_rows == 0
+
+
+def test_forget_rewrites_the_landing_zone_and_the_ledger_still_skips_the_files(strata_env: Path) -> None:
+    import gzip
+
+    settings = load_settings()
+    victim = "user-to-forget-7731"
+    zone = settings.landing_dir / f"date={DAY.isoformat()}"
+    zone.mkdir(parents=True)
+    mixed = zone / "mixed.jsonl.gz"
+    kept_lines = [json.dumps(r).encode() for r in _records("stays", 2, DAY, "o")]
+    theirs = [json.dumps(r).encode() for r in _records(victim, 2, DAY, "v")]
+    mixed.write_bytes(gzip.compress(b"".join(line + b"\n" for line in theirs + kept_lines)))
+    only = _land(settings.landing_dir.parent, "only.jsonl", [json.dumps(r).encode()
+                                                              for r in _records(victim, 2, DAY, "w")], DAY)
+    assert only.is_relative_to(settings.landing_dir)
+    ingest(settings, [settings.landing_dir])
+
+    report = forget_user(settings, victim)
+
+    assert report.files == 2 and not only.exists()  # a file with only the user's lines is gone
+    assert gzip.decompress(mixed.read_bytes()) == b"".join(line + b"\n" for line in kept_lines)
+    assert_no_trace(settings.home, victim)
+    version = lake.version(settings, table("ods.request_log_raw"))
+    assert not ingest(settings, [settings.landing_dir]).landed  # the rewritten file is in the ledger
+    assert lake.version(settings, table("ods.request_log_raw")) == version
+
+
+def test_forget_redacts_the_user_in_audit_messages(tmp_path: Path, strata_env: Path) -> None:
+    from warehouse.storage import audit
+
+    settings = load_settings()
+    victim = "user-to-forget-7731"
+    key = pseudonym(settings.require_pseudonym_key(), victim)
+    ingest(settings, [_land(tmp_path, "a.jsonl", [json.dumps(r).encode() for r in _records(victim, 1, DAY, "v")],
+                            DAY)])
+    now = dt.datetime.now(dt.timezone.utc)
+    audit.record(settings, attempt_id="a1", table_name="dws.user_features", partition=f"event_date={DAY}",
+                 delta_version=None, status="failed", rows_in=1, rows_published=0, rows_rejected=1,
+                 rules_failed=["user_pseudonym.pattern"], started_at=now, duration_ms=1.0,
+                 message=f"user_pseudonym.pattern: 1 row(s) (e.g. {key!r}, {victim!r})")  # as a failed audit says
+
+    report = forget_user(settings, victim)
+
+    assert report.redacted == {"ops.audit_log": 1}
+    messages = lake.read_frame(settings, table("ops.audit_log")).get_column("message").to_list()
+    assert "user_pseudonym.pattern: 1 row(s) (e.g. '[forgotten]', '[forgotten]')" in messages
+    assert_no_trace(settings.home, key)
+    assert_no_trace(settings.home, victim)
+
+
+def test_retention_takes_the_expired_lines_out_of_the_landing_zone(strata_env: Path) -> None:
+    settings = load_settings()
+    old_day, new_day = dt.date(2026, 1, 1), dt.date(2026, 3, 1)
+    old = _land(settings.landing_dir.parent, "old.jsonl", [json.dumps(r).encode()
+                                                            for r in _records("u", 3, old_day, "a")], old_day)
+    recent = [json.dumps(r).encode() for r in _records("u", 2, new_day, "b")]
+    both = _land(settings.landing_dir.parent, "both.jsonl", [json.dumps(r).encode() for r in
+                                                              _records("u", 1, old_day, "c")] + recent, new_day)
+    ingest(settings, [settings.landing_dir])
+
+    apply_retention(settings, days=30, today=dt.date(2026, 3, 10))
+
+    assert not old.exists()  # every line expired: the file is gone
+    assert both.read_bytes() == b"".join(line + b"\n" for line in recent)  # only the expired line left it
+    assert not ingest(settings, [settings.landing_dir]).landed  # the rewritten file is still skipped
+    assert lake.read(settings, table("ods.request_log_raw")).num_rows == 2

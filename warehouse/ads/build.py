@@ -38,7 +38,7 @@ import pyarrow as pa
 from warehouse.ads.project import PROJECT_DIR, DbtRun, RunDir, invoke, new_run
 from warehouse.progress import Progress
 from warehouse.settings import Settings
-from warehouse.storage import lake, locks
+from warehouse.storage import boundaries, lake, locks
 from warehouse.storage.publish import keeps_every_row, publish
 from warehouse.tables import (
     ADS_DATA_QUALITY, ADS_LATENCY_BREAKDOWN, ADS_MODEL_DAILY, ADS_RETRY_STORMS, ADS_TENANT_DAILY, ADS_VERSION_MIX,
@@ -123,6 +123,7 @@ def build(
             variables["storm_multiple"] = float(storm_multiple)
         dbt_run = invoke(settings, ["build", "--no-write-json"], run, variables, sources=sources,
                          project_dir=project_dir, progress=progress)
+        boundaries.first_read("build ads")
         published = [_publish(settings, run, mart, built, progress, i) for i, mart in enumerate(MARTS)]
         run.remove()
         return AdsBuild(built, dbt_run, published)

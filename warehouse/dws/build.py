@@ -24,7 +24,7 @@ from warehouse.dws.transform import ENTITIES, SOURCE_COLUMNS, Entity, day_bounds
 from warehouse.progress import Progress
 from warehouse.runner import Batch, Counts, RunResult, claim, run
 from warehouse.settings import Settings
-from warehouse.storage import lake
+from warehouse.storage import boundaries, lake
 from warehouse.tables import DWD_REQUEST
 
 #: Requests per transform batch (whole entities per batch, a bucket of the key's hash): bounds memory.
@@ -66,6 +66,7 @@ def build_entity(settings: Settings, entity: Entity, day: dt.date, progress: Pro
     """Publish D's partition of one DWS table: read its requests, then stream batches of whole entities."""
     with claim(settings, entity.target, day, reads=[DWD_REQUEST], books=False, quarantine=False):
         with _Buckets(settings, entity, day) as buckets:
+            boundaries.first_read("build dws")
             return run(settings, entity.target, DwsTransform(entity, day), buckets, day=day, total=buckets.rows,
                        progress=progress, books=False, quarantine=False)
 

@@ -8,7 +8,12 @@ classified column is covered with no change to this module:
   how its lines were read (a ``source`` column, as ODS does) each line that could hold the
   id is parsed and its user compared; elsewhere (the quarantine) the raw bytes are searched;
 * any table with a ``request_id`` column also loses the rows of the user's requests
-  (feedback events, quarantined lines of those requests).
+  (feedback events, quarantined lines of those requests);
+* a ``free_text`` column (``ops.audit_log.message``, which may quote a failed rule's examples)
+  keeps its rows, with the user's id and pseudonym replaced by ``[forgotten]``.
+
+Before any table is rewritten, the landing files the user's ODS rows came from lose those
+lines (:mod:`warehouse.ops.landing`), so a crash in between finds the rows, and the work, again.
 
 Each touched partition is rewritten without the user's rows through the one publish path
 (conformed to the contract, so its exact Arrow types survive), in one commit per table;
@@ -26,12 +31,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from warehouse.ops.landing import LINEAGE, rewrite_landed
 from warehouse.ops.retention import vacuum_now
 from warehouse.privacy import pseudonym
 from warehouse.settings import Settings
 from warehouse.storage import audit, lake, locks
 from warehouse.storage.publish import republish
-from warehouse.tables import PII, PSEUDONYMOUS, Table, all_tables
+from warehouse.tables import FREE_TEXT, OPS_LANDED_FILES, PII, PSEUDONYMOUS, Table, all_tables
 
 #: Rows read at a time when looking for a user's rows: bounds memory however large the lake.
 SCAN_ROWS = 128 * 1024
@@ -42,6 +48,10 @@ class ForgetReport:
     """Rows removed per table for one user."""
 
     rows: dict[str, int] = field(default_factory=dict)
+    #: Rows whose free text quoted the user, per table (redacted, kept).
+    redacted: dict[str, int] = field(default_factory=dict)
+    #: Landing files rewritten without the user's lines (or deleted, when none was left).
+    files: int = 0
 
     @property
     def total(self) -> int:
@@ -139,6 +149,8 @@ class _Marked:
     #: Their primary keys (empty when the table has none: the match is then run again).
     keys: pl.DataFrame
     partitions: list[dict[str, object]]
+    #: Where in the landing zone they came from (``LINEAGE``; empty for a table that does not say).
+    lineage: pl.DataFrame
 
     def __call__(self, frame: pl.DataFrame) -> pl.Series:
         if not self.keys.width:
@@ -152,14 +164,25 @@ def _find(settings: Settings, table: Table, match: _Matcher) -> tuple[_Marked | 
     """The user's rows of ``table`` by its classified columns, and the request ids they hold."""
     contract = table.contract
     linked = ["request_id"] if "request_id" in contract else []
-    columns = sorted({*match.columns, *contract.primary_key, *table.partition_columns, *linked})
+    columns = sorted({*match.columns, *contract.primary_key, *table.partition_columns, *linked, *_lineage(table)})
     hits = [frame.filter(match(frame)) for frame in _batches(lake.snapshot(settings, table), columns)]
     found = pl.concat(hits, how="vertical_relaxed") if hits else pl.DataFrame()
     if not found.height:
         return None, set()
     partitions = found.select(table.partition_columns).unique().to_dicts() if table.partition_columns else []
     ids = set(found.get_column("request_id").drop_nulls().to_list()) if linked else set()
-    return _Marked(match, found.select(contract.primary_key), partitions), ids
+    return _Marked(match, found.select(contract.primary_key), partitions, found.select(_lineage(table))), ids
+
+
+def _lineage(table: Table) -> list[str]:
+    """The table's columns that say which landing file line a row came from (ODS), else none."""
+    return LINEAGE if all(c in table.contract for c in LINEAGE) else []
+
+
+def searched_tables() -> list[Table]:
+    """The tables a forget searches, and locks exclusively from its first read to its last write."""
+    return [t for t in all_tables() if t.classified(PII) or t.classified(PSEUDONYMOUS) or t.classified(FREE_TEXT)
+            or "request_id" in t.contract]
 
 
 def forget_user(settings: Settings, user_id: str) -> ForgetReport:
@@ -173,9 +196,8 @@ def forget_user(settings: Settings, user_id: str) -> ForgetReport:
     if not user_id.strip():
         raise ValueError("a user id to forget is required")
     pseud = pseudonym(settings.require_pseudonym_key(), user_id)
-    candidates = [t for t in all_tables() if t.classified(PII) or t.classified(PSEUDONYMOUS)
-                  or "request_id" in t.contract]
-    with locks.hold(settings, write=[(t, None) for t in candidates]):
+    candidates = searched_tables()
+    with locks.hold(settings, write=[(t, None) for t in [*candidates, OPS_LANDED_FILES]]):
         audit.recover(settings)  # a forget that crashed: its commits get their audit rows first
         return _forget(settings, user_id, pseud, [t for t in candidates if lake.open_table(settings, t) is not None])
 
@@ -191,8 +213,18 @@ def _forget(settings: Settings, user_id: str, pseud: str, existing: list[Table])
             if found is not None:
                 marked[table] = found
 
-    # Second pass: rewrite every partition holding a marked row or a row of the user's requests.
+    # The landing files they came from lose those lines first: a crash after this finds the rows again.
     report = ForgetReport()
+    for table in existing:
+        found = [marked[table].lineage] if table in marked else []
+        if request_ids and _lineage(table) and "request_id" in table.contract:
+            found += list(_batches(lake.snapshot(settings, table), LINEAGE,
+                                   pc.field("request_id").isin(sorted(request_ids))))
+        lineage = pl.concat(found, how="vertical_relaxed").unique() if found else pl.DataFrame()
+        if lineage.height:
+            report.files += rewrite_landed(settings, table, lineage)
+
+    # Second pass: rewrite every partition holding a marked row or a row of the user's requests.
     ids = pl.Series("request_id", sorted(request_ids), pl.String).implode()
     for table in existing:
         linked = bool(request_ids) and "request_id" in table.contract
@@ -213,5 +245,38 @@ def _forget(settings: Settings, user_id: str, pseud: str, existing: list[Table])
             before, after = republish(settings, table, kept, [p for p in partitions if p])
             if before > after:
                 report.rows[table.name] = before - after
-        vacuum_now(settings, table, purge_log=True)
+        redacted = bool(table.classified(FREE_TEXT)) and _redact(settings, table, [user_id, pseud], report)
+        if redacted or table.classified(PII) or table.classified(PSEUDONYMOUS) or "request_id" in table.contract:
+            # (The audit log takes appends without a lock: it is vacuumed only when a redaction needs it.)
+            vacuum_now(settings, table, purge_log=True)
     return report
+
+
+#: What a redacted user id or pseudonym reads as in free text.
+REDACTED = "[forgotten]"
+
+
+def _redact(settings: Settings, table: Table, texts: list[str], report: ForgetReport) -> bool:
+    """Replace ``texts`` in the table's free-text columns (an audit message quoting a failed rule's
+    examples): the rows stay, their partitions holding a match are rewritten. Whether any was."""
+    columns = [c.name for c in table.classified(FREE_TEXT)]
+
+    def holds(frame: pl.DataFrame) -> pl.Series:
+        return frame.select(pl.any_horizontal(pl.col(c).str.contains(t, literal=True).fill_null(False)
+                                              for c in columns for t in texts)).to_series()
+
+    read = sorted({*columns, *table.partition_columns})
+    hits = [f.filter(holds(f)) for f in _batches(lake.snapshot(settings, table), read)]
+    found = pl.concat(hits, how="vertical_relaxed") if hits else pl.DataFrame()
+    if not found.height:
+        return False
+
+    def redacted(frame: pl.DataFrame) -> pl.DataFrame:
+        for text in texts:
+            frame = frame.with_columns(pl.col(c).str.replace_all(text, REDACTED, literal=True) for c in columns)
+        return frame
+
+    partitions = found.select(table.partition_columns).unique().to_dicts() if table.partition_columns else []
+    republish(settings, table, redacted, partitions)
+    report.redacted[table.name] = found.height
+    return True

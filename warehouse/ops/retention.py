@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import datetime as dt
 
+import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 
+from warehouse.ops.landing import LINEAGE, rewrite_landed
 from warehouse.settings import Settings
 from warehouse.storage import audit, lake, locks
 from warehouse.storage.boundaries import passed
@@ -69,7 +72,9 @@ def apply_retention(settings: Settings, *, days: int | None = None, today: dt.da
     """Delete raw-data partitions (ODS, the quarantine, any table with a ``pii`` column) older
     than ``days``; rows deleted per table. ``days`` defaults to the configured ODS retention.
 
-    Whole partitions go, so Delta drops their files without rewriting any.
+    Whole partitions go, so Delta drops their files without rewriting any. The landing files
+    (under the landing zone) those ODS lines came from lose them first, as for ``forget``: a
+    file left with no line is deleted, a rewritten one stays skipped by the ledger.
     """
     keep_days = settings.ods_retention_days if days is None else days
     if keep_days < 1:
@@ -83,8 +88,13 @@ def apply_retention(settings: Settings, *, days: int | None = None, today: dt.da
             delta = lake.open_table(settings, table)
             if delta is None:
                 continue
+            column = _date_partition(table)
+            if all(c in table.contract for c in LINEAGE):  # the landing files lose the expired lines first
+                expired = lake.snapshot(settings, table).to_table(columns=LINEAGE, filter=pc.field(column) < cutoff)
+                if expired.num_rows:
+                    rewrite_landed(settings, table, pl.from_arrow(expired))  # type: ignore[arg-type]
             locks.verify(settings, table)
-            metrics = delta.delete(f"{_date_partition(table)} < '{cutoff.isoformat()}'")
+            metrics = delta.delete(f"{column} < '{cutoff.isoformat()}'")
             passed(f"commit {table.name}")
             deleted[table.name] = int(metrics.get("num_deleted_rows", 0))
             vacuum_now(settings, table)

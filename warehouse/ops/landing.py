@@ -1,0 +1,72 @@
+"""Erasure in the landing zone: a forgotten user's lines leave the files they were landed from.
+
+``strata forget`` knows each of the user's ODS rows by its file (``source_file``,
+``file_sha256``) and line (``line_no``). Every such file that lies under the landing zone
+(``STRATA_LANDING_DIR``) and still holds the bytes it was landed with is rewritten without
+those lines (gzip stays gzip), aside and renamed into place; a file left with no line is
+deleted. The ledger (``ops.landed_files``) gets a row for the rewritten file's new hash, a
+copy of the old one's, so a re-ingest of the landing folder still skips it. Files landed
+from elsewhere are the caller's to manage and are left alone.
+
+This runs before the ODS rows are removed: a forget that crashes in between finds the rows
+again on its re-run, and the file, whose hash no longer matches them, is left as rewritten.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+from pathlib import Path
+
+import polars as pl
+
+from warehouse.settings import Settings
+from warehouse.sources.files import load, split_lines
+from warehouse.storage import lake
+from warehouse.storage.publish import publish
+from warehouse.tables import OPS_LANDED_FILES, Table
+
+#: The columns of an ODS row that say where in the landing zone it came from.
+LINEAGE = ["source_file", "file_sha256", "line_no"]
+
+
+def rewrite_landed(settings: Settings, table: Table, rows: pl.DataFrame) -> int:
+    """Rewrite the landing files of ``rows`` (an ODS table's ``LINEAGE``) without those lines;
+    returns how many files were rewritten or deleted."""
+    zone = settings.landing_dir.resolve()
+    changed = 0
+    for (source_file, sha), group in rows.group_by(["source_file", "file_sha256"]):
+        path = Path(str(source_file))
+        if not path.is_absolute():
+            path = zone / path
+        if not path.resolve().is_relative_to(zone) or not path.is_file():
+            continue
+        raw = path.read_bytes()
+        if hashlib.sha256(raw).hexdigest() != sha:
+            continue  # changed since it was landed (or rewritten by a forget that then crashed)
+        lines = split_lines(load(path).content)
+        drop = set(group.get_column("line_no").to_list())
+        kept = b"".join(lines.block(i, i + 1) for i in range(len(lines)) if i + 1 not in drop)
+        if not kept:
+            path.unlink()
+        else:
+            data = gzip.compress(kept, mtime=0) if raw[:2] == b"\x1f\x8b" else kept
+            staged = path.with_name(f".{path.name}.forget-{os.getpid()}")
+            staged.write_bytes(data)
+            staged.replace(path)
+            _record_rewrite(settings, table, str(sha), hashlib.sha256(data).hexdigest(), len(lines) - len(drop))
+        changed += 1
+    return changed
+
+
+def _record_rewrite(settings: Settings, table: Table, old: str, new: str, lines: int) -> None:
+    """The ledger row of a rewritten file: its landing's, under the new hash, with the lines left."""
+    if lake.open_table(settings, OPS_LANDED_FILES) is None:
+        return
+    before = lake.read_frame(settings, OPS_LANDED_FILES, filters=[("file_sha256", "=", old),
+                                                                  ("table_name", "=", table.name)])
+    if before.is_empty():
+        return
+    publish(settings, OPS_LANDED_FILES, before.head(1).with_columns(file_sha256=pl.lit(new), lines=pl.lit(lines)),
+            mode="append", expectations=False)
