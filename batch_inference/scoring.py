@@ -29,7 +29,7 @@ from warehouse.settings import Settings
 from warehouse.storage.publish import prefetch, publish
 from warehouse.tables import ADS_USER_RISK_SCORES, table
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"strata.{__name__}")
 #: Rows per batch through the session by default.
 BATCH_ROWS = 65_536
 #: How far back a feature row may lie and still be used (the feature view's TTL).

@@ -14,6 +14,7 @@ up by rebuilding D..D+8.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from pathlib import Path
 from typing import Iterator
 
@@ -27,6 +28,7 @@ from warehouse.settings import Settings
 from warehouse.storage import lake
 from warehouse.tables import DWD_REQUEST
 
+log = logging.getLogger(f"strata.{__name__}")
 #: Requests per transform batch (whole entities per batch, a bucket of the key's hash): bounds memory.
 BATCH_REQUESTS = 500_000
 #: Days after D whose DWS partitions count D's requests (D's own partition included: D..D+8).
@@ -66,6 +68,8 @@ def build_entity(settings: Settings, entity: Entity, day: dt.date, progress: Pro
     """Publish D's partition of one DWS table: read its requests, then stream batches of whole entities."""
     with claim(settings, entity.target, day, reads=[DWD_REQUEST], books=False, quarantine=False):
         with _Buckets(settings, entity, day) as buckets:
+            log.info("%s %s: %s row(s) of dwd.request (reduced) to aggregate, in %d batch(es)", entity.target.name,
+                     day, f"{buckets.rows:,}", buckets.count)
             return run(settings, entity.target, DwsTransform(entity, day), buckets, day=day, total=buckets.rows,
                        progress=progress, books=False, quarantine=False)
 
