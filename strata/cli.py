@@ -16,7 +16,7 @@ import typer
 from rich.markup import escape
 
 from strata.commands import airflow, build, contracts, demo, docs, features, ingest, models, ops, reference, sql
-from strata.console import console, log_level, out, show_log
+from strata.console import console, log_level, log_shown, out
 
 app = typer.Typer(
     name="strata",
@@ -29,13 +29,14 @@ app = typer.Typer(
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, show_default=False,
                                 help="Log what each step does on stderr (-v: steps, progress, counts; -vv: detail). "
                                      "Default: warnings only, or STRATA_LOG_LEVEL."),
 ) -> None:
     """Strata command line. Settings come from STRATA_* environment variables (see `strata config`)."""
-    show_log(log_level(verbose))
+    ctx.with_resource(log_shown(log_level(verbose)))
 
 
 @app.command("config")

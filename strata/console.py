@@ -31,18 +31,24 @@ def log_level(verbose: int, env: Mapping[str, str] | None = None) -> str:
     return level
 
 
-def show_log(level: str) -> None:
+@contextmanager
+def log_shown(level: str) -> Iterator[None]:
     """Show the ``strata.*`` loggers' records at ``level`` and above on stderr, through rich (above any
-    progress bar). Other libraries' loggers are left alone."""
-    handler = RichHandler(console=console, show_path=False, markup=False, rich_tracebacks=False,
-                          log_time_format="[%X]")
+    progress bar), while a command runs; other libraries' loggers are left alone. Undone on exit, so
+    a command run in-process (a test) leaves the process's logging as it found it."""
+    handler = RichHandler(console=console, show_path=False, markup=False, log_time_format="[%X]")
     handler.setFormatter(logging.Formatter("%(message)s"))
     strata = logging.getLogger("strata")
-    for old in [h for h in strata.handlers if isinstance(h, RichHandler)]:
-        strata.removeHandler(old)
+    saved = strata.level, strata.propagate
     strata.addHandler(handler)
     strata.setLevel(level)
-    strata.propagate = False  # shown once, here, whatever else configures the root logger
+    strata.propagate = False  # shown once, here, whatever else configured the root logger
+    try:
+        yield
+    finally:
+        strata.removeHandler(handler)
+        strata.setLevel(saved[0])
+        strata.propagate = saved[1]
 
 
 @contextmanager

@@ -53,3 +53,15 @@ def test_a_step_is_described_by_its_dates_and_options_never_by_a_string() -> Non
                                  "batch_rows": 64}) == ("score 2026-01-05 shard 1/2", "batch_rows=64")
     assert _described("land", {"paths": [Path(f"/l/{i}") for i in range(5)], "reland": True}) == (
         "land", "5 paths reland")
+
+
+def test_the_cli_leaves_the_process_logging_as_it_found_it(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from strata.cli import app
+
+    strata = logging.getLogger("strata")
+    before = strata.level, strata.propagate, list(strata.handlers)
+    result = CliRunner().invoke(app, ["-vv", "config"], env={"STRATA_HOME": str(tmp_path)})
+    assert result.exit_code == 0, result.output
+    assert (strata.level, strata.propagate, list(strata.handlers)) == before  # an in-process run (a test) too
