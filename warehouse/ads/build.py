@@ -127,8 +127,6 @@ def build(
                  ", ".join(t.name for t in sources))
         dbt_run = invoke(settings, ["build", "--no-write-json"], run, variables, sources=sources,
                          project_dir=project_dir, progress=progress)
-        log.info("dbt build passed: %d node(s) in %.1f s (%.1f s to start)", len(dbt_run.nodes), dbt_run.total_s,
-                 dbt_run.startup_s)
         published = [_publish(settings, run, mart, built, progress, i) for i, mart in enumerate(MARTS)]
         run.remove()
         return AdsBuild(built, dbt_run, published)

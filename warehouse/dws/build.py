@@ -68,8 +68,6 @@ def build_entity(settings: Settings, entity: Entity, day: dt.date, progress: Pro
     """Publish D's partition of one DWS table: read its requests, then stream batches of whole entities."""
     with claim(settings, entity.target, day, reads=[DWD_REQUEST], books=False, quarantine=False):
         with _Buckets(settings, entity, day) as buckets:
-            log.info("%s %s: %s row(s) of dwd.request (reduced) to aggregate, in %d batch(es)", entity.target.name,
-                     day, f"{buckets.rows:,}", buckets.count)
             return run(settings, entity.target, DwsTransform(entity, day), buckets, day=day, total=buckets.rows,
                        progress=progress, books=False, quarantine=False)
 
@@ -142,6 +140,8 @@ class _Buckets:
                 writer.close()
 
     def __iter__(self) -> Iterator[pl.DataFrame]:
+        log.info("%s %s: %s row(s) of dwd.request (reduced) to aggregate, in %d batch(es)", self.entity.target.name,
+                 self.day, f"{self.rows:,}", self.count)
         if self.whole is not None:
             yield self.whole.sort("k", "t")
             return
