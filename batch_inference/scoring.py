@@ -30,7 +30,7 @@ from warehouse.storage import boundaries, locks
 from warehouse.storage.publish import prefetch, publish
 from warehouse.tables import ADS_USER_RISK_SCORES, DWD_REQUEST, table
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"strata.{__name__}")
 #: Rows per batch through the session by default.
 BATCH_ROWS = 65_536
 #: How far back a feature row may lie and still be used (the feature view's TTL).

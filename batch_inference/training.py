@@ -14,6 +14,7 @@ the held-out rows must equal scikit-learn's within 1e-5; both figures are on its
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -25,6 +26,8 @@ from batch_inference.registry import Feature, ModelError, ModelVersion, NotEnoug
 from warehouse.settings import Settings
 from warehouse.storage import lake
 from warehouse.tables import DWD_FEEDBACK, DWD_REQUEST
+
+log = logging.getLogger(f"strata.{__name__}")
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,8 @@ def training_set(settings: Settings, until: dt.date, days: int, retrieve: Retrie
             "UTC")).sort("event_timestamp", "user_pseudonym")
     if entity_rows.is_empty():
         raise ModelError(f"no user was active between {first} and {until}: nothing to learn from")
+    log.info("training set %s..%s: %s (user, day) example(s), features of %s from Feast", first, until,
+             f"{entity_rows.height:,}", service)
     found = retrieve(settings, entity_rows, service)
     end = dt.datetime.combine(until + dt.timedelta(days=1), dt.time(), dt.timezone.utc)
     frame = found.frame.with_columns(pl.col("event_timestamp").dt.convert_time_zone("UTC")).join(
@@ -142,7 +147,10 @@ def fit_and_register(settings: Settings, name: str, data: TrainingSet, *, split_
                     source_table=data.source_table)
     card = type(card)(**{**card.__dict__, "extra": {"accepts_missing": True,
                                                     "ttl_seconds": data.ttl.total_seconds()}})
-    return register(settings, card, model)
+    registered = register(settings, card, model)
+    log.info("registered %s %s: %d features, ROC AUC %.3f on %d held-out example(s) (trained on %d), ONNX parity %.1e",
+             name, registered.card.version, len(data.features), metrics["roc_auc"], test.height, train.height, gap)
+    return registered
 
 
 def _matrix(frame: pl.DataFrame, features: list[str]) -> np.ndarray:

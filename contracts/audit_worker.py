@@ -51,7 +51,7 @@ _PACKAGE = Path(__file__).resolve().parent
 _lock = threading.Lock()
 _private: socket.socket | None = None
 _foreign = False  # the shared name is held by another user's socket: this process audits privately
-_log = logging.getLogger(__name__)
+_log = logging.getLogger(f"strata.{__name__}")
 
 
 def warm_up() -> None:

@@ -11,6 +11,7 @@ lacks. The rates go to ``ads.feature_consistency`` through the one publish path.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,11 +23,13 @@ from features.online import View, reader
 from features.repo.definitions import (SERVED, TTL, feature_names, feature_tables, join_key, timestamp_column,
                                        view_name)
 from features.store import applied_store
+from warehouse.progress import Progress
 from warehouse.settings import Settings
 from warehouse.storage.duck import lake_reader
 from warehouse.storage.objectstore import is_object_store
 from warehouse.tables import table as registry_table
 
+log = logging.getLogger(f"strata.{__name__}")
 TABLE = "ads.feature_consistency"
 #: Entities sampled per view by default.
 SAMPLE = 1_000
@@ -154,8 +157,9 @@ def moved_on(settings: Settings, day: dt.date) -> dt.datetime | None:
 
 
 def check_consistency(settings: Settings, day: dt.date | None = None, *, sample: int = SAMPLE, seed: int = 0,
-                      publish_rows: bool = True) -> ConsistencyReport:
-    """Check every materialized view and (unless told not to) publish the day's rates.
+                      publish_rows: bool = True, progress: Progress | None = None) -> ConsistencyReport:
+    """Check every materialized view and (unless told not to) publish the day's rates; ``progress``
+    counts the views checked.
 
     ``day`` (default: the day the store reflects) names the partition written; a day the
     store has moved on from is refused (:func:`moved_on`).
@@ -166,15 +170,19 @@ def check_consistency(settings: Settings, day: dt.date | None = None, *, sample:
                           f"in {TABLE} stand); check a later day, or leave the date out")
     marks = watermarks(settings)
     if not any(mark.get("as_of") for mark in marks.values()):  # nothing materialized yet: nothing to compare
+        log.info("nothing materialized yet: nothing to check")
         return ConsistencyReport(day or dt.datetime.now(dt.timezone.utc).date(), [])
     store, _ = applied_store(settings)
+    sources = [t for t in feature_tables() if (marks.get(view_name(t)) or {}).get("as_of")]
     checks = []
-    for source in feature_tables():
-        mark = marks.get(view_name(source))
-        if not mark or not mark.get("as_of"):
-            continue
-        as_of = dt.datetime.fromisoformat(mark["as_of"])
-        checks.append(check_view(settings, store, source, as_of, sample, seed))
+    for source in sources:
+        as_of = dt.datetime.fromisoformat(marks[view_name(source)]["as_of"])
+        check = check_view(settings, store, source, as_of, sample, seed)
+        log.info("%s as of %s: %d entities sampled, %d differ, %d missing online", check.view,
+                 f"{as_of:%Y-%m-%d %H:%M}", check.sampled, check.entities_mismatched, check.missing)
+        checks.append(check)
+        if progress is not None:
+            progress("views", len(checks), len(sources))
     day = day or max((c.as_of.date() for c in checks), default=dt.datetime.now(dt.timezone.utc).date())
     report = ConsistencyReport(day, checks)
     if publish_rows and checks:

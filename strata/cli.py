@@ -3,7 +3,9 @@
 The root app holds the global options and the one error boundary; each topic's commands
 live in ``strata/commands/`` and are registered at the bottom. Commands import the library
 they need inside their bodies, so ``strata --help`` stays fast. Errors are one clear line
-and a non-zero exit; ``--debug`` shows the traceback.
+and a non-zero exit; ``--debug`` shows the traceback. The library's log (``strata.*``) shows
+on stderr from WARNING, from INFO with ``-v`` (what each step does, its progress and counts),
+from DEBUG with ``-vv``; ``STRATA_LOG_LEVEL`` sets the level when no ``-v`` is given.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import typer
 from rich.markup import escape
 
 from strata.commands import airflow, build, contracts, demo, docs, features, ingest, models, ops, reference, sql
-from strata.console import console, out
+from strata.console import console, log_level, log_shown, out
 
 app = typer.Typer(
     name="strata",
@@ -27,9 +29,14 @@ app = typer.Typer(
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
+    verbose: int = typer.Option(0, "--verbose", "-v", count=True, show_default=False,
+                                help="Log what each step does on stderr (-v: steps, progress, counts; -vv: detail). "
+                                     "Default: warnings only, or STRATA_LOG_LEVEL."),
 ) -> None:
     """Strata command line. Settings come from STRATA_* environment variables (see `strata config`)."""
+    ctx.with_resource(log_shown(log_level(verbose)))
 
 
 @app.command("config")

@@ -1,17 +1,54 @@
-"""Console output shared by CLI commands: one stderr console, stdout, and progress bars."""
+"""Console output shared by CLI commands: one stderr console, stdout, progress bars and the log."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import os
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from rich.console import Console
+from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from warehouse.progress import Progress as ProgressFn
 
 console = Console(stderr=True, highlight=False)
 out = Console(highlight=False)
+
+#: Log levels by ``-v`` count: none shows warnings only, ``-v`` what each step does, ``-vv`` detail.
+LEVELS = ("WARNING", "INFO", "DEBUG")
+
+
+def log_level(verbose: int, env: Mapping[str, str] | None = None) -> str:
+    """The level of Strata's log on the terminal: ``-v``/``-vv`` when given, else ``STRATA_LOG_LEVEL``, else WARNING."""
+    if verbose:
+        return LEVELS[min(verbose, len(LEVELS) - 1)]
+    env = os.environ if env is None else env
+    level = env.get("STRATA_LOG_LEVEL", "").strip().upper() or LEVELS[0]
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise ValueError(f"STRATA_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL, not {level!r}")
+    return level
+
+
+@contextmanager
+def log_shown(level: str) -> Iterator[None]:
+    """Show the ``strata.*`` loggers' records at ``level`` and above on stderr, through rich (above any
+    progress bar), while a command runs; other libraries' loggers are left alone. Undone on exit, so
+    a command run in-process (a test) leaves the process's logging as it found it."""
+    handler = RichHandler(console=console, show_path=False, markup=False, log_time_format="[%X]")
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    strata = logging.getLogger("strata")
+    saved = strata.level, strata.propagate
+    strata.addHandler(handler)
+    strata.setLevel(level)
+    strata.propagate = False  # shown once, here, whatever else configured the root logger
+    try:
+        yield
+    finally:
+        strata.removeHandler(handler)
+        strata.setLevel(saved[0])
+        strata.propagate = saved[1]
 
 
 @contextmanager

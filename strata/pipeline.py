@@ -4,20 +4,29 @@ Each step takes the settings, what it works on (files, a logical date) and optio
 returns a :class:`StepResult` whose counts are small enough for a scheduler's XCom. The
 order of a day's layers is :data:`DAILY`, here and nowhere else.
 
+Every step logs to ``strata.pipeline`` at INFO when it starts, as it progresses (the
+progress it reports, whether or not the caller shows it) and when it is done, with its counts:
+a scheduler's task log follows the step as it runs.
+
 Importing this module is light: each step imports the library it needs when it runs.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import inspect
+import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import Any, Callable, Literal, ParamSpec
 
+from warehouse.progress import Progress, logged
 from warehouse.settings import Settings
 
-if TYPE_CHECKING:
-    from warehouse.progress import Progress
+log = logging.getLogger(__name__)
+_P = ParamSpec("_P")
 
 
 @dataclass(frozen=True)
@@ -35,7 +44,53 @@ class StepResult:
         """The result as plain values (what a DAG task returns)."""
         return {"step": self.step, "counts": dict(self.counts), "versions": dict(self.versions)}
 
+    def line(self) -> str:
+        """The counts and versions, for a log line: ``request_published=300, …; dwd.request v4``."""
+        counts = ", ".join(f"{name}={n:,}" for name, n in self.counts.items())
+        versions = ", ".join(f"{name} v{v}" for name, v in self.versions.items() if v is not None)
+        return "; ".join(part for part in (counts, versions) if part) or "nothing to report"
 
+
+def _described(name: str, arguments: dict[str, Any]) -> tuple[str, str]:
+    """A step's label for its log lines, its name and the dates it works on (``score 2026-01-05 shard 1/2``),
+    and its other arguments for its first line: numbers, flags, paths. Never a string argument: one
+    may be a user id (``forget``)."""
+    label, options = [name], []
+    for key, value in arguments.items():
+        if isinstance(value, bool):
+            options += [key] if value else []
+        elif isinstance(value, dt.date):
+            label.append(value.isoformat())
+        elif key == "shard":
+            label.append(f"shard {value[0]}/{value[1]}")
+        elif isinstance(value, (int, float, Path)):
+            options.append(f"{key}={value}")
+        elif isinstance(value, list) and all(isinstance(v, Path) for v in value):
+            options.append(f"{key}={', '.join(map(str, value))}" if len(value) <= 3 else f"{len(value)} {key}")
+    return " ".join(label), " ".join(options)
+
+
+def _logged(step: Callable[_P, StepResult]) -> Callable[_P, StepResult]:
+    """Log the step's start, its progress (passed on to the caller's callback) and its counts."""
+    signature = inspect.signature(step)
+
+    @functools.wraps(step)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> StepResult:
+        bound = signature.bind(*args, **kwargs)
+        given = {name: value for name, value in bound.arguments.items() if name not in ("settings", "progress")}
+        label, options = _described(step.__name__, given)
+        if "progress" in signature.parameters:
+            bound.arguments["progress"] = logged(log, label, bound.arguments.get("progress"))
+        log.info("%s: started%s", label, f" ({options})" if options else "")
+        started = time.monotonic()
+        result = step(*bound.args, **bound.kwargs)
+        log.info("%s: done in %.1f s: %s", label, time.monotonic() - started, result.line())
+        return result
+
+    return run
+
+
+@_logged
 def land(settings: Settings, paths: list[Path], *, fmt: Literal["auto", "jsonl", "csv", "otlp-json"] = "auto",
          mapping: Path | None = None, reland: bool = False, progress: Progress | None = None) -> StepResult:
     """Land files (or folders of them) into ODS; files landed before are skipped."""
@@ -49,6 +104,7 @@ def land(settings: Settings, paths: list[Path], *, fmt: Literal["auto", "jsonl",
     return StepResult("land", counts, versions, report)
 
 
+@_logged
 def unland(settings: Settings, files: list[Path], *, batch: str | None = None) -> StepResult:
     """Remove the ODS lines of files landed by mistake (or of every file of ``batch``)."""
     from warehouse.ods.unland import unland as remove
@@ -58,6 +114,7 @@ def unland(settings: Settings, files: list[Path], *, batch: str | None = None) -
                       {}, report)
 
 
+@_logged
 def load_prices(settings: Settings, csv_path: Path) -> StepResult:
     """Load a model price list as a new version of ``dwd.model_price``."""
     from warehouse.dwd.prices import load_prices as load
@@ -66,6 +123,7 @@ def load_prices(settings: Settings, csv_path: Path) -> StepResult:
     return StepResult("load_prices", {}, {DWD_MODEL_PRICE.name: load(settings, csv_path)})
 
 
+@_logged
 def load_quotas(settings: Settings, csv_path: Path) -> StepResult:
     """Load tenant quotas as a new version of ``dwd.tenant_quota``."""
     from warehouse.dwd.quotas import load_quotas as load
@@ -74,6 +132,7 @@ def load_quotas(settings: Settings, csv_path: Path) -> StepResult:
     return StepResult("load_quotas", {}, {DWD_TENANT_QUOTA.name: load(settings, csv_path)})
 
 
+@_logged
 def build_dwd(settings: Settings, day: dt.date, *, progress: Progress | None = None) -> StepResult:
     """Publish the day's ``dwd.feedback`` (merging its labels) and ``dwd.request`` from ODS."""
     from warehouse.dwd.build import build_day
@@ -87,6 +146,7 @@ def build_dwd(settings: Settings, day: dt.date, *, progress: Progress | None = N
     return StepResult("build_dwd", counts, {run.table.name: run.version for run in runs.values()}, runs)
 
 
+@_logged
 def build_dws(settings: Settings, day: dt.date, *, progress: Progress | None = None) -> StepResult:
     """Publish the day's DWS feature rows (user, tenant, model version) from ``dwd.request``.
 
@@ -99,6 +159,7 @@ def build_dws(settings: Settings, day: dt.date, *, progress: Progress | None = N
     return StepResult("build_dws", counts, {name: run.version for name, run in runs.items()}, runs)
 
 
+@_logged
 def build_ads(settings: Settings, day: dt.date, *, progress: Progress | None = None,
               storm_multiple: float | None = None) -> StepResult:
     """Publish the day's ADS marts: ``dbt build`` in-process, then each mart through the publish path.
@@ -115,6 +176,7 @@ def build_ads(settings: Settings, day: dt.date, *, progress: Progress | None = N
     return StepResult("build_ads", counts, {p.table.name: p.version for p in report.published}, report)
 
 
+@_logged
 def generate_docs(settings: Settings) -> StepResult:
     """Generate the ADS dbt project's documentation site (``detail``: the path of its page)."""
     from warehouse.ads.docs import generate
@@ -122,6 +184,7 @@ def generate_docs(settings: Settings) -> StepResult:
     return StepResult("generate_docs", {}, {}, generate(settings))
 
 
+@_logged
 def apply_retention(settings: Settings, *, days: int | None = None, today: dt.date | None = None) -> StepResult:
     """Delete raw-data partitions older than the retention, then vacuum."""
     from warehouse.ops.retention import apply_retention as apply
@@ -130,6 +193,7 @@ def apply_retention(settings: Settings, *, days: int | None = None, today: dt.da
     return StepResult("apply_retention", {f"{table}_deleted": rows for table, rows in deleted.items()}, {}, deleted)
 
 
+@_logged
 def forget(settings: Settings, user_id: str) -> StepResult:
     """Remove one user from every table that can hold them (then vacuum), from the landing zone's files,
     and from every online store ever materialized to."""
@@ -145,6 +209,7 @@ def forget(settings: Settings, user_id: str) -> StepResult:
     return StepResult("forget", counts | {f"{store}_removed": n for store, n in online.items()}, {}, report)
 
 
+@_logged
 def materialize(settings: Settings, day: dt.date | None = None, *, start: dt.datetime | None = None,
                 end: dt.datetime | None = None, full: bool = False, progress: Progress | None = None) -> StepResult:
     """Bring the online store up to the DWS tables: incremental (by their Delta versions) unless a
@@ -157,6 +222,7 @@ def materialize(settings: Settings, day: dt.date | None = None, *, start: dt.dat
     return StepResult("materialize", counts, {v.table: v.version for v in report.views}, report)
 
 
+@_logged
 def check_consistency(settings: Settings, day: dt.date | None = None, *, sample: int = 1_000,
                       progress: Progress | None = None) -> StepResult:
     """Compare sampled online values with Feast's offline point-in-time values; publish the rates to
@@ -164,7 +230,7 @@ def check_consistency(settings: Settings, day: dt.date | None = None, *, sample:
     from features.consistency import TABLE
     from features.consistency import check_consistency as check
 
-    report = check(settings, day, sample=sample)
+    report = check(settings, day, sample=sample, progress=progress)
     counts = {"entities_sampled": sum(v.sampled for v in report.views), "mismatches": report.mismatches,
               "missing": report.missing}
     return StepResult("check_consistency", counts, {TABLE: report.version}, report)
@@ -177,6 +243,7 @@ def get_online_features(settings: Settings, entity: str, raw_id: str) -> dict[st
     return lookup(settings, entity, raw_id)
 
 
+@_logged
 def train(settings: Settings, until: dt.date, *, name: str = "user_risk", days: int = 7) -> StepResult:
     """Train a model on the ``days`` ending with ``until`` and register a new version."""
     from batch_inference.training import train as fit
@@ -186,6 +253,7 @@ def train(settings: Settings, until: dt.date, *, name: str = "user_risk", days: 
     return StepResult("train", {"features": len(model.card.features)}, {}, model)
 
 
+@_logged
 def score(settings: Settings, day: dt.date, *, name: str = "user_risk", version: str | None = None,
           shard: tuple[int, int] = (0, 1), batch_rows: int = 65_536,
           provider: Literal["auto", "cuda", "cpu"] = "auto", progress: Progress | None = None) -> StepResult:
@@ -202,6 +270,7 @@ def score(settings: Settings, day: dt.date, *, name: str = "user_risk", version:
                       report)
 
 
+@_logged
 def summarize_scores(settings: Settings, day: dt.date, *, name: str = "user_risk", version: str | None = None
                      ) -> StepResult:
     """Write the day's ``ads.score_daily`` row of a model version (the latest by default), and

@@ -43,6 +43,8 @@ def test_errors_are_one_line_without_traceback_unless_debug(tmp_path: Path) -> N
     debug = _run(["--debug", "config"], env)
     assert debug.returncode == 1
     assert "Traceback" in debug.stderr
+    level = _run(["config"], {"STRATA_HOME": str(tmp_path), "STRATA_LOG_LEVEL": "loud"})
+    assert level.returncode == 1 and "error: STRATA_LOG_LEVEL must be DEBUG, INFO" in level.stderr
 
 
 def test_an_error_keeps_text_that_looks_like_markup(tmp_path: Path) -> None:
@@ -59,13 +61,17 @@ def test_landed_files_are_listed_and_build_dwd_takes_several_dates(tmp_path: Pat
         "request_id": f"r{day}", "ts": f"2026-02-0{day}T12:00:00Z", "duration_ms": 10.0, "tenant_id": "t",
         "user_id": "u", "operation": "chat", "model": "m", "input_tokens": 1, "output_tokens": 1,
         "status_code": 200}) + "\n" for day in (1, 2)) + "{broken\n")
-    assert _run(["ingest", str(logs)], env).returncode == 0
+    ingested = _run(["ingest", str(logs)], env)
+    assert ingested.returncode == 0 and "started" not in ingested.stderr  # the log shows from WARNING by default
     landed = _run(["landed"], {**env, "COLUMNS": "200"})
     row = next(line for line in landed.stdout.splitlines() if "logs.jsonl" in line)
     assert [cell.strip() for cell in row.split("│")[3:7]] == ["ods.request_log_raw", "jsonl", "3", "1"]
-    result = _run(["build", "dwd", "--date", "2026-02-02", "--date", "2026-02-01"], env)
+    result = _run(["-v", "build", "dwd", "--date", "2026-02-02", "--date", "2026-02-01"], env)
     assert result.returncode == 0, result.stderr
     text = " ".join(result.stdout.split())  # rich wraps long lines
     first = "dwd.request [2026-02-01] v0: ODS 2 = DWD 1 + duplicates 0 + quarantined 0 + malformed 1"
     second = "dwd.request [2026-02-02] v1: ODS 1 = DWD 1 + duplicates 0 + quarantined 0 + malformed 0"
     assert first in text and second in text and text.index(first) < text.index(second)  # in date order
+    log = " ".join(result.stderr.split())  # -v: each step's log on stderr, beside its progress bar
+    assert "INFO build_dwd 2026-02-01: started" in log and "request_published=1," in log
+    assert "INFO dwd.request 2026-02-02: 1 ODS records from 1 file(s)" in log

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import shutil
 from decimal import Decimal
 from pathlib import Path
@@ -251,12 +252,18 @@ def test_every_ads_table_reads_with_polars_and_deltalake(built: tuple[Settings, 
         STORM_SCALE
 
 
-def test_a_rebuild_replaces_exactly_its_day(built: tuple[Settings, dict, Path]) -> None:
+def test_a_rebuild_replaces_exactly_its_day(built: tuple[Settings, dict, Path], caplog: pytest.LogCaptureFixture
+                                           ) -> None:
     settings, _, _ = built
     before = {m.name: ads(settings, m.name.split(".")[1]) for m in MARTS}
     versions = {m.name: lake.version(settings, m) for m in MARTS}
-    result = pipeline.build_ads(settings, DAYS[1])
+    with caplog.at_level(logging.INFO, logger="strata"):
+        result = pipeline.build_ads(settings, DAYS[1])
     assert result.versions == {name: v + 1 for name, v in versions.items()}
+    logged = [r.getMessage() for r in caplog.records if r.name.startswith("strata.")]  # a task's log, as it runs
+    assert f"build_ads {DAYS[1]}: started" in logged and any(
+        m.startswith(f"build_ads {DAYS[1]}: dbt build ") for m in logged)
+    assert any(m.startswith(f"build_ads {DAYS[1]}: done in ") and "model_daily_rows=" in m for m in logged)
     for mart in MARTS[:-1]:  # data_quality now lists the ADS tables' own writes as well
         after = ads(settings, mart.name.split(".")[1])
         key = list(mart.contract.primary_key)

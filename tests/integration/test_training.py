@@ -10,6 +10,7 @@ store beside the features, and `forget` removes them from both.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +31,8 @@ DAYS = 4  # three to train on, the fourth to score
 REQUESTS_PER_DAY = 28_000
 
 
-def test_a_model_trained_on_three_days_ranks_the_planted_abusers_of_the_fourth_online_too(strata_env: Path,
-                                                                                tmp_path: Path) -> None:
+def test_a_model_trained_on_three_days_ranks_the_planted_abusers_of_the_fourth_online_too(
+        strata_env: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     manifest = generate(tmp_path / "generated", days=DAYS, requests_per_day=REQUESTS_PER_DAY, seed=21, start=START)
     settings = load_settings()
     pipeline.land(settings, [tmp_path / "generated"])
@@ -40,8 +41,14 @@ def test_a_model_trained_on_three_days_ranks_the_planted_abusers_of_the_fourth_o
         pipeline.build_dwd(settings, day)
         pipeline.build_dws(settings, day)
 
-    trained = pipeline.train(settings, days[2], days=3).detail
+    with caplog.at_level(logging.INFO, logger="strata"):
+        trained = pipeline.train(settings, days[2], days=3).detail
     card = trained.card
+    logged = [r.getMessage() for r in caplog.records if r.name.startswith("strata.")]
+    assert f"train {days[2]}: started (days=3)" in logged
+    assert any(m.startswith(f"registered user_risk {card.version}: {len(card.features)} features, ROC AUC ")
+               for m in logged)
+    assert any(m.startswith(f"train {days[2]}: done in ") and f"features={len(card.features)}" in m for m in logged)
     assert card.metrics["parity_max_abs"] <= 1e-5
     assert card.feature_service == "user_risk_v1" and card.training_window == (str(days[0]), str(days[2]))
     pipeline.score(settings, days[3], provider="cpu")

@@ -28,6 +28,7 @@ tables' own writes of a day from its next build on.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ from warehouse.tables import (
     DWD_QUARANTINE, DWD_REQUEST, DWD_TENANT_QUOTA, OPS_AUDIT_LOG, OPS_BOOKS, Table, all_tables,
 )
 
+log = logging.getLogger(f"strata.{__name__}")
 #: The marts, in the order they are published (the tables others point to first).
 MARTS: tuple[Table, ...] = (ADS_MODEL_DAILY, ADS_TENANT_DAILY, ADS_LATENCY_BREAKDOWN, ADS_RETRY_STORMS,
                             ADS_VERSION_MIX, ADS_DATA_QUALITY)
@@ -121,6 +123,8 @@ def build(
                                         "freshness_sla_hours": freshness_sla_hours(), "empty_sources": empty}
         if storm_multiple is not None:
             variables["storm_multiple"] = float(storm_multiple)
+        log.info("dbt build of the marts for %s (reading %s)", ", ".join(map(str, built)),
+                 ", ".join(t.name for t in sources))
         dbt_run = invoke(settings, ["build", "--no-write-json"], run, variables, sources=sources,
                          project_dir=project_dir, progress=progress)
         boundaries.first_read("build ads")
@@ -142,7 +146,11 @@ def stale_days(settings: Settings, day: dt.date, lookback: int = CATCH_UP_DAYS) 
     for mart in MARTS:  # a mart with no rows on a day has no files there
         for d, at in _written_at(settings, mart, first, day).items():
             built[d] = min(at, built.get(d, at))
-    return sorted(d for d, at in changed.items() if d in built and at > built[d])
+    stale = sorted(d for d, at in changed.items() if d in built and at > built[d])
+    if stale:
+        log.info("%s changed since their marts were built (late labels): built again with %s",
+                 ", ".join(map(str, stale)), day)
+    return stale
 
 
 def _written_at(settings: Settings, table: Table, first: dt.date, last: dt.date) -> dict[dt.date, int]:
@@ -208,6 +216,9 @@ def _publish(settings: Settings, run: RunDir, mart: Table, days: tuple[dt.date, 
                          expectations=needs_expectations(mart))
     finally:
         con.close()
+    seconds = time.perf_counter() - started
+    log.debug("%s version %s: %s row(s) published in %.1f s", mart.name, result.version,
+              f"{result.rows_published:,}", seconds)
     if progress is not None:
         progress("publish", index + 1, len(MARTS))
-    return Published(mart, result.version, result.rows_published, time.perf_counter() - started)
+    return Published(mart, result.version, result.rows_published, seconds)

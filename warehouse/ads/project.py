@@ -23,6 +23,7 @@ import datetime as dt
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -44,6 +45,7 @@ DUCKDB_FILE = "build.duckdb"
 #: Failed runs' folders are kept this long for a person to read their logs.
 KEEP_FAILED = dt.timedelta(days=7)
 _lock = threading.Lock()
+log = logging.getLogger(f"strata.{__name__}")
 
 
 class DbtFailed(RuntimeError):
@@ -173,7 +175,9 @@ def invoke(
         if outcome.exception is not None:
             failures.append(f"{type(outcome.exception).__name__}: {outcome.exception}")
         raise DbtFailed(command[0], failures, run.path)
-    return DbtRun(run, (first_node[0] if first_node else time.perf_counter()) - started, total, nodes)
+    startup = (first_node[0] if first_node else time.perf_counter()) - started
+    log.info("dbt %s passed: %d node(s) in %.1f s (%.1f s to start)", command[0], len(nodes), total, startup)
+    return DbtRun(run, startup, total, nodes)
 
 
 #: The run's own values, as placeholders while parsing: a parse records refs, sources and configs,

@@ -14,6 +14,7 @@ line, and the books must balance before anything is published::
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 import pyarrow.compute as pc
 
@@ -29,6 +30,8 @@ from warehouse.sources.canonical import Kind
 from warehouse.sources.formats import parser_for
 from warehouse.storage import lake
 from warehouse.tables import DWD_FEEDBACK, DWD_MODEL_PRICE
+
+log = logging.getLogger(f"strata.{__name__}")
 
 
 def build(settings: Settings, kind: Kind, day: dt.date, progress: Progress | None = None) -> RunResult:
@@ -64,8 +67,13 @@ def _build(settings: Settings, kind: Kind, day: dt.date, key: bytes, progress: P
         kind, day, lambda source, kind: parser_for(settings, source, kind, checked_ok=True),
         repeats=repeats(read_columns(settings, files, key_columns(kind)), kind), now=pc.max(arrivals).as_py(),
         requests=requests, floor=settings.ts_floor)
-    return run(settings, transform.target, transform, ods_batches(settings, files, day), day=day, total=len(arrivals),
-               progress=progress, now=transform.now)
+    log.info("%s %s: %s ODS records from %d file(s)", transform.target.name, day, f"{len(arrivals):,}", len(files))
+    result = run(settings, transform.target, transform, ods_batches(settings, files, day), day=day,
+                 total=len(arrivals), progress=progress, now=transform.now)
+    if result.rules:
+        log.info("%s %s: quarantined %s", result.table.name, day,
+                 ", ".join(f"{n:,} {rule}" for rule, n in sorted(result.rules.items())))
+    return result
 
 
 def build_day(settings: Settings, day: dt.date, progress: Progress | None = None) -> dict[Kind, RunResult]:
@@ -82,7 +90,8 @@ def build_day(settings: Settings, day: dt.date, progress: Progress | None = None
     reports: dict[Kind, RunResult] = {}
     if counts["feedback"]:
         reports["feedback"] = build(settings, "feedback", day, progress)
-        merge_labels(settings, day)
+        merged = merge_labels(settings, day)
+        log.info("%s: labels of %s earlier request(s) merged into dwd.request", day, f"{merged:,}")
     if counts["requests"]:
         reports["requests"] = build(settings, "requests", day, progress)
     return reports

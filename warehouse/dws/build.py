@@ -14,6 +14,7 @@ up by rebuilding D..D+8.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from pathlib import Path
 from typing import Iterator
 
@@ -27,6 +28,7 @@ from warehouse.settings import Settings
 from warehouse.storage import boundaries, lake
 from warehouse.tables import DWD_REQUEST
 
+log = logging.getLogger(f"strata.{__name__}")
 #: Requests per transform batch (whole entities per batch, a bucket of the key's hash): bounds memory.
 BATCH_REQUESTS = 500_000
 #: Days after D whose DWS partitions count D's requests (D's own partition included: D..D+8).
@@ -139,6 +141,8 @@ class _Buckets:
                 writer.close()
 
     def __iter__(self) -> Iterator[pl.DataFrame]:
+        log.info("%s %s: %s row(s) of dwd.request (reduced) to aggregate, in %d batch(es)", self.entity.target.name,
+                 self.day, f"{self.rows:,}", self.count)
         if self.whole is not None:
             yield self.whole.sort("k", "t")
             return

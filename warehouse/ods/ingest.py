@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import logging
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,8 @@ from warehouse.tables import OPS_LANDED_FILES, Table
 Format = Literal["auto", "jsonl", "csv", "otlp-json"]
 #: Lines parsed and written per batch: bounds memory however large a file is.
 CHUNK_LINES = 100_000
+
+log = logging.getLogger(f"strata.{__name__}")
 
 
 @dataclass
@@ -163,6 +166,8 @@ def ingest(
     step = _Landing(settings, report, mapping, reland, progress, total=len(found))
     for table in sorted({f.table for f in found}, key=lambda t: t.name):
         step.land(table, [f for f in found if f.table == table])
+    for warning in report.warnings:
+        log.warning("%s", warning)
     return report
 
 
@@ -192,8 +197,12 @@ class _Landing:
                 if earlier is not None and not self.reland:
                     self.report.files.append(FileResult(item.path, table, "skipped", source=item.source,
                                                         landed_as=earlier["source"]))
+                    log.debug("%s: landed before (same content), skipped", item.path)
                 else:
                     plan.append((item, earlier))
+            if len(plan) < len(found):
+                log.info("%s: %d of %d file(s) landed before, skipped", table.name, len(found) - len(plan),
+                         len(found))
             if plan:
                 self._commit(table, plan)
 
@@ -212,6 +221,7 @@ class _Landing:
                 if isinstance(loaded, Exception):
                     self.report.files.append(FileResult(item.path, table, "failed", source=item.source,
                                                         error=str(loaded)))
+                    log.warning("not landed: %s", loaded)
                     continue
                 file, lines = loaded
                 if file.sha256 != item.sha256:
@@ -222,6 +232,8 @@ class _Landing:
                                     replaced=earlier is not None)
                 ingested_at = dt.datetime.now(dt.timezone.utc)
                 yield from self._chunks(item, file, lines, result, ingested_at)
+                log.debug("%s: %d lines, %d malformed (read as %s)", item.path, result.lines, result.malformed,
+                          item.source)
                 landed_now.append(result)
                 landings.append(ledger.Landing(item.sha256, table.name, str(file.path), item.source, result.lines,
                                                result.malformed, self.report.batch_id, ingested_at))
@@ -236,6 +248,9 @@ class _Landing:
         if relanding:  # a rewrite of rows already there: their exact types must survive it
             lake.check_file_types(self.settings, table, published.version)
         ledger.record(self.settings, landings, replace=relanding)
+        log.info("%s version %s: %s %d file(s), %s lines (%s malformed)", table.name, published.version,
+                 "landed again" if relanding else "landed", len(landed_now),
+                 f"{sum(r.lines for r in landed_now):,}", f"{sum(r.malformed for r in landed_now):,}")
         for result in landed_now:
             result.version = published.version
             if result.replaced:

@@ -8,6 +8,7 @@ earlier versions still hold them until vacuumed.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 import polars as pl
 import pyarrow as pa
@@ -20,6 +21,8 @@ from warehouse.storage import audit, lake, locks
 from warehouse.storage.boundaries import passed
 from warehouse.storage.objectstore import filesystem
 from warehouse.tables import PII, Table, all_tables
+
+log = logging.getLogger(f"strata.{__name__}")
 
 
 def vacuum_now(settings: Settings, table: Table, *, purge_log: bool = False) -> int:
@@ -82,6 +85,8 @@ def apply_retention(settings: Settings, *, days: int | None = None, today: dt.da
     cutoff = (today or dt.datetime.now(dt.timezone.utc).date()) - dt.timedelta(days=keep_days)
     deleted: dict[str, int] = {}
     tables = raw_tables()
+    log.info("deleting raw data before %s (keeping %d day(s)) from %s", cutoff, keep_days,
+             ", ".join(t.name for t in tables))
     with locks.hold(settings, write=[(t, None) for t in tables]):
         audit.recover(settings)
         for table in tables:
@@ -97,5 +102,6 @@ def apply_retention(settings: Settings, *, days: int | None = None, today: dt.da
             metrics = delta.delete(f"{column} < '{cutoff.isoformat()}'")
             passed(f"commit {table.name}")
             deleted[table.name] = int(metrics.get("num_deleted_rows", 0))
-            vacuum_now(settings, table)
+            files = vacuum_now(settings, table)
+            log.info("%s: %s row(s) deleted, %d file(s) vacuumed", table.name, f"{deleted[table.name]:,}", files)
     return deleted
