@@ -27,11 +27,11 @@ import psutil
 import pytest
 
 from lake_compare import assert_no_trace
-from services import postgres_database, postgres_user, redis_databases
+from tests.services import Postgres, Redis
 from strata import pipeline
 from warehouse.privacy import pseudonym
 from warehouse.settings import Settings, load_settings
-from warehouse.sources.generator import generate
+from synthetic_workload import generate
 from warehouse.storage import lake, locks
 from warehouse.ops.forget import searched_tables
 from warehouse.tables import table
@@ -71,14 +71,14 @@ def _train(settings: Settings) -> None:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory):
+def world(tmp_path_factory: pytest.TempPathFactory, redis_server: Redis):
     """A home with every layer built, scored, materialized to Redis and then (configured so now) to SQLite."""
     import redis
 
     root = tmp_path_factory.mktemp("forget-races")
     base = root / "base"
     LANDING["dir"] = root / "landing"
-    with redis_databases(REDIS_DB) as (redis_url,):
+    with redis_server.databases(REDIS_DB) as (redis_url,):
         settings = load_settings(_env(base))
         generate(settings.landing_dir, days=2, requests_per_day=60, seed=5, start=DAYS[0], fault_rate=0.05)
         pipeline.land(settings, [settings.landing_dir / "requests", settings.landing_dir / "feedback"])
@@ -170,7 +170,8 @@ OTHERS = {step: "postgres" if backend == "files" else "files" for step, backend 
 
 @pytest.mark.parametrize("backends", [MIXED, pytest.param(OTHERS, marks=pytest.mark.slow)], ids=["mixed", "others"])
 def test_forget_wins_against_every_step_paused_after_its_first_read(world: dict, backends: dict[str, str],
-                                                                    tmp_path: Path) -> None:
+                                                                    tmp_path: Path,
+                                                                    request: pytest.FixtureRequest) -> None:
     import redis
 
     victim = world["victim"]
@@ -180,8 +181,9 @@ def test_forget_wins_against_every_step_paused_after_its_first_read(world: dict,
         lock_envs: dict[str, dict[str, str]] = {step: {} for step in STEPS}
         for step in STEPS:
             if backends[step] == "postgres":  # one database per home: advisory locks are per database
-                name = stack.enter_context(postgres_database("strata_forget_race_"))
-                lock_envs[step] = {"STRATA_LOCK_URL": f"postgresql://{postgres_user()}@127.0.0.1:5432/{name}"}
+                server: Postgres = request.getfixturevalue("postgres_server")
+                name = stack.enter_context(server.database("strata_forget_race_"))
+                lock_envs[step] = {"STRATA_LOCK_URL": server.url(name)}
         for home in homes.values():
             _copy(world["base"], home)
         client = redis.Redis.from_url(world["redis"])
