@@ -376,6 +376,10 @@ def test_an_otlp_batch_across_midnight_lands_every_span_in_its_own_day(tmp_path:
     assert sorted(dwd.get_column("request_id").to_list()) == [r["request_id"] for r in records]
     assert dwd.group_by("event_date").len().sort("event_date").get_column("len").to_list() == [34, 35]
     assert table_frame(settings, "dwd.quarantine").height == 0
+    assert ingest(settings, [path], reland=True).stale_dates == {first, second}  # both days' DWD is stale
+    from warehouse.ods.unland import unland
+
+    assert unland(settings, [path]).stale_dates == {first, second}
 
 
 def _span_record(request_id: str) -> dict:

@@ -31,6 +31,7 @@ def test_lake_uri_override_keeps_remote_uris(tmp_path: Path) -> None:
         ({"STRATA_ONLINE_STORE": "memcached"}, "STRATA_ONLINE_STORE"),
         ({"STRATA_PSEUDONYM_KEY": "short"}, "at least 16"),
         ({"STRATA_ODS_RETENTION_DAYS": "-3"}, "STRATA_ODS_RETENTION_DAYS"),
+        ({"STRATA_DEFAULT_TENANT": "a tenant; drop"}, "STRATA_DEFAULT_TENANT"),
     ],
 )
 def test_bad_settings_say_which_variable(tmp_path: Path, env: dict[str, str], message: str) -> None:

@@ -27,7 +27,7 @@ import polars as pl
 import pyarrow as pa
 
 from warehouse.ods import ODS_TABLES
-from warehouse.ods.rows import ods_frame, per_line
+from warehouse.ods.rows import ods_frame, per_line, record_dates
 from warehouse.ops import ledger
 from warehouse.progress import Progress
 from warehouse.settings import TENANT, Settings
@@ -231,7 +231,7 @@ class _Landing:
             register_mapping(self.settings, self.mapping)
         relanding = any(earlier is not None for _, earlier in plan)
         replaced = _rows_of(self.settings, table, [item.sha256 for item, earlier in plan if earlier is not None])
-        self.report.stale_dates |= set(replaced.get_column("event_date").unique().to_list())
+        self.report.stale_dates |= record_dates(replaced)
         kept = dict(replaced.get_column("file_sha256").value_counts().iter_rows())
         landed_now: list[FileResult] = []
         landings: list[ledger.Landing] = []
@@ -286,9 +286,7 @@ class _Landing:
             frame = ods_frame(chunk, parsed, source=item.source, file=file, ingested_at=ingested_at,
                               batch_id=self.report.batch_id, first_line=start + 1, floor=self.settings.ts_floor)
             result.malformed += int(frame.get_column("is_malformed").sum())
-            dates.update(frame.get_column("event_date").unique().to_list())
-            if "event_dates" in frame.columns:  # a line of records of two dates: both are to build
-                dates.update(frame.get_column("event_dates").explode().drop_nulls().unique().to_list())
+            dates |= record_dates(frame)
             good = parsed.filter(pl.col("parse_error").is_null())
             present |= {name for name in mapped - present if good.get_column(name).null_count() < good.height}
             yield frame
@@ -301,11 +299,11 @@ class _Landing:
 
 
 def _rows_of(settings: Settings, table: Table, hashes: list[str]) -> pl.DataFrame:
-    """``file_sha256`` and ``event_date`` of the ODS rows of these files."""
+    """``file_sha256``, ``event_date`` (and ``event_dates`` where the table has it) of the ODS rows of these files."""
     if not hashes or lake.open_table(settings, table) is None:
         return pl.DataFrame(schema={"file_sha256": pl.String, "event_date": pl.Date})
     return lake.read_frame(settings, table, filters=[("file_sha256", "in", hashes)],
-                           columns=["file_sha256", "event_date"])
+                           columns=lake.present_columns(settings, table, ["file_sha256", "event_date", "event_dates"]))
 
 
 def _refuse_erased(path: Path, lines: int, kept: int) -> None:

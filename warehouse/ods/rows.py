@@ -85,6 +85,15 @@ def ods_frame(
     return frame if dates is None else frame.with_columns(dates)
 
 
+def record_dates(rows: pl.DataFrame) -> set[dt.date]:
+    """The dates whose DWD holds records of these ODS rows: their ``event_date`` and, for a line
+    of two dates, the other one (``event_dates``)."""
+    dates = set(rows.get_column("event_date").unique().to_list())
+    if "event_dates" in rows.columns:
+        dates |= set(rows.get_column("event_dates").explode().drop_nulls().unique().to_list())
+    return dates
+
+
 def _line_dates(record_ts: pl.Series, event_ts: pl.Series, floor: dt.datetime,
                 latest: dt.datetime) -> tuple[pl.Series, pl.Series]:
     """Per line of several records: the earliest plausible record time (its event time), and
