@@ -92,11 +92,12 @@ def _logged(step: Callable[_P, StepResult]) -> Callable[_P, StepResult]:
 
 @_logged
 def land(settings: Settings, paths: list[Path], *, fmt: Literal["auto", "jsonl", "csv", "otlp-json"] = "auto",
-         mapping: Path | None = None, reland: bool = False, progress: Progress | None = None) -> StepResult:
+         mapping: Path | None = None, reland: bool = False, progress: Progress | None = None,
+         tenant: str | None = None) -> StepResult:
     """Land files (or folders of them) into ODS; files landed before are skipped."""
     from warehouse.ods.ingest import ingest
 
-    report = ingest(settings, paths, fmt=fmt, mapping_file=mapping, progress=progress, reland=reland)
+    report = ingest(settings, paths, fmt=fmt, mapping_file=mapping, progress=progress, reland=reland, tenant=tenant)
     versions = {f.table.name: f.version for f in report.landed}
     counts = {"files_landed": len(report.landed), "files_skipped": len(report.skipped),
               "files_failed": len(report.failed), "lines": sum(f.lines for f in report.landed),

@@ -36,8 +36,10 @@ class Counts:
     duplicates: int = 0
     malformed: int = 0
     quarantined: int = 0
-    #: Published rows that lack a derived value (e.g. requests with no price in effect).
+    #: Published rows that lack a derived value (e.g. requests with usage but no price in effect).
     incomplete: int = 0
+    #: Published requests that reported no usage (input tokens: errors, streams without usage), so no cost.
+    no_usage: int = 0
 
     def add(self, other: Counts) -> None:
         for f in fields(self):

@@ -18,6 +18,8 @@ from typing import Literal, Mapping
 
 OnlineStore = Literal["sqlite", "redis"]
 _SECRET_FIELDS = frozenset({"pseudonym_key", "s3_access_key_id", "s3_secret_access_key"})
+#: A tenant a source names for its records (``STRATA_DEFAULT_TENANT``, ``strata ingest --tenant``).
+TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class ConfigError(ValueError):
@@ -44,6 +46,8 @@ class Settings:
     lock_wait: float = 0.0
     #: The earliest plausible request time; a record before it is quarantined (``ts.floor``).
     ts_floor: dt.datetime = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+    #: The tenant of OTLP spans that name none (``STRATA_DEFAULT_TENANT``; ``strata ingest --tenant`` wins).
+    default_tenant: str | None = None
     #: Scoring runs as this many shards (one mapped Airflow task each).
     score_shards: int = 2
     #: Object storage for an ``s3://`` lake: an endpoint for S3-compatible stores (MinIO, a test
@@ -91,6 +95,7 @@ class Settings:
                "STRATA_CACHE_DIR": str(self.cache_dir), "STRATA_SQL_TIMEOUT_S": f"{self.sql_timeout_s:g}",
                "STRATA_SQL_MEMORY_LIMIT": self.sql_memory_limit, "STRATA_SQL_SPILL_LIMIT": self.sql_spill_limit}
         optional = {"STRATA_PSEUDONYM_KEY": self.pseudonym_key, "STRATA_LOCK_URL": self.lock_url,
+                    "STRATA_DEFAULT_TENANT": self.default_tenant,
                     "STRATA_S3_ENDPOINT_URL": self.s3_endpoint_url,
                     "STRATA_S3_REGION": self.s3_region, "AWS_ACCESS_KEY_ID": self.s3_access_key_id,
                     "AWS_SECRET_ACCESS_KEY": self.s3_secret_access_key}
@@ -159,6 +164,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         floor = dt.datetime.combine(dt.date.fromisoformat(floor_text), dt.time(), dt.timezone.utc)
     except ValueError:
         raise ConfigError(f"STRATA_TS_FLOOR must be a date like 2000-01-01, not {floor_text!r}") from None
+    tenant = env.get("STRATA_DEFAULT_TENANT") or None
+    if tenant is not None and not TENANT.fullmatch(tenant):
+        raise ConfigError(f"STRATA_DEFAULT_TENANT must be 1-128 letters, digits, '.', '_' or '-', not {tenant!r}")
     return Settings(
         home=home,
         lake_uri=lake,
@@ -173,6 +181,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         lock_url=lock_url,
         lock_wait=lock_wait,
         ts_floor=floor,
+        default_tenant=tenant,
         score_shards=_positive(env, "STRATA_SCORE_SHARDS", "2"),
         s3_endpoint_url=endpoint,
         s3_region=env.get("STRATA_S3_REGION") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,

@@ -28,9 +28,16 @@ def build_dwd_cmd(days: list[str] = DATES, wait: Optional[float] = WAIT) -> None
                       f"{b.duplicates:,} + quarantined {b.quarantined:,} + malformed {b.malformed:,}")
             for rule, count in sorted(run.rules.items()):
                 out.print(f"  quarantined by {rule}: {count:,}")
+            if run.rules.get("tenant_id.required"):
+                out.print("  [yellow]records name no tenant[/]: set it where they come from (a `tenant.id` resource "
+                          "attribute, or OTEL_SERVICE_NAME for OTLP spans), or land them with `strata ingest "
+                          "--tenant ID --reland` (or STRATA_DEFAULT_TENANT), then rebuild")
             if run.counts.incomplete:
                 out.print(f"  [yellow]{run.counts.incomplete:,} request(s) have no price in effect at their time[/]: "
                           "their cost_usd is null (load a price list with `strata prices load FILE`, then rebuild)")
+            if run.counts.no_usage:
+                out.print(f"  {run.counts.no_usage:,} request(s) reported no token usage (failed calls, streams "
+                          "without usage): their cost_usd is null")
 
 
 @app.command("dws")

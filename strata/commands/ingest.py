@@ -24,6 +24,8 @@ def ingest_cmd(
     mapping: Optional[Path] = typer.Option(None, "--mapping", help="Mapping file for a CSV/JSONL trace."),
     reland: bool = typer.Option(False, "--reland", help="Land files again even if already landed, replacing "
                                 "their earlier rows (e.g. after fixing their mapping)."),
+    tenant: Optional[str] = typer.Option(None, "--tenant", help="Tenant of OTLP spans that name none "
+                                         "(else STRATA_DEFAULT_TENANT, else the resource's service.name)."),
     wait: Optional[float] = WAIT,
 ) -> None:
     """Land files into ODS byte-exact; files already landed (same content hash) are skipped.
@@ -37,8 +39,12 @@ def ingest_cmd(
     settings = for_writing(wait)
     with progress("ingesting") as step:
         result = pipeline.land(settings, paths, fmt=fmt, mapping=mapping, reland=reland,  # type: ignore[arg-type]
-                               progress=step)
+                               progress=step, tenant=tenant)
     report = result.detail
+    for path, why in report.passed_over[:LISTED]:
+        out.print(f"[yellow]not read[/] {escape(str(path))}: {escape(why)}")
+    if len(report.passed_over) > LISTED:
+        out.print(f"[yellow]not read[/] {len(report.passed_over) - LISTED:,} more file(s) of the folder(s)")
     for skipped in report.skipped[:LISTED]:
         out.print(f"[yellow]skipped[/] {escape(str(skipped.path))} (already landed in {skipped.table} as "
                   f"{escape(skipped.landed_as)})")

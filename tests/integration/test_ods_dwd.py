@@ -351,3 +351,77 @@ def test_ingesting_a_generated_folder_takes_only_the_logs(tmp_path: Path, strata
     assert sum(f.lines for f in report.landed if f.table.name == "ods.request_log_raw") == \
         manifest["days"][START.isoformat()]["lines"]
     assert any(f.table.name == "ods.feedback_raw" for f in report.landed)
+
+
+def test_an_otlp_batch_across_midnight_lands_every_span_in_its_own_day(tmp_path: Path, strata_env: Path) -> None:
+    from fixtures_otlp import otlp_export_line
+
+    first, second = dt.date(2026, 2, 2), dt.date(2026, 2, 3)
+    midnight = dt.datetime(2026, 2, 3, tzinfo=dt.timezone.utc)
+    records = [{**_record(f"span-{i:02d}", first), "ts": midnight + dt.timedelta(seconds=i - 34)} for i in range(69)]
+    path = tmp_path / "traces.json"  # no --format, a .json name: told by its content
+    path.write_bytes(otlp_export_line(records) + b"\n" + otlp_export_line(records[40:42]) + b"\n")
+    settings = load_settings()
+    report = ingest(settings, [path])
+    assert report.landed[0].source == "otlp-json" and report.dates == [first, second]
+    ods = table_frame(settings, "ods.request_log_raw").sort("line_no")
+    assert ods.height == 2 and ods.get_column("event_date").to_list() == [first, second]  # one row a line
+    assert ods.get_column("event_dates").to_list() == [[first, second], None]
+    books = {}
+    for day in (second, first, second):  # the second day built twice: idempotent
+        books[day] = build_day(settings, day)["requests"].books
+    assert (books[first].ods_rows, books[first].dwd_rows) == (34, 34)
+    assert (books[second].ods_rows, books[second].dwd_rows, books[second].duplicates) == (37, 35, 2)
+    dwd = table_frame(settings, "dwd.request")
+    assert sorted(dwd.get_column("request_id").to_list()) == [r["request_id"] for r in records]
+    assert dwd.group_by("event_date").len().sort("event_date").get_column("len").to_list() == [34, 35]
+    assert table_frame(settings, "dwd.quarantine").height == 0
+    assert ingest(settings, [path], reland=True).stale_dates == {first, second}  # both days' DWD is stale
+    from warehouse.ods.unland import unland
+
+    assert unland(settings, [path]).stale_dates == {first, second}
+
+
+def _span_record(request_id: str) -> dict:
+    return {**_record(request_id, dt.date(2026, 2, 2)), "ts": dt.datetime(2026, 2, 2, 9, tzinfo=dt.timezone.utc)}
+
+
+def test_ingest_tells_otlp_by_content_and_names_the_files_it_does_not_read(tmp_path: Path, strata_env: Path) -> None:
+    from fixtures_otlp import otlp_export_line
+
+    folder = tmp_path / "export"
+    folder.mkdir()
+    (folder / "spans.jsonl").write_bytes(otlp_export_line([_span_record("s-1")]) + b"\n")
+    (folder / "metrics.json").write_text('{"resourceMetrics":[{"resource":{}}]}\n')
+    (folder / "logs.json").write_text('{"resourceLogs":[]}\n')
+    (folder / "manifest.json").write_text('{"days": 1}\n')
+    settings = load_settings()
+    report = ingest(settings, [folder])
+    assert [(f.path.name, f.source) for f in report.landed] == [("spans.jsonl", "otlp-json")]
+    assert {p.name: why for p, why in report.passed_over} == {
+        "metrics.json": "an OpenTelemetry metrics export (Strata reads OTLP traces)",
+        "logs.json": "an OpenTelemetry logs export (Strata reads OTLP traces)",
+        "manifest.json": "a .json file that is not an OTLP trace export"}
+    with pytest.raises(ValueError, match=r"metrics export .*\(OTEL_TRACES_EXPORTER\)"):
+        ingest(settings, [folder / "metrics.json"], fmt="otlp-json")
+    with pytest.raises(ValueError, match="--format jsonl"):
+        ingest(settings, [folder / "manifest.json"])
+
+
+def test_spans_without_a_tenant_take_the_sources_then_the_service_name(tmp_path: Path, strata_env: Path) -> None:
+    from fixtures_otlp import key_value, span
+
+    day = dt.date(2026, 2, 2)
+
+    def export(name: str, resource: list[dict]) -> Path:
+        doc = {"resourceSpans": [{"resource": {"attributes": resource},
+                                  "scopeSpans": [{"spans": [span({**_span_record(name), "tenant_id": None})]}]}]}
+        return _write(tmp_path / f"{name}.json", [doc])
+
+    settings = load_settings()
+    ingest(settings, [export("sourced", [key_value("service.name", "svc")])], tenant="acme")
+    ingest(settings, [export("serviced", [key_value("service.name", "svc")]), export("lost", [])])
+    run = build(settings, "requests", day)
+    tenants = dict(table_frame(settings, "dwd.request").select("request_id", "tenant_id").iter_rows())
+    assert tenants == {"sourced": "acme", "serviced": "svc"}
+    assert run.rules == {"tenant_id.required": 1}

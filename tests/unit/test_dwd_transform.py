@@ -155,3 +155,13 @@ def test_feedback_repeats_are_exact_lines_and_distinct_verdicts_are_kept() -> No
     out = transform_for([batch], kind="feedback")(batch)
     assert out.rows.select("kind").to_series().to_list() == ["thumb", "review"]
     assert out.counts.duplicates == 1 and out.counts.records == 3
+
+
+def test_a_null_cost_says_whether_the_price_or_the_usage_is_missing() -> None:
+    batch = ods_batch(lines(request("priced"), request("no-price", model="m9"),
+                            request("failed", status_code=429, error_type="rate_limited", input_tokens=None,
+                                    output_tokens=None),
+                            request("stream", input_tokens=None, output_tokens=None)))
+    out = transform_for([batch])(batch)
+    assert out.rows.height == 4
+    assert (out.counts.incomplete, out.counts.no_usage) == (1, 2)  # only m9 lacks a price

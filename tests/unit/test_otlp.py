@@ -90,7 +90,9 @@ def test_round_trip_maps_every_field() -> None:
         for field in REQUEST_FIELDS:
             got, want = row[field], record[field]
             if field == "attributes":
-                assert (json.loads(got) if got is not None else {}) == (want or {}), field
+                attributes = {k: v for k, v in (json.loads(got) if got is not None else {}).items()
+                              if k != "otel.span_id"}
+                assert attributes == (want or {}), field
             elif field in _FLOAT_FIELDS and want is not None:
                 assert float(got) == pytest.approx(want, abs=1e-6), field
             else:
@@ -144,11 +146,53 @@ def test_span_identity_and_model_mapping() -> None:
     assert row["status_code"] == "200"  # status unset
 
 
-def test_status_error_without_http_status_is_500() -> None:
-    span = _genai_span(**{"error.type": "timeout"})
-    span["status"] = {"code": 2, "message": "deadline exceeded"}
+@pytest.mark.parametrize(("error_type", "message", "status", "error"), [
+    ("RateLimitError", "Error code: 429 - {'error': 'slow down'}", "429", "rate_limited"),
+    ("<class 'openai.RateLimitError'>", "", "429", "rate_limited"),  # one util-genai release writes this
+    ("openai.BadRequestError", "bad", "400", "invalid_request"),
+    ("InternalServerError", "Error code: 503 - overloaded", "503", "upstream_error"),
+    ("APITimeoutError", "Request timed out.", None, "timeout"),
+    ("timeout", "deadline exceeded", None, "timeout"),  # already the contract's word
+    ("MyToolError", "it broke", None, "MyToolError"),  # unknown: its name kept, no guessed status
+    ("429", "", "429", "rate_limited"),  # error.type as the HTTP status
+    (None, "Error code: 404 - gone", "404", "not_found"),
+    (None, "", None, "_OTHER"),
+])
+def test_a_failed_call_has_its_status_and_error_from_the_error_table(
+        error_type: str | None, message: str, status: str | None, error: str) -> None:
+    attrs = {} if error_type is None else {"error.type": error_type}
+    span = _genai_span(**attrs)
+    span["status"] = {"code": 2, "message": message}
     row = _parse([_line([span])]).row(0, named=True)
-    assert (row["status_code"], row["error_type"]) == ("500", "timeout")
+    assert (row["status_code"], row["error_type"]) == (status, error)
+
+
+def test_an_http_status_on_the_span_wins_and_the_error_keeps_the_vocabulary() -> None:
+    span = _genai_span(**{"error.type": "RateLimitError", "http.response.status_code": 503})
+    span["status"] = {"code": 2, "message": "Error code: 429"}
+    row = _parse([_line([span])]).row(0, named=True)
+    assert (row["status_code"], row["error_type"]) == ("503", "rate_limited")
+
+
+def test_current_conventions_ttft_and_parent_span_are_read() -> None:
+    span = _genai_span(**{"gen_ai.response.time_to_first_chunk": 0.25, "gen_ai.response.id": "chatcmpl-1",
+                          "gen_ai.conversation.id": "conv-9", "gen_ai.usage.cache_read_input_tokens": 7})
+    span["parentSpanId"] = "00000000000000b1"
+    row = _parse([_line([span])]).row(0, named=True)
+    assert (row["ttft_ms"], row["request_id"], row["cached_input_tokens"]) == ("250", "chatcmpl-1", "7")
+    assert json.loads(row["attributes"]) == {"gen_ai.conversation.id": "conv-9", "otel.span_id": "00f067aa0ba902b7",
+                                             "otel.parent_span_id": "00000000000000b1"}
+
+
+def test_the_tenant_comes_from_the_receiver_then_the_span_then_the_source_then_the_service() -> None:
+    receiver = [key_value("strata.tenant_id", "acme"), key_value("service.name", "svc")]
+    spoof = _genai_span("00000000000000a1", **{"tenant.id": "other", "strata.tenant_id": "evil"})
+    plain = _genai_span("00000000000000a2")
+    lines = [_line([spoof], receiver), _line([spoof]), _line([plain], [key_value("service.name", "svc")]),
+             _line([plain])]
+    assert _parse(lines).get_column("tenant_id").to_list() == ["acme", "other", "svc", None]
+    tenant = parse_otlp_lines(pa.array(lines, pa.large_binary()), tenant="src").get_column("tenant_id").to_list()
+    assert tenant == ["acme", "other", "src", "src"]
 
 
 def test_seconds_attributes_become_milliseconds() -> None:

@@ -44,6 +44,7 @@ def test_lake_uri_override_keeps_remote_uris(tmp_path: Path) -> None:
         ({"STRATA_SQL_TIMEOUT_S": "nan"}, "STRATA_SQL_TIMEOUT_S"),
         ({"STRATA_SQL_MEMORY_LIMIT": "lots"}, "STRATA_SQL_MEMORY_LIMIT must be a size such as 512MB"),
         ({"STRATA_SQL_SPILL_LIMIT": "0GB"}, "STRATA_SQL_SPILL_LIMIT"),
+        ({"STRATA_DEFAULT_TENANT": "a tenant; drop"}, "STRATA_DEFAULT_TENANT"),
     ],
 )
 def test_bad_settings_say_which_variable(tmp_path: Path, env: dict[str, str], message: str) -> None:

@@ -1,14 +1,16 @@
 """DWD: one clean, typed, deduplicated, pseudonymized row per request, per event date.
 
 A build of date D reads every ODS row whose ``event_date`` is D, whenever it arrived
-(so late data is picked up by re-running D), and replaces D's partition of
+(so late data is picked up by re-running D), and the lines of D - 1 whose ``event_dates``
+lists D (an OTLP batch across midnight: each build takes the line's records of its own
+date, so every span lands once), and replaces D's partition of
 ``dwd.request`` / ``dwd.feedback``. Nothing is dropped silently: malformed lines and
 rows that break the contract go to ``dwd.quarantine`` with their rule ids and raw
 line, and the books must balance before anything is published::
 
     ods records = dwd rows + duplicates + quarantined + malformed
 
-(a record is an ODS line, or one span of an OTLP line).
+(a record is an ODS line, or one span of an OTLP line; the books of D count D's records).
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from warehouse.dwd.labels import latest_labels, merge_labels
 from warehouse.dwd.prices import read_prices
 from warehouse.dwd.transform import TARGETS, DwdTransform, RequestInputs, key_columns, repeats
 from warehouse.ods import ODS_TABLES
-from warehouse.ods.scan import ods_batches, ods_files, ods_row_count, read_columns
+from warehouse.ods.scan import (borrowed_arrivals, borrowed_files, ods_batches, ods_files, ods_row_count,
+                                read_columns)
 from warehouse.progress import Progress
 from warehouse.runner import RunResult, claim, run
 from warehouse.settings import Settings
@@ -54,8 +58,9 @@ def _build(settings: Settings, kind: Kind, day: dt.date, key: bytes, progress: P
     delta = lake.open_table(settings, ods_table)
     if delta is None:
         raise FileNotFoundError(f"{ods_table} does not exist: run `strata ingest` first")
-    arrivals = delta.to_pyarrow_dataset().to_table(columns=["ingested_at"],
-                                                   filter=pc.field("event_date") == day).column(0)
+    own = delta.to_pyarrow_dataset().to_table(columns=["ingested_at"], filter=pc.field("event_date") == day).column(0)
+    borrowed = borrowed_files(settings, kind, day)
+    arrivals = pa.concat_arrays([own.combine_chunks(), borrowed_arrivals(settings, borrowed, day).to_arrow()])
     if len(arrivals) == 0:
         raise LookupError(f"no ODS {kind} rows with event_date {day}: nothing to build "
                           f"(check the date, or ingest that day's files first)")
@@ -68,7 +73,7 @@ def _build(settings: Settings, kind: Kind, day: dt.date, key: bytes, progress: P
         repeats=repeats(read_columns(settings, files, key_columns(kind)), kind), now=pc.max(arrivals).as_py(),
         requests=requests, floor=settings.ts_floor)
     log.info("%s %s: %s ODS records from %d file(s)", transform.target.name, day, f"{len(arrivals):,}", len(files))
-    result = run(settings, transform.target, transform, ods_batches(settings, files, day), day=day,
+    result = run(settings, transform.target, transform, ods_batches(settings, files, day, borrowed), day=day,
                  total=len(arrivals), progress=progress, now=transform.now)
     if result.rules:
         log.info("%s %s: quarantined %s", result.table.name, day,

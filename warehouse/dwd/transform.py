@@ -62,7 +62,7 @@ def parse_rows(ods: pl.DataFrame, kind: Kind, parser_for: ParserFor) -> pl.DataF
     A line holds one record, except in formats that batch (an OTLP line holds many spans).
     """
     columns = ["raw_line", "ingested_at", *_LINEAGE, "ods_parse_error", "parse_error", "_repeat", "_ods_keyed",
-               *fields_for(kind)]
+               "_line_date", "_line_dates", *fields_for(kind)]
     parts = []
     for (source, malformed), group in ods.group_by(["source", "is_malformed"], maintain_order=True):
         if malformed:  # ODS already said why the line does not parse
@@ -73,7 +73,10 @@ def parse_rows(ods: pl.DataFrame, kind: Kind, parser_for: ParserFor) -> pl.DataF
             parsed = parse(group.get_column("raw_line").to_arrow(), group.get_column("line_no").to_arrow(),
                            group.get_column("file_sha256").to_arrow())
         lineage = group.select(["raw_line", "ingested_at", "source", *_LINEAGE[1:], "parse_error", "request_id",
-                                pl.col("_repeat") if "_repeat" in group.columns else pl.lit(False).alias("_repeat")]
+                                pl.col("_repeat") if "_repeat" in group.columns else pl.lit(False).alias("_repeat"),
+                                pl.col("event_date").alias("_line_date"),
+                                (pl.col("event_dates") if "event_dates" in group.columns
+                                 else pl.lit(None, pl.List(pl.Date))).alias("_line_dates")]
                                ).rename({"parse_error": "ods_parse_error", "source": "ods_source",
                                          "request_id": "ods_request_id"})
         if "_line" in parsed.columns:  # several records per line
@@ -84,7 +87,8 @@ def parse_rows(ods: pl.DataFrame, kind: Kind, parser_for: ParserFor) -> pl.DataF
         parts.append(joined.with_columns(request_id=pl.coalesce("request_id", "ods_request_id"),
                                          _ods_keyed=pl.col("ods_request_id").is_not_null()).select(columns))
     if not parts:
-        types = {"raw_line": pl.Binary, "_repeat": pl.Boolean, "_ods_keyed": pl.Boolean}
+        types = {"raw_line": pl.Binary, "_repeat": pl.Boolean, "_ods_keyed": pl.Boolean, "_line_date": pl.Date,
+                 "_line_dates": pl.List(pl.Date)}
         return pl.DataFrame(schema={c: types.get(c, pl.String) for c in columns})
     return pl.concat(parts).select(columns)
 
@@ -158,7 +162,7 @@ class DwdTransform:
         repeat = ods.select("file_sha256", "line_no").join(
             self.repeats.with_columns(_repeat=pl.lit(True)), on=["file_sha256", "line_no"], how="left",
             maintain_order="left").get_column("_repeat").fill_null(False)
-        records = parse_rows(ods.with_columns(repeat), self.kind, self.parser_for)
+        records = self._own(parse_rows(ods.with_columns(repeat), self.kind, self.parser_for))
         bad = pl.col("ods_parse_error").is_not_null() | pl.col("parse_error").is_not_null()
         malformed = records.filter(bad)
         unique, duplicates = self._deduplicated(records.filter(~bad))
@@ -181,10 +185,28 @@ class DwdTransform:
             quarantine_rows(rejected, pl.col("rules"), self.target, self.day),
         ], how="vertical_relaxed")
         rows = valid.filter(pl.col("_ts_rules").list.len() == 0).drop(_CARRIED, "_ts_rules")
-        incomplete = rows.get_column("cost_usd").null_count() if self.kind == "requests" else 0
+        incomplete = no_usage = 0
+        if self.kind == "requests":  # a null cost: no price in effect, or no usage to price
+            unpriced = rows.select(priced=pl.col("cost_usd").is_null() & pl.col("input_tokens").is_not_null(),
+                                   no_usage=pl.col("cost_usd").is_null() & pl.col("input_tokens").is_null()).sum()
+            incomplete, no_usage = unpriced.row(0)
         counts = Counts(records=records.height, duplicates=duplicates, malformed=malformed.height,
-                        quarantined=ts_faults.height + rejected.height, incomplete=incomplete)
+                        quarantined=ts_faults.height + rejected.height, incomplete=incomplete, no_usage=no_usage)
         return Batch(rows, set_aside, counts)
+
+    def _own(self, records: pl.DataFrame) -> pl.DataFrame:
+        """The records that are this day's: a line listing several dates gives each record to
+        its own date when listed, else to the line's date (see :mod:`warehouse.ods.rows`)."""
+        several = records.get_column("_line_dates").is_not_null()
+        if several.any():
+            dated = records.filter(several)
+            own = dated.select(parse_ts(pl.col("ts")).dt.date()).to_series()
+            owner = dated.select(pl.when(pl.col("_line_dates").list.contains(own)).then(own)
+                                 .otherwise(pl.col("_line_date"))).to_series()
+            where = several.arg_true()
+            keep = pl.Series([True] * records.height).scatter(where, (owner == self.day).fill_null(False))
+            records = records.filter(keep)  # in arrival order: the first arrival of a key wins
+        return records.drop("_line_date", "_line_dates")
 
     def _ts_rules(self) -> pl.Expr:
         """``ts.floor`` (before the earliest plausible time: a 1970 date, epoch seconds read as

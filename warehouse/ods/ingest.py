@@ -28,13 +28,13 @@ import polars as pl
 import pyarrow as pa
 
 from warehouse.ods import ODS_TABLES
-from warehouse.ods.rows import ods_frame, per_line
+from warehouse.ods.rows import ods_frame, per_line, record_dates
 from warehouse.ops import ledger
 from warehouse.progress import Progress
-from warehouse.settings import Settings
+from warehouse.settings import TENANT, Settings
 from warehouse.sources import files as landed
 from warehouse.sources.canonical import Kind
-from warehouse.sources.formats import JSONL, kind_of, parser_for, register_mapping
+from warehouse.sources.formats import HEAD_BYTES, JSONL, kind_of, otlp_signal, otlp_source, parser_for, register_mapping
 from warehouse.sources.mapping import Mapping, load_mapping, resolve_mapping, shipped_mappings
 from warehouse.storage import lake, locks
 from warehouse.storage.publish import keeps_every_row, publish
@@ -79,6 +79,8 @@ class IngestReport:
     stale_dates: set[dt.date] = field(default_factory=set)
     #: Things a person should look at (a mapped field absent from a file, …).
     warnings: list[str] = field(default_factory=list)
+    #: Files a folder search found and did not read, and why (an OTLP export of metrics or logs).
+    passed_over: list[tuple[Path, str]] = field(default_factory=list)
 
     @property
     def landed(self) -> list[FileResult]:
@@ -115,7 +117,13 @@ class _Found:
         return ODS_TABLES[self.kind]
 
 
-def _source_for(path: Path, fmt: Format, mapping: Mapping | None) -> tuple[str, Kind]:
+class _PassOver(Exception):
+    """A file a folder search found that this run does not read (the message says why)."""
+
+
+def _source_for(path: Path, fmt: Format, mapping: Mapping | None, tenant: str | None,
+                explicit: bool) -> tuple[str, Kind]:
+    """How a file is read: by its mapping, its ``--format``, else by its content (never its name)."""
     if mapping is not None:
         return mapping.source, mapping.kind
     name = path.name.lower()
@@ -124,22 +132,39 @@ def _source_for(path: Path, fmt: Format, mapping: Mapping | None) -> tuple[str, 
         raise ValueError(f"{path}: a CSV file needs a mapping of its columns onto the canonical fields: pass "
                          f"--mapping FILE or the name of a shipped one ({', '.join(shipped_mappings())})"
                          + (", or --format jsonl if it holds JSON lines" if fmt == "auto" else ""))
-    if fmt == "otlp-json" or (fmt == "auto" and "otlp" in name):
-        return "otlp-json", "requests"
+    signal = otlp_signal(landed.head(path, HEAD_BYTES)) if fmt in ("auto", "otlp-json") else None
+    if signal in ("metrics", "logs"):
+        reason = f"an OpenTelemetry {signal} export (Strata reads OTLP traces)"
+        if explicit:
+            raise ValueError(f"{path}: {reason}; export traces (OTEL_TRACES_EXPORTER) and ingest that file")
+        raise _PassOver(reason)
+    if fmt == "otlp-json" or signal == "traces":
+        return otlp_source(tenant), "requests"
+    if fmt == "auto" and name.endswith(landed.SUFFIXES["otlp"]):  # .json: an export, or not logs at all
+        if not explicit:
+            raise _PassOver("a .json file that is not an OTLP trace export")
+        raise ValueError(f"{path}: a .json file that is not an OTLP trace export (its first line starts no "
+                         "resourceSpans): pass --format jsonl if it holds request JSON lines")
     return JSONL, kind_of(path)
 
 
-def _find(paths: list[Path], fmt: Format, mapping: Mapping | None, report: IngestReport) -> list[_Found]:
+def _find(paths: list[Path], fmt: Format, mapping: Mapping | None, tenant: str | None,
+          report: IngestReport) -> list[_Found]:
     """The files to consider, hashed; a repeat within this run is skipped."""
-    kinds = ["csv", "lines"] if mapping else ["otlp", "lines"] if fmt == "otlp-json" else ["lines"]
+    kinds = ["csv", "lines"] if mapping else ["otlp", "lines"] if fmt in ("otlp-json", "auto") else ["lines"]
     found: dict[str, _Found] = {}
-    for path in landed.discover(paths, kinds):
-        source, kind = _source_for(path, fmt, mapping)
-        item = _Found(path, source, kind, hashlib.sha256(path.read_bytes()).hexdigest())
-        if item.sha256 in found:
-            report.files.append(FileResult(path, item.table, "skipped", source=source, landed_as=source))
-        else:
-            found[item.sha256] = item
+    for given in paths:
+        for path in landed.discover([given], kinds):
+            try:
+                source, kind = _source_for(path, fmt, mapping, tenant, explicit=not given.is_dir())
+            except _PassOver as why:
+                report.passed_over.append((path, str(why)))
+                continue
+            item = _Found(path, source, kind, hashlib.sha256(path.read_bytes()).hexdigest())
+            if item.sha256 in found:
+                report.files.append(FileResult(path, item.table, "skipped", source=source, landed_as=source))
+            else:
+                found[item.sha256] = item
     return list(found.values())
 
 
@@ -151,6 +176,7 @@ def ingest(
     mapping_file: Path | None = None,
     progress: Progress | None = None,
     reland: bool = False,
+    tenant: str | None = None,
 ) -> IngestReport:
     """Land files into ODS: one atomic Delta commit per table per run, streamed in chunks.
 
@@ -158,11 +184,14 @@ def ingest(
     run that crashes commits nothing it did not also record: running it again finishes the
     job. With ``reland``, files already landed are landed again as this run reads them, and
     the commit replaces their earlier rows (``report.stale_dates`` says which DWD dates to
-    rebuild). A mapping is read and checked whole before anything is written.
+    rebuild). A mapping is read and checked whole before anything is written. ``tenant``
+    (else ``STRATA_DEFAULT_TENANT``) is the tenant of OTLP spans that name none.
     """
+    if tenant is not None and not TENANT.fullmatch(tenant):
+        raise ValueError(f"--tenant must be 1-128 letters, digits, '.', '_' or '-', not {tenant!r}")
     mapping = load_mapping(resolve_mapping(mapping_file)) if mapping_file is not None else None
     report = IngestReport(batch_id=uuid.uuid4().hex[:16])
-    found = _find(paths, fmt, mapping, report)
+    found = _find(paths, fmt, mapping, tenant or settings.default_tenant, report)
     step = _Landing(settings, report, mapping, reland, progress, total=len(found))
     for table in sorted({f.table for f in found}, key=lambda t: t.name):
         step.land(table, [f for f in found if f.table == table])
@@ -211,7 +240,7 @@ class _Landing:
             register_mapping(self.settings, self.mapping)
         relanding = any(earlier is not None for _, earlier in plan)
         replaced = _rows_of(self.settings, table, [item.sha256 for item, earlier in plan if earlier is not None])
-        self.report.stale_dates |= set(replaced.get_column("event_date").unique().to_list())
+        self.report.stale_dates |= record_dates(replaced)
         kept = dict(replaced.get_column("file_sha256").value_counts().iter_rows())
         landed_now: list[FileResult] = []
         landings: list[ledger.Landing] = []
@@ -272,7 +301,7 @@ class _Landing:
             frame = ods_frame(chunk, parsed, source=item.source, file=file, ingested_at=ingested_at,
                               batch_id=self.report.batch_id, first_line=start + 1, floor=self.settings.ts_floor)
             result.malformed += int(frame.get_column("is_malformed").sum())
-            dates.update(frame.get_column("event_date").unique().to_list())
+            dates |= record_dates(frame)
             good = parsed.filter(pl.col("parse_error").is_null())
             present |= {name for name in mapped - present if good.get_column(name).null_count() < good.height}
             yield frame
@@ -285,11 +314,11 @@ class _Landing:
 
 
 def _rows_of(settings: Settings, table: Table, hashes: list[str]) -> pl.DataFrame:
-    """``file_sha256`` and ``event_date`` of the ODS rows of these files."""
+    """``file_sha256``, ``event_date`` (and ``event_dates`` where the table has it) of the ODS rows of these files."""
     if not hashes or lake.open_table(settings, table) is None:
         return pl.DataFrame(schema={"file_sha256": pl.String, "event_date": pl.Date})
     return lake.read_frame(settings, table, filters=[("file_sha256", "in", hashes)],
-                           columns=["file_sha256", "event_date"])
+                           columns=lake.present_columns(settings, table, ["file_sha256", "event_date", "event_dates"]))
 
 
 def _refuse_erased(path: Path, lines: int, kept: int) -> None:

@@ -5,6 +5,12 @@ configured floor, not more than a day after arrival); otherwise from a date in t
 path, else the most common date of the lines around it, else the arrival date — so an
 impossible timestamp never sends a line to a partition nobody builds (DWD then
 quarantines it with the rule it breaks).
+
+A line holding records of several dates (an OTLP batch across UTC midnight) is one row,
+byte-exact, dated by its earliest record; ``event_dates`` lists its records' dates (that
+one and the next), and the DWD build of each date listed takes the line's records of that
+date. A record dated further off stays with the line's date (quarantined there as
+``ts.event_date``), so a build of D reads only the partitions D and D - 1.
 """
 
 from __future__ import annotations
@@ -38,12 +44,13 @@ def salvage_request_ids(raw: pa.Array, parsed: pl.DataFrame) -> pl.Series:
 
 def per_line(parsed: pl.DataFrame, lines: int) -> pl.DataFrame:
     """One parse row per line: formats that batch records per line (OTLP) keep the first
-    record's time and error, and a request id only when the line holds a single record."""
+    record's time and error, every record's time (``_record_ts``, for the line's dates), and
+    a request id only when the line holds a single record."""
     if "_line" not in parsed.columns:
         return parsed
     reduced = parsed.group_by("_line").agg(
         pl.when(pl.len() == 1).then(pl.col("request_id").first()).alias("request_id"),
-        pl.col("ts").first(), pl.col("parse_error").first())
+        pl.col("ts").first(), pl.col("parse_error").first(), pl.col("ts").alias("_record_ts"))
     return pl.DataFrame({"_line": pl.int_range(lines, dtype=pl.Int64, eager=True)}).join(
         reduced, on="_line", how="left").sort("_line")
 
@@ -56,10 +63,13 @@ def ods_frame(
     latest = ingested_at + dt.timedelta(days=1)
     parsed_ts = parsed.select(parse_ts(pl.col("ts"))).to_series()  # parsed once: it is the costly part
     event_ts = parsed_ts.set(~parsed_ts.is_between(floor, latest).fill_null(False), None)
+    dates = None  # only formats with several records a line have the column (the contract fills it)
+    if "_record_ts" in parsed.columns:
+        event_ts, dates = _line_dates(parsed.get_column("_record_ts"), event_ts, floor, latest)
     fallback = _fallback_date(file, event_ts, ingested_at)
     n = len(raw)
     request_id = salvage_request_ids(raw, parsed)
-    return pl.DataFrame({"raw_line": pl.Series(raw, dtype=pl.Binary)}).with_columns(
+    frame = pl.DataFrame({"raw_line": pl.Series(raw, dtype=pl.Binary)}).with_columns(
         source=pl.lit(source),
         source_file=pl.lit(str(file.path)),
         file_sha256=pl.lit(file.sha256),
@@ -72,6 +82,33 @@ def ods_frame(
         is_malformed=parsed.get_column("parse_error").is_not_null(),
         parse_error=parsed.get_column("parse_error"),
     )
+    return frame if dates is None else frame.with_columns(dates)
+
+
+def record_dates(rows: pl.DataFrame) -> set[dt.date]:
+    """The dates whose DWD holds records of these ODS rows: their ``event_date`` and, for a line
+    of two dates, the other one (``event_dates``)."""
+    dates = set(rows.get_column("event_date").unique().to_list())
+    if "event_dates" in rows.columns:
+        dates |= set(rows.get_column("event_dates").explode().drop_nulls().unique().to_list())
+    return dates
+
+
+def _line_dates(record_ts: pl.Series, event_ts: pl.Series, floor: dt.datetime,
+                latest: dt.datetime) -> tuple[pl.Series, pl.Series]:
+    """Per line of several records: the earliest plausible record time (its event time), and
+    the dates of its records, that date and the next, when they are two (else null)."""
+    records = pl.DataFrame({"_i": pl.int_range(len(record_ts), dtype=pl.Int64, eager=True),
+                            "ts": record_ts}).explode("ts")
+    records = records.with_columns(ts=parse_ts(pl.col("ts"))).filter(pl.col("ts").is_between(floor, latest))
+    next_day = pl.col("ts").min().over("_i").dt.date() + pl.duration(days=1)
+    per_line = records.filter(pl.col("ts").dt.date() <= next_day).group_by("_i").agg(
+        first=pl.col("ts").min(), dates=pl.col("ts").dt.date().unique().sort())
+    lines = pl.DataFrame({"_i": pl.int_range(len(record_ts), dtype=pl.Int64, eager=True)}).join(
+        per_line, on="_i", how="left").sort("_i")
+    first = lines.get_column("first").dt.cast_time_unit(event_ts.dtype.time_unit)  # type: ignore[attr-defined]
+    dates = lines.select(pl.when(pl.col("dates").list.len() > 1).then(pl.col("dates"))).to_series()
+    return first.fill_null(event_ts).rename(event_ts.name), dates.rename("event_dates")
 
 
 def _fallback_date(file: landed.LandedFile, event_ts: pl.Series, ingested_at: dt.datetime) -> dt.date:

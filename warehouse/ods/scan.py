@@ -1,5 +1,8 @@
 """Reading one event date of ODS back, for a DWD build: its files, its key columns, its batches.
 
+The rows of date D are those of partition D, and those of partition D - 1 whose
+``event_dates`` lists D (a line holding records of both days, see :mod:`warehouse.ods.rows`).
+
 The files are read with pyarrow alone (not deltalake) because the batches feed a Delta
 write that is already running.
 """
@@ -7,7 +10,7 @@ write that is already running.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import polars as pl
 import pyarrow.compute as pc
@@ -37,25 +40,57 @@ def ods_files(settings: Settings, kind: Kind, day: dt.date) -> list[str]:
     return [f"{root}/{path}" for path in paths]
 
 
-def ods_batches(settings: Settings, files: list[str], day: dt.date) -> Iterator[pl.DataFrame]:
-    """ODS rows of one event date, batch by batch, read with pyarrow alone.
+def ods_batches(settings: Settings, files: list[str], day: dt.date,
+                borrowed: Sequence[str] = ()) -> Iterator[pl.DataFrame]:
+    """ODS rows of one event date, batch by batch, read with pyarrow alone: the date's own
+    files, then the lines of ``borrowed`` (the files of D - 1) that list D in ``event_dates``.
 
-    Plain pyarrow (not deltalake) because the batches feed a Delta write that is running.
+    Each row keeps its own ``event_date`` (D - 1 for a borrowed line), which says which of
+    its records are D's. Plain pyarrow (not deltalake) because the batches feed a Delta
+    write that is running.
     """
     import pyarrow.parquet as pq
 
-    for uri in files:
+    for uri, own in [(f, True) for f in files] + [(f, False) for f in borrowed]:  # borrowed: D's records only
         fs, path = filesystem(settings, uri)
         with fs.open_input_file(path) as handle:
             for batch in pq.ParquetFile(handle).iter_batches(batch_size=BATCH_ROWS):
-                if batch.num_rows:
-                    frame = pl.from_arrow(batch)
-                    assert isinstance(frame, pl.DataFrame)
-                    yield frame.with_columns(event_date=pl.lit(day))
+                frame = pl.from_arrow(batch)
+                assert isinstance(frame, pl.DataFrame)
+                if not own:
+                    frame = _listing(frame, day)
+                if frame.height:
+                    yield frame.with_columns(event_date=pl.lit(day if own else day - dt.timedelta(days=1)))
 
 
-def read_columns(settings: Settings, files: list[str], columns: list[str]) -> pl.DataFrame:
-    """A few columns of the ODS files, read with pyarrow alone (a cheap first pass over a day)."""
+def _listing(frame: pl.DataFrame, day: dt.date) -> pl.DataFrame:
+    """The rows whose ``event_dates`` lists ``day`` (none in files written before the column)."""
+    if "event_dates" not in frame.columns:
+        return frame.clear()
+    return frame.filter(pl.col("event_dates").list.contains(pl.lit(day)).fill_null(False))
+
+
+def borrowed_files(settings: Settings, kind: Kind, day: dt.date) -> list[str]:
+    """The files of D - 1 that hold lines listing D in ``event_dates`` (read for D's records)."""
+    files = ods_files(settings, kind, day - dt.timedelta(days=1))
+    return [uri for uri in files if _listing(read_columns(settings, [uri], ["event_dates"], missing_ok=True),
+                                             day).height]
+
+
+def borrowed_arrivals(settings: Settings, files: list[str], day: dt.date) -> pl.Series:
+    """``ingested_at`` of the borrowed lines of D (what :func:`ods_batches` yields of ``files``)."""
+    frame = read_columns(settings, files, ["ingested_at", "event_dates"], missing_ok=True)
+    if not frame.height:
+        return pl.Series("ingested_at", [], pl.Datetime("us", "UTC"))
+    return _listing(frame, day).get_column("ingested_at")
+
+
+def read_columns(settings: Settings, files: list[str], columns: list[str], *,
+                 missing_ok: bool = False) -> pl.DataFrame:
+    """A few columns of the ODS files, read with pyarrow alone (a cheap first pass over a day).
+
+    With ``missing_ok`` a file written before a column existed gives no rows.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -63,13 +98,19 @@ def read_columns(settings: Settings, files: list[str], columns: list[str]) -> pl
     for uri in files:
         fs, path = filesystem(settings, uri)
         with fs.open_input_file(path) as handle:
-            parts.append(pq.read_table(handle, columns=columns))
+            parquet = pq.ParquetFile(handle)
+            if missing_ok and not set(columns) <= set(parquet.schema_arrow.names):
+                continue
+            parts.append(parquet.read(columns=columns))
     frame = pl.from_arrow(pa.concat_tables(parts)) if parts else pl.DataFrame()
     assert isinstance(frame, pl.DataFrame)
     return frame
 
 
 def ods_row_count(settings: Settings, kind: Kind, day: dt.date) -> int:
-    """ODS rows of one kind with this event date (0 when the table does not exist)."""
+    """ODS rows of one kind that hold records of this date (0 when the table does not exist)."""
     delta = lake.open_table(settings, ODS_TABLES[kind])
-    return 0 if delta is None else delta.to_pyarrow_dataset().count_rows(filter=pc.field("event_date") == day)
+    if delta is None:
+        return 0
+    own = delta.to_pyarrow_dataset().count_rows(filter=pc.field("event_date") == day)
+    return own + len(borrowed_arrivals(settings, borrowed_files(settings, kind, day), day))

@@ -17,6 +17,7 @@ from typing import Sequence
 import polars as pl
 
 from warehouse.ods import ODS_TABLES
+from warehouse.ods.rows import record_dates
 from warehouse.ops import ledger
 from warehouse.settings import Settings
 from warehouse.storage import lake, locks
@@ -67,9 +68,10 @@ def unland(settings: Settings, files: Sequence[Path] = (), *, batch: str | None 
             hashes = found.filter(pl.col("table_name") == table.name).get_column("file_sha256").to_list()
             if not hashes or lake.open_table(settings, table) is None:
                 continue
-            dates = lake.read_frame(settings, table, columns=["event_date"],
-                                    filters=[("file_sha256", "in", hashes)]).get_column("event_date").unique()
-            report.stale_dates |= set(dates.to_list())
+            rows = lake.read_frame(settings, table, columns=lake.present_columns(settings, table, [
+                "event_date", "event_dates"]), filters=[("file_sha256", "in", hashes)])
+            dates = rows.get_column("event_date").unique()
+            report.stale_dates |= record_dates(rows)
             if dates.len():
                 before, after = republish(settings, table, lambda rows: rows.filter(~pl.col("file_sha256").is_in(hashes)),
                                           [{"event_date": d} for d in sorted(dates.to_list())])

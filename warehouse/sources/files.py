@@ -58,6 +58,20 @@ def discover(paths: Iterable[Path], kinds: Iterable[str] = ("lines",)) -> list[P
     return files
 
 
+def head(path: Path, size: int) -> bytes:
+    """About the first ``size`` bytes of a file's content (a gzip file's inflated), to tell its format."""
+    import zlib
+
+    with path.open("rb") as handle:
+        data = handle.read(size)
+    if data[:2] == _GZIP_MAGIC:
+        try:
+            return zlib.decompressobj(wbits=31).decompress(data, size)
+        except zlib.error:
+            return b""
+    return data
+
+
 def load(path: Path) -> LandedFile:
     """Read a file (gzip recognised by its magic bytes); the hash is of the bytes as landed.
 

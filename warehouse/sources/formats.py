@@ -1,8 +1,14 @@
 """Which parser reads a landed file, and how ODS rows name it (their ``source``).
 
 ``source`` is ``jsonl`` for canonical JSONL, ``otlp-json`` for OpenTelemetry file
-exports, or ``mapping:<name>@<hash>`` for a declarative mapping; the mapping text is
-kept beside ODS so DWD re-parses the raw lines exactly as they were landed.
+exports (``otlp-json;tenant=<id>`` when the source names the tenant of spans that name
+none: ``strata ingest --tenant``, ``STRATA_DEFAULT_TENANT``), or ``mapping:<name>@<hash>``
+for a declarative mapping; the mapping text is kept beside ODS so DWD re-parses the raw
+lines exactly as they were landed.
+
+A file's format is told by its content, not its name: :func:`otlp_signal` reads the
+first key of its first line (the OTLP JSON encoding of an export starts with
+``resourceSpans``, ``resourceMetrics`` or ``resourceLogs``).
 """
 
 from __future__ import annotations
@@ -35,6 +41,11 @@ class Parser(Protocol):
 
 
 JSONL = "jsonl"
+OTLP = "otlp-json"
+_OTLP_TENANT = ";tenant="
+_SIGNAL = re.compile(rb'^\s*\{\s*"(resource_?[sS]pans|resource_?[mM]etrics|resource_?[lL]ogs)"')
+#: Bytes of a file's head that :func:`otlp_signal` reads.
+HEAD_BYTES = 4096
 _SOURCE = re.compile(r"^mapping:[A-Za-z0-9][A-Za-z0-9_-]{0,63}@[0-9a-f]{12}$")
 
 
@@ -87,11 +98,28 @@ def parser_for(settings: Settings, source: str, kind: Kind, *, keys_only: bool =
         mapping = registered_mapping(settings, source)
         return lambda raw, line_no, sha, ndjson=None: parse_mapped_lines(raw, mapping, line_no=line_no,
                                                                          file_sha256=sha, folder=folder)
-    if source == "otlp-json":
+    if source == OTLP or source.startswith(OTLP + _OTLP_TENANT):
         from warehouse.sources.otlp import parse_otlp_lines
 
-        return lambda raw, _line_no, _sha, ndjson=None: parse_otlp_lines(raw)
-    raise ValueError(f"unknown ODS source {source!r}: expected jsonl, otlp-json or mapping:<name>@<hash>")
+        tenant = source.partition(_OTLP_TENANT)[2] or None
+        return lambda raw, _line_no, _sha, ndjson=None: parse_otlp_lines(raw, tenant=tenant)
+    raise ValueError(f"unknown ODS source {source!r}: expected jsonl, otlp-json[;tenant=<id>] or "
+                     "mapping:<name>@<hash>")
+
+
+def otlp_source(tenant: str | None) -> str:
+    """The ``source`` of OTLP lines whose spans without a tenant belong to ``tenant``."""
+    return OTLP if tenant is None else f"{OTLP}{_OTLP_TENANT}{tenant}"
+
+
+def otlp_signal(head: bytes) -> str | None:
+    """``traces``, ``metrics`` or ``logs`` when ``head`` (a file's first bytes) starts an OTLP
+    JSON export of that signal; None otherwise."""
+    found = _SIGNAL.match(head)
+    if found is None:
+        return None
+    key = found.group(1).lower().replace(b"_", b"")
+    return {b"resourcespans": "traces", b"resourcemetrics": "metrics", b"resourcelogs": "logs"}[key]
 
 
 def kind_of(path: Path) -> Kind:

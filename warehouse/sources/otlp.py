@@ -25,13 +25,16 @@ retry_of                ``gen_ai.request.retry_of`` *(custom)*
 attempt                 ``gen_ai.request.attempt`` *(custom)*; else ``http.request.resend_count`` + 1
 ts                      startTimeUnixNano → RFC 3339 UTC, microseconds (``…T02:00:00.123456+00:00``)
 duration_ms             (endTimeUnixNano − startTimeUnixNano) / 1e6, exact decimal text
-ttft_ms                 ``gen_ai.server.time_to_first_token``, ``gen_ai.latency.time_to_first_token`` (vLLM);
-                        seconds → ms
+ttft_ms                 ``gen_ai.response.time_to_first_chunk`` (client), ``gen_ai.server.time_to_first_token``,
+                        ``gen_ai.latency.time_to_first_token`` (vLLM); seconds → ms
 queue_ms                ``gen_ai.latency.time_in_queue`` (vLLM), seconds → ms
 preprocess_ms           ``gen_ai.latency.time_in_preprocess`` *(custom)*, seconds → ms
 inference_ms            ``gen_ai.latency.time_in_model_inference`` (vLLM), seconds → ms
 postprocess_ms          ``gen_ai.latency.time_in_postprocess`` *(custom)*, seconds → ms
-tenant_id               ``tenant.id`` *(custom)*
+tenant_id               ``strata.tenant_id`` on the *resource* only (what ``strata collect`` stamps from the
+                        receiver token: a client cannot override it), ``tenant.id`` *(custom)*; else the
+                        source's tenant (``strata ingest --tenant``, ``STRATA_DEFAULT_TENANT``); else the
+                        resource's ``service.name``; else null (DWD quarantines it as ``tenant_id.required``)
 user_id                 ``user.id``, ``enduser.id`` (deprecated semconv)
 api_key_id              ``api_key.id`` *(custom)*
 operation               ``gen_ai.operation.name`` (``text_completion`` → ``completion``, others as written)
@@ -46,15 +49,45 @@ output_tokens           ``gen_ai.usage.output_tokens``, ``gen_ai.usage.completio
 cached_input_tokens     ``gen_ai.usage.cache_read.input_tokens``, ``gen_ai.usage.cache_read_input_tokens``,
                         ``gen_ai.usage.input_tokens.cached``, ``gen_ai.usage.cached_tokens`` (vLLM)
 batch_size              ``gen_ai.server.batch_size`` *(custom)*
-status_code             ``http.response.status_code``, ``http.status_code``; else span status:
-                        unset/OK → ``200``, ERROR → ``500``
-error_type              ``error.type``
+status_code             ``http.response.status_code``, ``http.status_code``; else for a span with status
+                        ERROR: the ``Error code: NNN`` of its status message, else the status the error
+                        class stands for (table below), else null; unset/OK → ``200``
+error_type              ``error.type`` in the contract's vocabulary (table below); a name the table does not
+                        know is kept (``<class 'x.Y'>`` and ``x.Y`` written ``Y``); an ERROR span without
+                        one: the status's word, else ``_OTHER``
 finish_reason           first element of ``gen_ai.response.finish_reasons``
 cache_hit               ``gen_ai.response.cache_hit`` *(custom)*, ``true``/``false``
 attributes              JSON object (string → string) of the span's own attributes whose value
                         no field above carries (an unused alias, a seconds value that is not a
-                        number, a multi-element ``finish_reasons`` stay); null when none remain
+                        number, a multi-element ``finish_reasons``, ``gen_ai.conversation.id``,
+                        ``gen_ai.usage.reasoning.output_tokens`` stay), plus ``otel.parent_span_id``
+                        and (when request_id is not the span id) ``otel.span_id``, lower-case hex,
+                        which put a workflow's calls back in order; null when none remain
 ======================  =========================================================
+
+Errors of a failed call (``error.type`` as the OpenAI and Anthropic SDKs' instrumentations write
+it: the exception's class name; an HTTP status as text is read as that status):
+
+==============================================  ======  ====================
+error class                                     status  error_type
+==============================================  ======  ====================
+``BadRequestError``                             400     ``invalid_request``
+``AuthenticationError``                         401     ``authentication``
+``PermissionDeniedError``                       403     ``permission_denied``
+``NotFoundError``                               404     ``not_found``
+``ConflictError``                               409     ``conflict``
+``UnprocessableEntityError``                    422     ``invalid_request``
+``RateLimitError``                              429     ``rate_limited``
+``InternalServerError``                         500     ``upstream_error``
+``APITimeoutError``, ``TimeoutError``           —       ``timeout``
+``APIConnectionError``, ``ConnectError``        —       ``connection_error``
+==============================================  ======  ====================
+
+"—": no HTTP answer came, so the status is null (unless the span states one). A status known
+(from the span or its message) also names the error when the class is unknown to the table:
+400/422 ``invalid_request``, 401, 403, 404, 409 as above, 408/504 ``timeout``, 429 ``rate_limited``,
+other 5xx ``upstream_error``; an unknown class with no status keeps its name and a null status,
+never a guessed one.
 
 Attribute values become text as follows: ``stringValue``/``bytesValue`` as written,
 ``intValue`` and ``doubleValue`` as their decimal text (the JSON literal as written),
@@ -118,7 +151,8 @@ _KEYS: dict[str, tuple[str, ...]] = {
 }
 # Canonical millisecond field → attribute keys holding seconds.
 _SECONDS_KEYS: dict[str, tuple[str, ...]] = {
-    "ttft_ms": ("gen_ai.server.time_to_first_token", "gen_ai.latency.time_to_first_token"),
+    "ttft_ms": ("gen_ai.response.time_to_first_chunk", "gen_ai.server.time_to_first_token",
+                "gen_ai.latency.time_to_first_token"),
     "queue_ms": ("gen_ai.latency.time_in_queue",),
     "preprocess_ms": ("gen_ai.latency.time_in_preprocess",),
     "inference_ms": ("gen_ai.latency.time_in_model_inference",),
@@ -133,7 +167,22 @@ _REQUEST_MODEL = "gen_ai.request.model"
 _RESPONSE_MODEL = "gen_ai.response.model"
 _MODEL_VERSION = "model.version"
 _FINISH_REASONS = "gen_ai.response.finish_reasons"
+_RECEIVER_TENANT = "strata.tenant_id"
+_SERVICE_NAME = "service.name"
 _STATUS_ERROR = {2, "2", "STATUS_CODE_ERROR"}
+_ERROR_CODE = re.compile(r"Error code: ([1-5][0-9]{2})\b")
+_CLASS_NAME = re.compile(r"^<class '([^']+)'>$")
+#: Error class → (HTTP status it stands for, error_type); see the module docstring.
+ERROR_CLASSES: dict[str, tuple[int | None, str]] = {
+    "BadRequestError": (400, "invalid_request"), "AuthenticationError": (401, "authentication"),
+    "PermissionDeniedError": (403, "permission_denied"), "NotFoundError": (404, "not_found"),
+    "ConflictError": (409, "conflict"), "UnprocessableEntityError": (422, "invalid_request"),
+    "RateLimitError": (429, "rate_limited"), "InternalServerError": (500, "upstream_error"),
+    "APITimeoutError": (None, "timeout"), "TimeoutError": (None, "timeout"),
+    "APIConnectionError": (None, "connection_error"), "ConnectError": (None, "connection_error"),
+}
+_STATUS_ERRORS = {400: "invalid_request", 401: "authentication", 403: "permission_denied", 404: "not_found",
+                  408: "timeout", 409: "conflict", 422: "invalid_request", 429: "rate_limited", 504: "timeout"}
 _STATUS_NOT_ERROR = {0, 1, "0", "1", "STATUS_CODE_UNSET", "STATUS_CODE_OK"}
 
 _COLUMNS: tuple[str, ...] = ("parse_error", *REQUEST_FIELDS)
@@ -351,11 +400,54 @@ def _finish_reason(look: _Lookup) -> str | None:
     return _text(items[0], f"{where}[0]") if items else None
 
 
-def _span_row(span: dict[str, Any], look: _Lookup) -> dict[str, str | None]:
+def _error_name(text: str) -> str:
+    """``<class 'openai.RateLimitError'>`` and ``openai.RateLimitError`` → ``RateLimitError``."""
+    found = _CLASS_NAME.match(text)
+    return (found.group(1) if found else text).rsplit(".", 1)[-1]
+
+
+def _status_and_error(span: dict[str, Any], look: _Lookup, error: str | None) -> tuple[str | None, str | None]:
+    """``status_code`` and ``error_type`` of a span (the error table of the module docstring)."""
+    status = look.first(_STATUS_KEYS)
+    span_status = _message(_get(span, "status"), f"{look.where}.status")
+    code = _get(span_status, "code")
+    if not isinstance(code, (int, str)):
+        code = None if code is None else "?"
+    failed = code in _STATUS_ERROR
+    if error is not None and error.isdigit() and len(error) == 3:
+        status = status or error  # error.type may be the HTTP status itself
+        error = None
+    known = ERROR_CLASSES.get(_error_name(error)) if error is not None else None
+    if status is None and failed:
+        message = _get(span_status, "message")
+        found = _ERROR_CODE.search(message) if isinstance(message, str) else None
+        if found:
+            status = found.group(1)
+        elif known is not None and known[0] is not None:
+            status = str(known[0])
+    elif status is None and (code is None or code in _STATUS_NOT_ERROR) and error is None:
+        status = "200"  # any other span status code: unknown, left null
+    number = int(status) if status is not None and status.isdigit() else None
+    if known is not None:
+        error = known[1]
+    elif error is not None:
+        error = _error_name(error)
+    elif failed or (number is not None and number >= 400):
+        error = _STATUS_ERRORS.get(number or 0) or ("upstream_error" if number and number >= 500 else "_OTHER")
+    return status, error
+
+
+def _span_row(span: dict[str, Any], look: _Lookup, resource: dict[str, Any],
+              tenant: str | None) -> dict[str, str | None]:
     row: dict[str, str | None] = dict.fromkeys(_COLUMNS)
     errors: list[str] = []
     for field, keys in _KEYS.items():
         row[field] = look.first(keys)
+    receiver = resource.get(_RECEIVER_TENANT)
+    receiver_tenant = None if receiver is None else _text(receiver, f"resource.{_RECEIVER_TENANT}")
+    service = resource.get(_SERVICE_NAME)
+    row["tenant_id"] = (receiver_tenant or row["tenant_id"] or tenant
+                        or (None if service is None else _text(service, f"resource.{_SERVICE_NAME}")))
     for field, keys in _SECONDS_KEYS.items():
         for key in keys:
             seconds = look.text(key)
@@ -402,18 +494,14 @@ def _span_row(span: dict[str, Any], look: _Lookup) -> dict[str, str | None]:
         row["model_version"] = look.first((_MODEL_VERSION,))
     row["finish_reason"] = _finish_reason(look)
 
-    row["status_code"] = look.first(_STATUS_KEYS)
-    if row["status_code"] is None:
-        code = _get(_message(_get(span, "status"), f"{look.where}.status"), "code")
-        if not isinstance(code, (int, str)):
-            code = None if code is None else "?"
-        if code is None or code in _STATUS_NOT_ERROR:
-            row["status_code"] = "200"
-        elif code in _STATUS_ERROR:
-            row["status_code"] = "500"  # any other code: unknown, left null
+    row["status_code"], row["error_type"] = _status_and_error(span, look, row["error_type"])
 
     rest = {k: _text(v, f"{look.where}.{k}") for k, v in look.span.items() if k not in look.used}
     rest = {k: v for k, v in rest.items() if v is not None}
+    for key, field_name in (("otel.span_id", "spanId"), ("otel.parent_span_id", "parentSpanId")):
+        span_id = _hex_id(_get(span, field_name), 8)
+        if span_id is not None and span_id != row["request_id"]:  # the request id is the span id when
+            rest[key] = span_id                                     # the span names no response id
     row["attributes"] = json.dumps(rest, ensure_ascii=False, separators=(",", ":")) if rest else None
     if errors:
         row["parse_error"] = "invalid span: " + "; ".join(errors)
@@ -426,7 +514,7 @@ def _scope_spans(resource_spans: dict[str, Any], where: str) -> list[Any]:
     return _list(resource_spans, "instrumentationLibrarySpans", where)
 
 
-def _document_rows(doc: Any) -> list[dict[str, str | None]]:
+def _document_rows(doc: Any, tenant: str | None) -> list[dict[str, str | None]]:
     if not isinstance(doc, dict) or not isinstance(_get(doc, "resourceSpans"), list):
         raise _NotOTLP()
     rows = []
@@ -444,7 +532,7 @@ def _document_rows(doc: Any) -> list[dict[str, str | None]]:
                 span = _message(span, where_p)
                 attrs = _attributes(span, where_p)
                 if any(key.startswith("gen_ai.") for key in attrs):
-                    rows.append(_span_row(span, _Lookup(attrs, inherited, where_p)))
+                    rows.append(_span_row(span, _Lookup(attrs, inherited, where_p), resource, tenant))
     return rows
 
 
@@ -452,7 +540,7 @@ def _reject_constant(name: str) -> Any:
     raise _NotJSON(name)
 
 
-def _line_rows(line: bytes | None) -> list[dict[str, str | None]]:
+def _line_rows(line: bytes | None, tenant: str | None) -> list[dict[str, str | None]]:
     """The rows of one line (at least one)."""
     if line is None:
         return [_error_row("invalid JSON")]
@@ -466,7 +554,7 @@ def _line_rows(line: bytes | None) -> list[dict[str, str | None]]:
     except (ValueError, _NotJSON, RecursionError):
         return [_error_row("invalid JSON")]
     try:
-        rows = _document_rows(doc)
+        rows = _document_rows(doc, tenant)
     except _NotOTLP as e:
         return [_error_row("not an OTLP trace export" + (f": {e}" if str(e) else ""))]
     except RecursionError:
@@ -487,13 +575,14 @@ def _error_row(reason: str) -> dict[str, str | None]:
     return row
 
 
-def parse_otlp_lines(raw: pa.Array) -> pl.DataFrame:
+def parse_otlp_lines(raw: pa.Array, *, tenant: str | None = None) -> pl.DataFrame:
     """Spans of OTLP-JSON trace export lines mapped onto the canonical request fields.
 
     ``raw`` holds one export per element (binary, large_binary or string). The result has
     ``_line`` (index of the input line), ``parse_error`` and every canonical request field
     as text: one row per GenAI span, or one row with a ``parse_error`` for a line that
-    holds none (see the module docstring).
+    holds none (see the module docstring). ``tenant`` is the source's tenant, for spans
+    that name none.
     """
     if isinstance(raw, pa.ChunkedArray):
         raw = raw.combine_chunks()
@@ -502,7 +591,7 @@ def parse_otlp_lines(raw: pa.Array) -> pl.DataFrame:
     lines: list[int] = []
     columns: dict[str, list[str | None]] = {c: [] for c in _COLUMNS}
     for i, line in enumerate(raw.to_pylist()):
-        for row in _line_rows(line):
+        for row in _line_rows(line, tenant):
             lines.append(i)
             for c in _COLUMNS:
                 columns[c].append(row[c])

@@ -198,6 +198,14 @@ def read_frame(
     return frame
 
 
+def present_columns(settings: Settings, table: Table, columns: Sequence[str]) -> list[str]:
+    """Those of ``columns`` the table has (a column a compatible contract change added may be
+    missing from a table written before it)."""
+    delta = open_table(settings, table)
+    names = set() if delta is None else {f.name for f in delta.schema().fields}
+    return [c for c in columns if c in names]
+
+
 def _comparison(column: str, op: str, value: object) -> pc.Expression:
     field = pc.field(column)
     if op == "in":
