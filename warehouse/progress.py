@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, TypeAlias
 
-Progress = Callable[[str, int, int], None]
+Progress: TypeAlias = Callable[[str, int, int], None]
 """``progress(what, done, total)``, called as work advances: ``what`` names the table or
 file being worked on, ``done`` and ``total`` count rows, lines or files."""
