@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from warehouse.settings import Settings
 
@@ -212,6 +212,6 @@ def summarize_scores(settings: Settings, day: dt.date, *, name: str = "user_risk
                                            "values_written": online.counts["values_written"]}, {}, row)
 
 
-Step: TypeAlias = Callable[..., StepResult]
+Step = Callable[..., StepResult]
 #: The layers of one day, in the order they are built: each step takes (settings, day, progress=…).
 DAILY: tuple[Step, ...] = (build_dwd, build_dws, materialize, check_consistency, build_ads)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Callable, TypeAlias
+from typing import Callable
 
-Progress: TypeAlias = Callable[[str, int, int], None]
+Progress = Callable[[str, int, int], None]
 """``progress(what, done, total)``, called as work advances: ``what`` names the table or
 file being worked on, ``done`` and ``total`` count rows, lines or files."""
