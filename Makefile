@@ -1,19 +1,22 @@
 # Two commands on a fresh machine with python3 (3.11+), make and git:
 #   make demo   set up, then run the whole pipeline on a small generated dataset
-#   make test   set up, then check the import layers and run the test suite (not the slow tests)
+#   make test   set up, then lint and run the test suite (not the slow tests)
 #   make test-all   the same with the slow tests
+#   make lint   the import layers and the type checker (mypy; its cache lives under the user's cache folder)
 # Setup happens once; a second run skips it unless pyproject.toml or uv.lock changed.
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.strata-installed
+# Where Strata keeps derived files (warehouse.settings: STRATA_CACHE_DIR, else XDG_CACHE_HOME/strata).
+CACHE  := $(or $(STRATA_CACHE_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/strata)
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export UV_PYTHON_DOWNLOADS := never
 export UV_COMPILE_BYTECODE := 1
 export UV_LINK_MODE := copy
 
-.PHONY: setup demo test test-all bench bench-gpu clean
+.PHONY: setup demo lint test test-all bench bench-gpu clean
 
 setup: $(STAMP)
 
@@ -30,12 +33,14 @@ $(STAMP): $(BIN)/uv pyproject.toml uv.lock
 demo: setup
 	$(BIN)/strata demo
 
-test: setup
+lint: setup
 	$(BIN)/lint-imports
+	$(BIN)/mypy --cache-dir "$(CACHE)/mypy"
+
+test: lint
 	$(BIN)/python -m pytest -q -m "not slow" --durations=15
 
-test-all: setup
-	$(BIN)/lint-imports
+test-all: lint
 	$(BIN)/python -m pytest -q
 
 bench: setup

@@ -10,13 +10,13 @@ the path that keeps a GPU busy; on the CPU it costs nothing and is the same code
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
 
 from batch_inference.registry import ModelError
 
-Provider = Literal["auto", "cuda", "cpu"]
+Provider: TypeAlias = Literal["auto", "cuda", "cpu"]
 _CUDA, _CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 _WANTED: dict[str, list[str]] = {"auto": [_CUDA, _CPU], "cuda": [_CUDA, _CPU], "cpu": [_CPU]}
 

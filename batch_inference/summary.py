@@ -4,6 +4,7 @@ the share above the model's alert threshold, and the drift against the previous 
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -32,7 +33,7 @@ def _scores(settings: Settings, day: dt.date, name: str, version: str) -> np.nda
         ("event_date", "=", day), ("model_name", "=", name), ("model_version", "=", version)]).column(0).to_numpy()
 
 
-def summarize(settings: Settings, day: dt.date, name: str, version: str) -> dict[str, object]:
+def summarize(settings: Settings, day: dt.date, name: str, version: str) -> dict[str, Any]:
     """Write (replace) the day's summary row of one model version; returns it."""
     card = get(settings, name, version).card
     today = _scores(settings, day, name, version)

@@ -62,7 +62,7 @@ con = connect()
 con.execute(f"SET temp_directory = '{sys.argv[2]}'")
 con.execute(f"CREATE VIEW requests AS SELECT * FROM read_parquet({files!r}, hive_partitioning = true)")
 t0 = time.perf_counter()
-rows = con.execute(baseline_sql(day)).fetch_arrow_table()
+rows = con.execute(baseline_sql(day)).to_arrow_table()
 seconds = time.perf_counter() - t0
 pq.write_table(rows, sys.argv[3])
 with open("/proc/self/status") as status:

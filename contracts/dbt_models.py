@@ -76,7 +76,7 @@ def check_dbt_models(
     a differing ``data_type``, a ``not_null`` constraint that disagrees with ``required``,
     and a contract written by dbt (``customProperties.writer``, the default for ADS) with no model.
     """
-    import yaml  # type: ignore[import-untyped]
+    import yaml
 
     from contracts.loader import all_contracts
 

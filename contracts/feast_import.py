@@ -38,7 +38,7 @@ def load_feast() -> ModuleType:
         import typeguard
 
         typechecked = typeguard.typechecked
-        typeguard.typechecked = _unchecked  # type: ignore[assignment]
+        typeguard.typechecked = _unchecked
         placeholders = _in_process_metrics()
         try:
             import feast

@@ -130,7 +130,7 @@ def read_contract(path: Path | str) -> Contract:
 
 def parse_contract(text: str, *, source: str = "<string>", path: Path | None = None) -> Contract:
     """Parse contract YAML ``text``; errors name ``source`` and the field."""
-    import yaml  # type: ignore[import-untyped]
+    import yaml
 
     try:
         raw = yaml.load(text, Loader=yaml.CSafeLoader)  # libyaml: several times the pure-Python loader

@@ -9,7 +9,7 @@ any other failure propagates, so the retries of :data:`DEFAULT_ARGS` apply.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, Mapping
 
 #: Every DAG's ``default_args``, so every task has one retry policy. What reaches a retry may pass
 #: on one (storage, a lock another writer holds, a commit conflict): two more tries, the first 1-2
@@ -23,7 +23,7 @@ DEFAULT_ARGS: dict[str, Any] = {
 }
 
 
-def run_step(name: str, context: dict[str, Any], **options: Any) -> dict[str, object]:
+def run_step(name: str, context: Mapping[str, Any], **options: Any) -> dict[str, object]:
     """Run pipeline step ``name`` for this task's data interval; its summary goes to XCom."""
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 

@@ -99,6 +99,7 @@ def check_view(settings: Settings, store: Any, source: Any, as_of: dt.datetime, 
     if not keys:
         return check
     online, times = reader(settings).read(View(name, key, tuple(features)), keys)
+    offline: pl.DataFrame | pl.Series
     if is_object_store(settings.lake_uri):
         offline = _offline_as_of(settings, source, keys, as_of)
     else:

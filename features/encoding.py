@@ -41,7 +41,7 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-def _fixed(values: np.ndarray, tag: int, valid: np.ndarray) -> list[bytes | None]:
+def _fixed(values: np.ndarray, tag: int, valid: np.ndarray) -> list[bytes]:
     width = values.dtype.itemsize + 1
     raw = np.empty((len(values), width), np.uint8)
     raw[:, 0] = tag
@@ -62,12 +62,13 @@ def values(column: pa.Array | pa.ChunkedArray, value_type: Any, *, texts: bool =
         valid = ~np.isnan(array)
         encoded = _fixed(array, _DOUBLE_TAG if kind.bit_width == 64 else _FLOAT_TAG, valid)
         if not texts:
-            return encoded, []  # type: ignore[return-value]
-        return encoded, [str(x) if ok else None for x, ok in zip(array.tolist(), valid.tolist())]  # type: ignore
+            return encoded, []
+        return encoded, [str(x) if ok else None for x, ok in zip(array.tolist(), valid.tolist())]
     if pa.types.is_integer(kind) and kind.bit_width in (32, 64) and pa.types.is_signed_integer(kind):
         tag = bytes([_INT64_TAG if kind.bit_width == 64 else _INT32_TAG])
         cache: dict[int, bytes] = {}
-        encoded, shown = [], []
+        encoded = []
+        shown: list[str | None] = []
         for x in column.to_pylist():
             if x is None:
                 encoded.append(b"")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, MutableMapping
+from typing import Any, Awaitable, Callable, MutableMapping, TypeAlias
 
 from contracts import load_feast
 
@@ -27,10 +27,10 @@ MAX_BODY_BYTES = 1 << 20
 MAX_ENTITIES = 1000
 _LOOKUP = "/get-online-features"
 
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
+Message: TypeAlias = MutableMapping[str, Any]
+Receive: TypeAlias = Callable[[], Awaitable[Message]]
+Send: TypeAlias = Callable[[Message], Awaitable[None]]
+ASGIApp: TypeAlias = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,9 @@ def lookup_problem(request: Any, catalog: Catalog, max_entities: int) -> tuple[i
         return 413, f"{count:,} entities in one request: at most {max_entities:,}"
     for key, values in entities.items():
         kind = catalog.key_types[key]
-        for value in values if kind is not None else ():
+        if kind is None:
+            continue
+        for value in values:
             if type(value) is not kind:  # exactly: a bool is no int
                 return 422, f"{key} takes {kind.__name__} values, not {json.dumps(value)[:60]}"
     return _features_problem(request, catalog, set(entities))
@@ -157,7 +159,8 @@ class _Guard:
 
 async def _read(receive: Receive, limit: int) -> bytes | None:
     """The whole request body, or None once it grows over ``limit`` bytes."""
-    chunks, size = [], 0
+    chunks: list[bytes] = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":

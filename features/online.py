@@ -165,7 +165,8 @@ class OnlineReader:
             for key in encoded:
                 pipe.hmget(key + PROJECT.encode(), fields)
             replies = pipe.execute()
-        rows, times = [], []
+        rows: list[list[Any] | None] = []
+        times: list[dt.datetime | None] = []
         for reply in replies:
             if reply[-1] is None:
                 rows.append(None)

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeAlias, cast
 
 import polars as pl
 
 from warehouse.settings import Settings
 from warehouse.storage.objectstore import is_object_store
 
-Engine = Literal["auto", "feast", "duckdb"]
+Engine: TypeAlias = Literal["auto", "feast", "duckdb"]
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def _as_of_join(settings: Settings, entity_rows: pl.DataFrame, uri: str, key: st
     rows = entity_rows.with_row_index("_row").with_columns(pl.col("event_timestamp").dt.convert_time_zone("UTC"))
     con.register("entity_rows", rows.to_arrow())
     times = rows.get_column("event_timestamp")
-    first, last = times.min() - ttl, times.max()  # type: ignore[operator]
+    first, last = cast(dt.datetime, times.min()) - ttl, cast(dt.datetime, times.max())
     kept = ", ".join(f'CASE WHEN f._ts > e.event_timestamp - to_microseconds({int(ttl / dt.timedelta(microseconds=1))}) '
                      f'THEN f."{c}" END AS "{c}"' for c in features)
     picked = ", ".join(f'"{c}"' for c in features)

@@ -16,14 +16,14 @@ import secrets
 import shutil
 from collections.abc import Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeAlias
 
 from warehouse.settings import Settings
 
 if TYPE_CHECKING:
-    from strata.orchestration.dag_runs import Run
+    from strata.orchestration.dag_runs import Run, RunReport
 
-Echo = Callable[[Any], None]
+Echo: TypeAlias = Callable[[Any], None]
 
 
 def demo_key(settings: Settings, echo: Echo) -> Settings:
@@ -107,11 +107,12 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
     day's DWD requests and duplicates match the generator's manifest and every DAG run succeeded."""
     from strata import lake_report
     from strata.console import progress
-    from strata.orchestration.dag_runs import RunReport, run_dags
+    from strata.orchestration.dag_runs import run_dags
     from warehouse.privacy import pseudonym
     from synthetic_workload import GENERATOR_VERSION, generate
 
-    params = {"days": days, "requests_per_day": requests_per_day, "seed": seed, "generator": GENERATOR_VERSION}
+    params: dict[str, int | str] = {"days": days, "requests_per_day": requests_per_day, "seed": seed,
+                                    "generator": GENERATOR_VERSION}
     settings = demo_key(demo_settings(settings, params, echo), echo)
     generated = settings.home / "generated"
     start = dt.date(2026, 1, 1)

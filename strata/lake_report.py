@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import Any, Callable
+from typing import Any, Callable, TypeAlias
 
 from rich.table import Table as RichTable
 
 from warehouse.settings import Settings
 
-Echo = Callable[[Any], None]
+Echo: TypeAlias = Callable[[Any], None]
 
 #: The analyst's first questions: (title, ADS table, columns to show (regex), column to sort by (regex)).
 ADS_ANSWERS = (

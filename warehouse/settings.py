@@ -14,9 +14,9 @@ import os
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import Literal, Mapping, TypeAlias
 
-OnlineStore = Literal["sqlite", "redis"]
+OnlineStore: TypeAlias = Literal["sqlite", "redis"]
 _SECRET_FIELDS = frozenset({"pseudonym_key", "s3_access_key_id", "s3_secret_access_key"})
 #: A tenant a source names for its records (``STRATA_DEFAULT_TENANT``, ``strata ingest --tenant``).
 TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")

@@ -145,9 +145,9 @@ class _Errors:
 
     def record(self, context: dict[str, Any]) -> None:
         ti, exc = context.get("ti"), context.get("exception")
-        name = getattr(ti, "task_id", "?")
-        if getattr(ti, "map_index", -1) >= 0:
-            name += f"[{ti.map_index}]"  # type: ignore[union-attr]
+        name, index = str(getattr(ti, "task_id", "?")), getattr(ti, "map_index", -1)
+        if index >= 0:
+            name += f"[{index}]"
         self.lines[name] = (" ".join(str(exc).split()) or type(exc).__name__) if exc else "failed"
 
     def pop_all(self) -> dict[str, str]:

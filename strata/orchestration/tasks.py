@@ -26,7 +26,7 @@ import dataclasses
 import datetime as dt
 import os
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeAlias
 
 from strata import pipeline
 from strata.pipeline import StepResult
@@ -34,11 +34,11 @@ from warehouse.errors import NotYet
 from warehouse.settings import ConfigError, Settings, load_settings
 
 #: A run's data interval, as Airflow gives it (timezone-aware).
-Interval = tuple[dt.datetime, dt.datetime]
+Interval: TypeAlias = tuple[dt.datetime, dt.datetime]
 #: A step's arguments after the settings: positional, then keyword.
-Arguments = tuple[tuple[Any, ...], dict[str, Any]]
+Arguments: TypeAlias = tuple[tuple[Any, ...], dict[str, Any]]
 #: What a step takes from its run: its arguments, from the settings and the run's data interval.
-Given = Callable[[Settings, Interval], Arguments]
+Given: TypeAlias = Callable[[Settings, Interval], Arguments]
 
 
 class Skip(Exception):

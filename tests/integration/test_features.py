@@ -253,8 +253,9 @@ def test_forget_removes_the_users_online_rows(world: dict) -> None:
 
 
 def _serve(port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([str(Path(sys.executable).parent / "strata"), "features", "serve", "--port", str(port)],
-                            env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    with log.open("ab") as out:  # the server holds its own copy
+        return subprocess.Popen([str(Path(sys.executable).parent / "strata"), "features", "serve", "--port",
+                                 str(port)], env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
 def _call(port: int, method: str, path: str, body: Any = None) -> tuple[int, str]:

@@ -66,7 +66,7 @@ def _reference(contract: Contract, column: str, to: Any) -> tuple[str, str]:
 
 def render() -> str:
     """The whole ``_marts__models.yml`` text."""
-    import yaml  # type: ignore[import-untyped]
+    import yaml
 
     class Indented(yaml.SafeDumper):
         def increase_indent(self, flow: bool = False, indentless: bool = False) -> Any:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, TypeAlias
 
 import polars as pl
 
@@ -44,7 +44,7 @@ _MALFORMED_RULES = [
 #: columns are the target's own).
 _CARRIED = ["raw_line", "ingested_at"]
 
-ParserFor = Callable[[str, Kind], Parser]
+ParserFor: TypeAlias = Callable[[str, Kind], Parser]
 """(ODS ``source``, kind) → the parser of lines landed so (already passed ODS's line checks)."""
 
 

@@ -21,7 +21,7 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Iterator, Literal, TypeAlias
 
 import numpy as np
 import polars as pl
@@ -40,7 +40,7 @@ from warehouse.storage import lake, locks
 from warehouse.storage.publish import keeps_every_row, publish
 from warehouse.tables import OPS_LANDED_FILES, Table
 
-Format = Literal["auto", "jsonl", "csv", "otlp-json"]
+Format: TypeAlias = Literal["auto", "jsonl", "csv", "otlp-json"]
 #: Lines parsed and written per batch: bounds memory however large a file is.
 CHUNK_LINES = 100_000
 
@@ -215,7 +215,8 @@ class _Landing:
     def land(self, table: Table, found: list[_Found]) -> None:
         hashes = [f.sha256 for f in found]
         # Each file is checked and landed under its own lock; a re-landing replaces rows across the table.
-        write = [(table, None)] if self.reland else [(table, {"file_sha256": sha}) for sha in hashes]
+        write: list[tuple[Table, dict[str, object] | None]] = (
+            [(table, None)] if self.reland else [(table, {"file_sha256": sha}) for sha in hashes])
         with locks.hold(self.settings, write=write, read=[OPS_LANDED_FILES]):
             ledger.reconcile(self.settings, table, hashes)  # a crash between the ODS and ledger commits
             seen = {row["file_sha256"]: row for row in ledger.seen_files(self.settings, table, hashes).iter_rows(

@@ -44,12 +44,16 @@ def _landed(settings: Settings, files: Sequence[Path], batch: str | None) -> pl.
         if found.is_empty():
             raise LookupError(f"no file was landed by batch {batch!r} (`strata landed` lists the batches)")
         return found
-    hits, unknown = [], []
+    hits: list[pl.DataFrame] = []
+    unknown: list[str] = []
     for path in files:
         # The file as it is now (its content), or as it was landed (its path: it may be gone).
         sha = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
         hit = rows.filter((pl.col("source_file") == str(path.expanduser().resolve())) | (pl.col("file_sha256") == sha))
-        (hits if hit.height else unknown).append(hit if hit.height else str(path))
+        if hit.height:
+            hits.append(hit)
+        else:
+            unknown.append(str(path))
     if unknown:
         raise LookupError(f"never landed: {', '.join(unknown)} (`strata landed` lists what was)")
     return pl.concat(hits).unique(["file_sha256", "table_name"])

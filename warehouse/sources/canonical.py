@@ -7,9 +7,9 @@ reported with the rule it broke rather than lost in a parser.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, TypeAlias
 
-Kind = Literal["requests", "feedback"]
+Kind: TypeAlias = Literal["requests", "feedback"]
 
 REQUEST_FIELDS: tuple[str, ...] = (
     "request_id", "trace_id", "retry_of", "attempt", "ts", "duration_ms", "ttft_ms", "queue_ms",

@@ -15,7 +15,7 @@ import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 import polars as pl
@@ -25,11 +25,14 @@ import pyarrow.compute as pc
 from warehouse.storage.duck import SCRATCH_THREADS, scratch
 from warehouse.sources.canonical import MAX_LINE_BYTES
 
+if TYPE_CHECKING:
+    from duckdb import DuckDBPyConnection
+
 #: Bytes DuckDB's NDJSON reader treats as an empty line (it yields no row for one).
 _BLANK = b" \t\n\v\f\r"
 
 
-def _checked(con, raw: pa.Array, fields: Sequence[str]) -> pl.DataFrame:
+def _checked(con: DuckDBPyConnection, raw: pa.Array, fields: Sequence[str]) -> pl.DataFrame:
     """``i`` (the line's position), ``parse_error`` per line, and ``v`` (the fields' text)."""
     con.register("lines", pa.table({"raw": raw}))
     try:
@@ -90,7 +93,8 @@ def _files(folder: Path, *parts: pa.Buffer | memoryview | bytes) -> Iterator[lis
             os.unlink(path)
 
 
-def _read(con, paths: list[str], fields: Sequence[str], *, lenient: bool, largest: int) -> pl.DataFrame:
+def _read(con: DuckDBPyConnection, paths: list[str], fields: Sequence[str], *, lenient: bool,
+          largest: int) -> pl.DataFrame:
     """The fields (as text) of every JSON document in the files, in order."""
     columns = "{" + ", ".join(f"'{f}': 'VARCHAR'" for f in fields) + "}"
     fmt = "newline_delimited" if lenient else "unstructured"
@@ -100,7 +104,8 @@ def _read(con, paths: list[str], fields: Sequence[str], *, lenient: bool, larges
                     """).pl()
 
 
-def _read_objects(con, lines: pa.Array, fields: Sequence[str], folder: Path) -> pl.DataFrame | None:
+def _read_objects(con: DuckDBPyConnection, lines: pa.Array, fields: Sequence[str],
+                  folder: Path) -> pl.DataFrame | None:
     """Fields of lines that are all JSON objects, read from their bytes as they lie in memory
     (objects delimit themselves); None when the reader refused them or did not line up."""
     offsets, data = _contiguous(lines)
@@ -128,8 +133,8 @@ def _blank(offsets: np.ndarray, data: pa.Buffer) -> np.ndarray:
     return blank
 
 
-def _read_lines(con, raw: pa.Array, fields: Sequence[str], ndjson: pa.Buffer | memoryview | bytes | None,
-                folder: Path) -> pl.DataFrame | None:
+def _read_lines(con: DuckDBPyConnection, raw: pa.Array, fields: Sequence[str],
+                ndjson: pa.Buffer | memoryview | bytes | None, folder: Path) -> pl.DataFrame | None:
     """Every line's parse error and fields via the NDJSON reader; None if it did not line up."""
     n = len(raw)
     offsets, data = _contiguous(raw)
@@ -191,7 +196,7 @@ def parse_json_lines(
     return read if read is not None else _by_path(con, raw, fields)
 
 
-def _lines_up(con, lines: pa.Array, read: pl.DataFrame, fields: Sequence[str]) -> bool:
+def _lines_up(con: DuckDBPyConnection, lines: pa.Array, read: pl.DataFrame, fields: Sequence[str]) -> bool:
     """Whether the reader's rows are the given lines in order (checked on an even sample of ids)."""
     if read.height != len(lines):
         return False
@@ -203,7 +208,7 @@ def _lines_up(con, lines: pa.Array, read: pl.DataFrame, fields: Sequence[str]) -
     return expect.get_column("v").list.get(0).equals(read.get_column("request_id").gather_every(step))
 
 
-def _by_path(con, raw: pa.Array, fields: Sequence[str]) -> pl.DataFrame:
+def _by_path(con: DuckDBPyConnection, raw: pa.Array, fields: Sequence[str]) -> pl.DataFrame:
     """Every field extracted path by path in the checking pass (few lines, or the fallback)."""
     checked = _checked(con, raw, fields)
     ok = pl.col("parse_error").is_null()

@@ -29,7 +29,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import polars as pl
 import pyarrow as pa
-import yaml  # type: ignore[import-untyped]
+import yaml
 
 from warehouse.sources.canonical import MAX_LINE_BYTES, Kind, fields_for
 from warehouse.sources.jsonl import parse_json_lines
@@ -139,8 +139,7 @@ def parse_mapping(text: str, origin: str = "<mapping>") -> Mapping:
         value = doc.get(key) or {}
         if not isinstance(value, dict):
             raise fail(key, "must be an object")
-        unknown = sorted(map(str, set(value) - known)) if known is not None else []
-        if unknown:
+        if known is not None and (unknown := sorted(map(str, set(value) - known))):
             raise fail(key, f"unknown key(s) {unknown} (known: {sorted(known)})")
         return value
 
@@ -214,7 +213,7 @@ def parse_mapping(text: str, origin: str = "<mapping>") -> Mapping:
     elif csv_opts:
         raise fail("csv", "applies to format: csv only")
     return Mapping(
-        name=name, kind=kind, format=fmt, fields=fields_, constants=constants,  # type: ignore[arg-type]
+        name=name, kind=kind, format=fmt, fields=fields_, constants=constants,
         csv_columns=columns, csv_header=header, csv_delimiter=delimiter,
         ts_format=ts_format, ts_timezone=timezone, ts_unit=ts.get("unit"), ts_epoch_offset_s=float(offset),
         derive_request_id=request_id == "derive", text=text,

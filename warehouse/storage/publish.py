@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Literal, Sequence, TypeVar
+from typing import Callable, Iterable, Iterator, Literal, Mapping, Sequence, TypeAlias, TypeVar
 
 import numpy as np
 import polars as pl
@@ -58,7 +58,7 @@ class Tally:
         return sum(r.height for r in self.rejected)
 
 
-Invariant = Callable[[Tally], "InvariantFailure | None"]
+Invariant: TypeAlias = Callable[[Tally], "InvariantFailure | None"]
 
 
 def keeps_every_row(rule: str) -> Invariant:
@@ -184,10 +184,10 @@ class _Sample:
         return pa.concat_tables(self.parts) if self.parts else schema.empty_table()
 
 
-Piece = pl.DataFrame | pa.Table | pa.RecordBatch
+Piece: TypeAlias = pl.DataFrame | pa.Table | pa.RecordBatch
 #: What :func:`publish` takes: one piece, or a stream of pieces (polars frames, or Arrow
 #: tables and record batches as DuckDB, dbt and ONNX Runtime produce them).
-Data = Piece | Iterable[Piece]
+Data: TypeAlias = Piece | Iterable[Piece]
 
 
 def _pieces(data: Data) -> Iterable[Piece]:
@@ -215,7 +215,7 @@ def publish(
     table: Table,
     data: Data,
     *,
-    partitions: Sequence[dict[str, object]] = (),
+    partitions: Sequence[Mapping[str, object]] = (),
     mode: Literal["replace_partitions", "append", "overwrite"] = "replace_partitions",
     invariants: Sequence[Invariant] = (),
     now: dt.datetime | None = None,
@@ -305,7 +305,7 @@ def publish(
 
 
 def republish(settings: Settings, table: Table, change: Callable[[pl.DataFrame], pl.DataFrame],
-              partitions: Sequence[dict[str, object]] = ()) -> tuple[int, int]:
+              partitions: Sequence[Mapping[str, object]] = ()) -> tuple[int, int]:
     """Rewrite ``partitions`` of ``table`` (the whole table when none are named) through
     ``change``, one batch of its current rows at a time, as one commit; (rows before, after).
 
