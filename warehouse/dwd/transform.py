@@ -87,8 +87,9 @@ def parse_rows(ods: pl.DataFrame, kind: Kind, parser_for: ParserFor) -> pl.DataF
         parts.append(joined.with_columns(request_id=pl.coalesce("request_id", "ods_request_id"),
                                          _ods_keyed=pl.col("ods_request_id").is_not_null()).select(columns))
     if not parts:
-        types = {"raw_line": pl.Binary, "_repeat": pl.Boolean, "_ods_keyed": pl.Boolean, "_line_date": pl.Date,
-                 "_line_dates": pl.List(pl.Date)}
+        types: dict[str, pl.DataType | type[pl.DataType]] = {
+            "raw_line": pl.Binary, "_repeat": pl.Boolean, "_ods_keyed": pl.Boolean, "_line_date": pl.Date,
+            "_line_dates": pl.List(pl.Date)}
         return pl.DataFrame(schema={c: types.get(c, pl.String) for c in columns})
     return pl.concat(parts).select(columns)
 
