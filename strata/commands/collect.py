@@ -27,4 +27,3 @@ def collect_cmd(
     out.print(f"strata collect: OTLP/HTTP traces on {scheme}://{collect.host}:{collect.port}/v1/traces → "
               f"{settings.landing_dir / 'otlp'}" + (" (bearer tokens required)" if collect.tokens_file else ""))
     serve(settings, collect)
-    out.print("strata collect: stopped; every accepted span is in the landing zone")
