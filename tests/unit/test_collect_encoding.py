@@ -103,3 +103,41 @@ def test_collect_settings_defaults_and_errors() -> None:
         load_collect_settings({"STRATA_COLLECT_TLS_CERT": "/x.pem"})
     with pytest.raises(ConfigError, match="STRATA_COLLECT_PORT"):
         load_collect_settings({"STRATA_COLLECT_PORT": "70000"})
+
+
+def test_the_conversion_writes_what_protobufs_json_mapping_writes_but_with_hex_ids() -> None:
+    """Every kind of field the trace protos have, against ``json_format.MessageToDict`` as the reference."""
+    import base64
+
+    from google.protobuf.json_format import MessageToDict, ParseDict
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    values = [{"stringValue": "x"}, {"intValue": "-9007199254740993"}, {"doubleValue": 0.5}, {"doubleValue": "NaN"}, {"doubleValue": "-Infinity"}, {"boolValue": False},
+              {"bytesValue": base64.b64encode(b"\x00\xff").decode()}, {"intValue": "0"},
+              {"arrayValue": {"values": [{"stringValue": "a"}, {"doubleValue": 1e300}]}}, {"arrayValue": {}},
+              {"kvlistValue": {"values": [{"key": "k", "value": {"boolValue": True}}]}}, {}]
+    attributes = [{"key": f"a{i}", "value": v} for i, v in enumerate(values)]
+    b64 = base64.b64encode
+    request = ParseDict({"resourceSpans": [{
+        "resource": {"attributes": attributes, "droppedAttributesCount": 2}, "schemaUrl": "https://s",
+        "scopeSpans": [{"scope": {"name": "n", "version": "1", "attributes": attributes[:1]}, "schemaUrl": "u",
+                        "spans": [{"traceId": b64(TRACE_ID).decode(), "spanId": b64(SPAN_ID).decode(),
+                                   "parentSpanId": b64(SPAN_ID[::-1]).decode(), "traceState": "k=v",
+                                   "flags": 257, "name": "chat", "kind": 3, "startTimeUnixNano": "18446744073709551615",
+                                   "endTimeUnixNano": "1", "attributes": attributes, "droppedAttributesCount": 1,
+                                   "events": [{"timeUnixNano": "5", "name": "e", "attributes": attributes[:2]}],
+                                   "droppedEventsCount": 3,
+                                   "links": [{"traceId": b64(TRACE_ID).decode(), "spanId": b64(SPAN_ID).decode(),
+                                              "traceState": "t", "flags": 1}],
+                                   "status": {"code": 2, "message": "boom"}},
+                                  {"name": "empty"}]}]}]}, ExportTraceServiceRequest())
+    expected = MessageToDict(request, use_integers_for_enums=True)
+    for span in expected["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+        for obj in [span, *span.get("links", ())]:
+            for key in ("traceId", "spanId", "parentSpanId"):
+                if key in obj:
+                    obj[key] = base64.b64decode(obj[key]).hex()
+    decoded = decode(request.SerializeToString(), PROTOBUF, tenant=None)
+    line = json.loads(decoded.line)
+    line["resourceSpans"][0]["resource"]["attributes"].pop()  # the conversion mark
+    assert line == expected
