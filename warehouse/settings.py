@@ -177,6 +177,8 @@ class CollectSettings:
     tokens_file: Path | None
     tls_cert: Path | None
     tls_key: Path | None
+    #: Processes serving the port; protobuf → JSON is CPU-bound, so one per spare core.
+    workers: int = 1
 
 
 def _optional_path(env: Mapping[str, str], name: str) -> Path | None:
@@ -210,4 +212,5 @@ def load_collect_settings(env: Mapping[str, str] | None = None) -> CollectSettin
         tokens_file=_optional_path(env, "STRATA_COLLECT_TOKENS_FILE"),
         tls_cert=cert,
         tls_key=key,
+        workers=_positive(env, "STRATA_COLLECT_WORKERS", "1"),
     )

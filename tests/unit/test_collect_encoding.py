@@ -112,7 +112,7 @@ def test_the_conversion_writes_what_protobufs_json_mapping_writes_but_with_hex_i
     from google.protobuf.json_format import MessageToDict, ParseDict
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    values = [{"stringValue": "x"}, {"intValue": "-9007199254740993"}, {"doubleValue": 0.5}, {"doubleValue": "NaN"}, {"doubleValue": "-Infinity"}, {"boolValue": False},
+    values = [{"stringValue": "x"}, {"stringValue": ""}, {"intValue": "-9007199254740993"}, {"doubleValue": 0.5}, {"doubleValue": "NaN"}, {"doubleValue": "-Infinity"}, {"boolValue": False},
               {"bytesValue": base64.b64encode(b"\x00\xff").decode()}, {"intValue": "0"},
               {"arrayValue": {"values": [{"stringValue": "a"}, {"doubleValue": 1e300}]}}, {"arrayValue": {}},
               {"kvlistValue": {"values": [{"key": "k", "value": {"boolValue": True}}]}}, {}]
@@ -141,3 +141,12 @@ def test_the_conversion_writes_what_protobufs_json_mapping_writes_but_with_hex_i
     line = json.loads(decoded.line)
     line["resourceSpans"][0]["resource"]["attributes"].pop()  # the conversion mark
     assert line == expected
+
+
+def test_the_written_out_key_value_covers_every_field_of_the_installed_protos() -> None:
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+    from warehouse.sources.collector.encoding import KEY_VALUE_FIELDS
+
+    assert {f.name for f in KeyValue.DESCRIPTOR.fields} == KEY_VALUE_FIELDS
+    assert len(AnyValue.DESCRIPTOR.oneofs[0].fields) == len(AnyValue.DESCRIPTOR.fields)  # one lookup finds the value

@@ -191,14 +191,25 @@ def build_receiver(settings: Settings, collect: CollectSettings) -> Receiver:
     return Receiver(spool, collect.max_body_bytes, collect.spool_max_bytes, tokens)
 
 
+def receiver_from_env() -> Receiver:
+    """The receiver of the process environment's settings: what each uvicorn worker serves."""
+    from warehouse.settings import load_collect_settings, load_settings
+
+    return build_receiver(load_settings(), load_collect_settings())
+
+
 def serve(settings: Settings, collect: CollectSettings) -> None:
-    """Serve until SIGINT/SIGTERM, then answer what is in flight, land the open segment and return."""
+    """Serve until SIGINT/SIGTERM, then answer what is in flight, land the open segments and return.
+
+    With several workers each is its own process with its own spool segments (named by its
+    process id) and bounds; they share the port. The settings reach them through the environment.
+    """
     import uvicorn
 
-    receiver = build_receiver(settings, collect)
-    config = uvicorn.Config(
-        receiver, host=collect.host, port=collect.port, lifespan="on", log_level="warning", access_log=False,
-        server_header=False, limit_concurrency=CONNECTIONS, timeout_graceful_shutdown=30,
+    build_receiver(settings, collect)  # refuse bad files here, once, not in every worker
+    uvicorn.run(
+        f"{__name__}:receiver_from_env", factory=True, workers=collect.workers, host=collect.host,
+        port=collect.port, lifespan="on", log_level="warning", access_log=False, server_header=False,
+        limit_concurrency=CONNECTIONS, timeout_graceful_shutdown=30,
         ssl_certfile=str(collect.tls_cert) if collect.tls_cert else None,
         ssl_keyfile=str(collect.tls_key) if collect.tls_key else None)
-    uvicorn.Server(config).run()
