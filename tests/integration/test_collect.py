@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import http.client
+import ipaddress
 import json
 import os
 import signal
@@ -121,6 +122,10 @@ def test_the_answers_follow_otlp_http(strata_env: Path, tmp_path: Path) -> None:
         bomb = gzip.compress(b'{"resourceSpans":[], "pad": "' + b" " * (100 << 10) + b'"}')
         assert len(bomb) < 1024 and _post(url, bomb, **{"Content-Encoding": "gzip"}, **auth)[0] == 413
         assert _post(url, b" " * (65 << 10), **auth)[0] == 413
+        # gzip may come in several members (concatenated streams): all of them count
+        members = gzip.compress(b'{"resourceSpans": [') + gzip.compress(b"]}")
+        assert _post(url, members, **{"Content-Encoding": "gzip"}, **auth)[:3:2] == (200, b"{}")
+        assert _post(url, gzip.compress(body)[:-9], **{"Content-Encoding": "gzip"}, **auth)[0] == 400
         # a token's tenant: stamped on the resource; a span claiming another tenant is rejected
         other = otlp_export_line([{**_records("b", 1)[0], "tenant_id": "mallory"}])
         status, _, answer = _post(url, other, **auth)
@@ -206,3 +211,57 @@ def test_sigkill_loses_no_span_answered_200_and_a_resent_span_is_a_duplicate(str
     ids = pl.from_arrow(lake.read(settings, table("dwd.request"))).get_column("request_id")
     assert ids.len() == ids.n_unique() == 1200  # every span answered 200, once
     assert report.books.duplicates == len(stored) - 1200 >= 5
+
+
+def _self_signed(folder: Path) -> tuple[Path, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now - dt.timedelta(minutes=1)).not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    key_path.chmod(0o600)
+    return cert_path, key_path
+
+
+def test_the_cli_serves_https_with_tokens_and_refuses_a_tokens_file_others_can_read(strata_env: Path,
+                                                                                   tmp_path: Path) -> None:
+    import ssl
+    import subprocess
+    import sys
+
+    tokens = tmp_path / "tokens"
+    tokens.write_text("token-of-acme-0123456789 acme\n")
+    tokens.chmod(0o644)
+    refused = subprocess.run([sys.executable, "-m", "strata", "collect"], capture_output=True, text=True,
+                             env={**os.environ, "STRATA_COLLECT_TOKENS_FILE": str(tokens)})
+    assert refused.returncode == 1 and "chmod 600" in refused.stdout + refused.stderr
+    assert "token-of-acme" not in refused.stdout + refused.stderr
+    tokens.chmod(0o600)
+    cert, key = _self_signed(tmp_path)
+    port = free_port()
+    receiver = start_cli(port, {"STRATA_COLLECT_TOKENS_FILE": str(tokens), "STRATA_COLLECT_TLS_CERT": str(cert),
+                                "STRATA_COLLECT_TLS_KEY": str(key)}, tmp_path / "collect.log")
+    try:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=30,
+                                           context=ssl.create_default_context(cafile=str(cert)))
+        conn.request("POST", "/v1/traces", body=otlp_export_line([{**_records("tls", 1)[0], "tenant_id": None}]),
+                     headers={"Content-Type": "application/json", "Authorization": "Bearer token-of-acme-0123456789"})
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        receiver.send_signal(signal.SIGTERM)
+        receiver.wait(timeout=60)
+    [segment] = _landed(load_settings())
+    assert b'"strata.tenant_id","value":{"stringValue":"acme"}' in segment.read_bytes()

@@ -161,16 +161,24 @@ class Receiver:
             raise
 
     def _gunzip(self, data: bytes) -> bytes:
-        inflate = zlib.decompressobj(wbits=31)
-        try:
-            body = inflate.decompress(data, self.max_body_bytes + 1)
-        except zlib.error as exc:
-            raise BadData(f"the body is not valid gzip: {exc}") from None
-        if len(body) > self.max_body_bytes:
-            raise _Refused(413, f"the decompressed body is over the receiver's limit of {self.max_body_bytes} bytes")
-        if not inflate.eof:
-            raise BadData("the gzip body is truncated")
-        return body
+        """Inflate every gzip member of ``data``, refusing past the body limit without inflating further."""
+        parts: list[bytes] = []
+        size = 0
+        while data:
+            inflate = zlib.decompressobj(wbits=31)
+            try:
+                part = inflate.decompress(data, self.max_body_bytes + 1 - size)
+            except zlib.error as exc:
+                raise BadData(f"the body is not valid gzip: {exc}") from None
+            size += len(part)
+            if size > self.max_body_bytes:
+                raise _Refused(413, f"the decompressed body is over the receiver's limit of {self.max_body_bytes} "
+                                    "bytes")
+            if not inflate.eof:
+                raise BadData("the gzip body is truncated")
+            parts.append(part)
+            data = inflate.unused_data
+        return b"".join(parts)
 
 
 async def _answer(send: Send, status: int, content_type: str, body: bytes,

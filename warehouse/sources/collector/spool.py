@@ -89,7 +89,7 @@ class Spool:
         """Queue one line (no newline); the future is done once it is on disk."""
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
         if self._thread is None:
-            future.set_exception(RuntimeError("the spool is closed"))
+            future.set_exception(OSError("the spool is closed"))
             return future
         with self._lock:
             self._queued += len(line) + 1
