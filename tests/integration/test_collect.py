@@ -186,7 +186,8 @@ def test_sigkill_loses_no_span_answered_200_and_a_resent_span_is_a_duplicate(str
     receiver = start_cli(port, env, tmp_path / "collect.log")
     for sender in senders:
         sender.start()
-    while sum(sum(s.acked) for s in senders) < 40:
+    deadline = time.monotonic() + 60
+    while sum(sum(s.acked) for s in senders) < 40 and time.monotonic() < deadline:
         time.sleep(0.01)
     receiver.send_signal(signal.SIGKILL)
     receiver.wait()

@@ -69,6 +69,7 @@ class Receiver:
         while True:
             event = await receive()
             if event["type"] == "lifespan.startup":
+                decode(b"", PROTOBUF, None), export_response(PROTOBUF)  # import the protos before the first request
                 self.spool.start()
                 await send({"type": "lifespan.startup.complete"})
             elif event["type"] == "lifespan.shutdown":
