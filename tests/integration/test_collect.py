@@ -146,6 +146,7 @@ def test_a_restarted_receiver_lands_what_a_killed_one_left_cut_to_whole_lines(st
     spool.mkdir(parents=True)
     (spool / "collect-gone-1-deadbeef-000001.otlp.jsonl").write_bytes(b'{"resourceSpans":[]}\n{"resourceSp')
     (spool / "collect-gone-1-deadbeef-000002.otlp.jsonl").write_bytes(b'{"resou')  # nothing acknowledged
+    (spool / "collect-gone-1-deadbeef-000003.otlp.jsonl.new").write_bytes(b"")  # created, never named
     with receiver_thread():
         pass
     [landed] = _landed(settings)
@@ -266,3 +267,16 @@ def test_the_cli_serves_https_with_tokens_and_refuses_a_tokens_file_others_can_r
         receiver.wait(timeout=60)
     [segment] = _landed(load_settings())
     assert b'"strata.tenant_id","value":{"stringValue":"acme"}' in segment.read_bytes()
+
+
+def test_receivers_sharing_a_spool_leave_each_others_open_segments_alone(strata_env: Path) -> None:
+    settings = load_settings()
+    body = otlp_export_line(_records("shared", 2))
+    with receiver_thread(STRATA_COLLECT_SEGMENT_SECONDS="3600") as first:
+        assert _post(first, body)[0] == 200
+        with receiver_thread() as second:  # its start-up recovery finds the first one's open segment, locked
+            assert _post(second, body)[0] == 200
+        assert len(_landed(settings)) == 1 and len(list((settings.home / "collect" / "spool").rglob("*.jsonl"))) == 1
+    landed = _landed(settings)
+    assert len(landed) == 2 and len({p.name for p in landed}) == 2
+    assert [p.read_bytes() for p in landed] == [body + b"\n"] * 2

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import datetime as dt
 import fcntl
 import os
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SUFFIX = ".otlp.jsonl"
+_NEW = ".new"
 _BATCH_BYTES = 16 << 20
 
 
@@ -166,8 +168,11 @@ class Spool:
         folder = self.spool_dir / f"date={day}"
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{self._prefix}-{self._seq:06d}{SUFFIX}"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        # Locked before it bears a name another receiver's recovery looks for (the lock holds across the rename).
+        new = path.with_name(path.name + _NEW)
+        fd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(new, path)
         _sync_dir(folder)
         self._segment = _Segment(path, fd, time.monotonic())
         return self._segment
@@ -217,6 +222,10 @@ class Spool:
 
     def _recover(self) -> None:
         """Land the segments nobody holds (a killed receiver's), cut back to their last whole line."""
+        for path in self.spool_dir.rglob(f"*{SUFFIX}{_NEW}"):
+            with contextlib.suppress(BlockingIOError), open(path, "rb") as f:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                path.unlink()  # created, never named: it holds nothing
         for path in sorted(self.spool_dir.rglob(f"*{SUFFIX}")):
             fd = os.open(path, os.O_RDWR)
             try:
