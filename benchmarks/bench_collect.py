@@ -92,8 +92,9 @@ def _peak_rss(pid: int, done: threading.Event, peak: list[int]) -> None:
 
     process = psutil.Process(pid)
     while not done.is_set():
-        try:
-            peak[0] = max(peak[0], process.memory_info().rss)
+        try:  # with --workers the receiver is a supervisor and its worker processes
+            family = [process, *process.children(recursive=True)]
+            peak[0] = max(peak[0], sum(p.memory_info().rss for p in family))
         except psutil.Error:
             return
         done.wait(0.05)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from warehouse.settings import CollectSettings, ConfigError, Settings
@@ -57,7 +57,8 @@ class Receiver:
     max_body_bytes: int
     spool_max_bytes: int
     tokens: Tokens | None = None
-    _held: int = 0
+    #: Body bytes (as sent and decompressed) in memory now.
+    _held: int = field(default=0, init=False)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
