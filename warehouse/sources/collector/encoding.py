@@ -165,8 +165,8 @@ def _count_spans(request: dict[str, Any]) -> int:
 def _string_attr(attributes: list[Any], key: str) -> str | None:
     for attr in attributes:
         if isinstance(attr, dict) and attr.get("key") == key and isinstance(attr.get("value"), dict):
-            value = attr["value"].get("stringValue")
-            return value if isinstance(value, str) else json.dumps(attr["value"], sort_keys=True)
+            value = attr["value"].get("stringValue", attr["value"].get("intValue"))
+            return str(value) if isinstance(value, (str, int)) else json.dumps(attr["value"], sort_keys=True)
     return None
 
 
@@ -177,7 +177,8 @@ def _restamp(request: dict[str, Any], tenant: str | None, *, converted: bool) ->
     try:
         for resource_spans in request.get("resourceSpans", ()):
             resource = resource_spans.setdefault("resource", {})
-            attributes = [a for a in resource.get("attributes", ()) if a.get("key") not in (TENANT, CONVERTED_FROM)]
+            ours = (CONVERTED_FROM,) if tenant is None else (CONVERTED_FROM, TENANT)  # the receiver's to write
+            attributes = [a for a in resource.get("attributes", ()) if a.get("key") not in ours]
             claimed = _string_attr(attributes, _CLAIMED_TENANT)
             for scope_spans in resource_spans.get("scopeSpans", ()):
                 all_spans = scope_spans.get("spans", [])
