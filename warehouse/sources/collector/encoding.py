@@ -95,30 +95,11 @@ def _message_json(message: Any) -> dict[str, Any]:
     return out
 
 
-def _oneof_json(message: Any) -> dict[str, Any]:
-    """:func:`_message_json` of a message whose fields all belong to one oneof (``AnyValue``): one lookup."""
-    name = message.WhichOneof(message.DESCRIPTOR.oneofs[0].name)
-    if name is None:
-        return {}
-    field = message.DESCRIPTOR.fields_by_name[name]
-    convert = _converters.get(field)
-    if convert is None:
-        convert = _converters[field] = _converter(field)
-    return {field.json_name: convert(getattr(message, name))}
-
-
 def _key_value(kv: Any) -> dict[str, Any]:
     """:func:`_message_json` of a ``KeyValue`` (the bulk of a request: every attribute), written out."""
     out: dict[str, Any] = {"key": kv.key} if kv.key else {}
     if kv.HasField("value"):
-        value = kv.value
-        kind = value.WhichOneof("value")
-        if kind == "string_value":
-            out["value"] = {"stringValue": value.string_value}
-        elif kind == "int_value":
-            out["value"] = {"intValue": str(value.int_value)}
-        else:
-            out["value"] = _oneof_json(value)
+        out["value"] = _message_json(kv.value)  # ListFields beats WhichOneof + getattr on an AnyValue
     if kv.key_strindex:
         out["keyStrindex"] = kv.key_strindex
     return out
@@ -130,10 +111,7 @@ KEY_VALUE_FIELDS = frozenset({"key", "value", "key_strindex"})
 
 def _converter(field: Any) -> Any:
     if field.type == _MESSAGE:
-        kind = field.message_type
-        one_oneof = len(kind.oneofs) == 1 and len(kind.oneofs[0].fields) == len(kind.fields)
-        one = (_key_value if kind.full_name == "opentelemetry.proto.common.v1.KeyValue"
-               else _oneof_json if one_oneof else _message_json)
+        one = _key_value if field.message_type.full_name == "opentelemetry.proto.common.v1.KeyValue" else _message_json
     elif field.type == _BYTES:
         one = bytes.hex if field.name in _HEX_FIELDS else (lambda v: base64.b64encode(v).decode())
     elif field.type in _INT64_TYPES:
