@@ -16,7 +16,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import polars as pl
-import pytest
 from collect_server import free_port, receiver_thread, start_cli
 from fixtures_otlp import otlp_export_line
 

@@ -18,6 +18,8 @@ MIN_TOKEN_CHARS = 16
 
 @dataclass(frozen=True)
 class Token:
+    """One line of the tokens file."""
+
     secret: bytes
     tenant: str | None
 
