@@ -149,3 +149,14 @@ def test_the_written_out_key_value_covers_every_field_of_the_installed_protos() 
     from warehouse.sources.collector.encoding import KEY_VALUE_FIELDS
 
     assert {f.name for f in KeyValue.DESCRIPTOR.fields} == KEY_VALUE_FIELDS
+
+
+def test_a_senders_own_receiver_attributes_are_dropped() -> None:
+    claim = {"key": "strata.tenant_id", "value": {"stringValue": "someone-else"}}
+    body = json.dumps({"resourceSpans": [{"resource": {"attributes": [claim]},
+                                          "scopeSpans": [{"spans": [{"name": "a"}]}]}]}).encode()
+    for tenant in (None, "acme"):
+        line = json.loads(decode(body, JSON, tenant=tenant).line)
+        kept = line["resourceSpans"][0]["resource"]["attributes"]
+        assert claim not in kept and kept == ([] if tenant is None else [
+            {"key": "strata.tenant_id", "value": {"stringValue": "acme"}}])

@@ -10,7 +10,8 @@ where protobuf's own JSON mapping writes base64; each of its resources then carr
 
 A token that names a tenant puts ``strata.tenant_id`` on every resource. Spans that claim
 another tenant (``tenant.id`` on their resource or on the span) are rejected, and the answer
-is a partial success that says how many.
+is a partial success that says how many. Only the receiver writes ``strata.tenant_id`` and
+``strata.converted_from``: a sender's own are dropped (its JSON body is then re-encoded).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ JSON = "application/json"
 CONVERTED_FROM = "strata.converted_from"
 TENANT = "strata.tenant_id"
 _CLAIMED_TENANT = "tenant.id"
+#: Resource attributes only the receiver writes: a sender's own are dropped, so ODS can trust them.
+_OURS = (TENANT, CONVERTED_FROM)
 
 #: HTTP status → google.rpc.Code of the Status body an error answer carries.
 _RPC_CODES = {400: 3, 401: 16, 404: 12, 405: 12, 413: 8, 415: 3, 429: 8, 503: 14}
@@ -57,11 +60,20 @@ def decode(body: bytes, content_type: str, tenant: str | None) -> Decoded:
         raise BadData(f"the body is not JSON: {exc}") from None
     if not isinstance(request, dict) or not isinstance(request.get("resourceSpans", []), list):
         raise BadData("the body is not an OTLP/JSON ExportTraceServiceRequest (no resourceSpans list)")
-    if tenant is None:
+    if tenant is None and not _claims_ours(request):
         spans = _count_spans(request)
         line = body.replace(b"\r", b" ").replace(b"\n", b" ").strip() if spans else None
         return Decoded(line, spans)
     return _restamp(request, tenant, converted=False)
+
+
+def _claims_ours(request: dict[str, Any]) -> bool:
+    """Whether a resource carries an attribute only the receiver writes (then the line is re-encoded without it)."""
+    try:
+        return any(isinstance(a, dict) and a.get("key") in _OURS for rs in request.get("resourceSpans", ())
+                   for a in (rs.get("resource") or {}).get("attributes", ()))
+    except (AttributeError, TypeError):
+        raise BadData("the body is not an OTLP/JSON ExportTraceServiceRequest (broken resourceSpans)") from None
 
 
 def _from_protobuf(body: bytes) -> dict[str, Any]:
@@ -155,8 +167,7 @@ def _restamp(request: dict[str, Any], tenant: str | None, *, converted: bool) ->
     try:
         for resource_spans in request.get("resourceSpans", ()):
             resource = resource_spans.setdefault("resource", {})
-            ours = (CONVERTED_FROM,) if tenant is None else (CONVERTED_FROM, TENANT)  # the receiver's to write
-            attributes = [a for a in resource.get("attributes", ()) if a.get("key") not in ours]
+            attributes = [a for a in resource.get("attributes", ()) if a.get("key") not in _OURS]
             claimed = _string_attr(attributes, _CLAIMED_TENANT)
             for scope_spans in resource_spans.get("scopeSpans", ()):
                 all_spans = scope_spans.get("spans", [])
