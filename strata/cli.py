@@ -15,7 +15,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from strata.commands import airflow, build, contracts, demo, docs, features, ingest, models, ops, reference, sql
+from strata.commands import airflow, build, collect, contracts, demo, docs, features, ingest, models, ops, reference, sql
 from strata.console import console, log_level, log_shown, out
 
 app = typer.Typer(
@@ -65,6 +65,7 @@ app.add_typer(contracts.app, name="contracts")
 app.add_typer(sql.app)
 app.add_typer(docs.app)
 app.add_typer(airflow.app, name="airflow")
+app.add_typer(collect.app)
 
 
 def main() -> None:

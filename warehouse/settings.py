@@ -193,3 +193,60 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         sql_memory_limit=_size(env, "STRATA_SQL_MEMORY_LIMIT", "2GB"),
         sql_spill_limit=_size(env, "STRATA_SQL_SPILL_LIMIT", "10GB"),
     )
+
+
+@dataclass(frozen=True)
+class CollectSettings:
+    """``strata collect``: where the OTLP/HTTP receiver listens and how much it holds.
+
+    The body limit applies to the decompressed body and is at least the OpenTelemetry
+    Collector's default (20 MiB): an exporter drops a batch answered 413 instead of retrying.
+    """
+
+    host: str
+    port: int
+    max_body_bytes: int
+    #: Bytes spooled but not yet handed to the landing zone above which requests get 503.
+    spool_max_bytes: int
+    segment_bytes: int
+    segment_seconds: float
+    tokens_file: Path | None
+    tls_cert: Path | None
+    tls_key: Path | None
+    #: Processes serving the port; protobuf → JSON is CPU-bound, so one per spare core.
+    workers: int = 1
+
+
+def _optional_path(env: Mapping[str, str], name: str) -> Path | None:
+    value = env.get(name) or None
+    return Path(value).expanduser().resolve() if value else None
+
+
+def load_collect_settings(env: Mapping[str, str] | None = None) -> CollectSettings:
+    """Read the receiver's ``STRATA_COLLECT_*`` settings from ``env`` (default: the process environment)."""
+    env = os.environ if env is None else env
+    port = _positive(env, "STRATA_COLLECT_PORT", "4318")
+    if port > 65535:
+        raise ConfigError(f"STRATA_COLLECT_PORT must be a TCP port (1-65535), not {port}")
+    cert, key = _optional_path(env, "STRATA_COLLECT_TLS_CERT"), _optional_path(env, "STRATA_COLLECT_TLS_KEY")
+    if (cert is None) != (key is None):
+        raise ConfigError("STRATA_COLLECT_TLS_CERT and STRATA_COLLECT_TLS_KEY go together: set both files or neither")
+    seconds = env.get("STRATA_COLLECT_SEGMENT_SECONDS", "60")
+    try:
+        segment_seconds = float(seconds)
+    except ValueError:
+        segment_seconds = 0.0
+    if not segment_seconds > 0:
+        raise ConfigError(f"STRATA_COLLECT_SEGMENT_SECONDS must be a number of seconds > 0, not {seconds!r}")
+    return CollectSettings(
+        host=env.get("STRATA_COLLECT_HOST", "127.0.0.1"),
+        port=port,
+        max_body_bytes=_positive(env, "STRATA_COLLECT_MAX_BODY_BYTES", str(32 << 20)),
+        spool_max_bytes=_positive(env, "STRATA_COLLECT_SPOOL_MAX_BYTES", str(1 << 30)),
+        segment_bytes=_positive(env, "STRATA_COLLECT_SEGMENT_BYTES", str(64 << 20)),
+        segment_seconds=segment_seconds,
+        tokens_file=_optional_path(env, "STRATA_COLLECT_TOKENS_FILE"),
+        tls_cert=cert,
+        tls_key=key,
+        workers=_positive(env, "STRATA_COLLECT_WORKERS", "1"),
+    )

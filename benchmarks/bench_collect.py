@@ -1,0 +1,204 @@
+"""``strata collect`` under load: several senders on 127.0.0.1 for a fixed time, against a bare receiver.
+
+Each of ``SENDERS`` processes posts protobuf ``ExportTraceServiceRequest``\\s of ``SPANS`` GenAI
+spans (what the OpenTelemetry SDK's OTLP/HTTP exporter sends) one after another, as an exporter
+does, for ``SECONDS``; a request not answered 200 is retried. Measured: spans/s answered 200,
+p99 request latency, the receiver's peak RSS, and whether every span answered 200 is in the
+landing zone once the receiver stops. The baseline is the same HTTP server (uvicorn, same
+options) with an ASGI app that appends each body to a file, fsyncs it and answers 200 — no
+parsing, no conversion, no segments. Target: at least 0.7× its throughput.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from benchmarks.harness import Measurement
+
+SENDERS = 4
+SPANS = 50
+SECONDS = 8.0
+BASELINE = "uvicorn, same options: append the body + fsync, no parsing"
+
+
+def _bodies(sender: int, count: int = 16) -> list[bytes]:
+    """Protobuf export requests of ``SPANS`` GenAI spans each, distinct ids per body."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    bodies = []
+    for b in range(count):
+        request = ExportTraceServiceRequest()
+        resource_spans = request.resource_spans.add()
+        for key, value in (("service.name", "gateway"), ("tenant.id", f"t{sender}")):
+            resource_spans.resource.attributes.add(key=key).value.string_value = value
+        spans = resource_spans.scope_spans.add(scope={"name": "opentelemetry.instrumentation.openai_v2"}).spans
+        for i in range(SPANS):
+            n = (sender << 40) | (b << 20) | i
+            span = spans.add(trace_id=n.to_bytes(16, "big"), span_id=(n + 1).to_bytes(8, "big"), name="chat gpt-4o",
+                             kind=3, start_time_unix_nano=1_770_000_000_000_000_000 + n,
+                             end_time_unix_nano=1_770_000_000_900_000_000 + n)
+            for key, value in (("gen_ai.operation.name", "chat"), ("gen_ai.request.model", "gpt-4o"),
+                               ("gen_ai.response.model", "gpt-4o-2024-08-06"), ("gen_ai.provider.name", "openai"),
+                               ("gen_ai.response.id", f"chatcmpl-{n:x}"), ("user.id", f"u{i % 97}")):
+                span.attributes.add(key=key).value.string_value = value
+            for key, value in (("gen_ai.usage.input_tokens", 812), ("gen_ai.usage.output_tokens", 96)):
+                span.attributes.add(key=key).value.int_value = value
+            span.attributes.add(key="gen_ai.response.finish_reasons").value.array_value.values.add(string_value="stop")
+        bodies.append(request.SerializeToString())
+    return bodies
+
+
+def _send(sender: int, port: int, start: float, stop: float, results: multiprocessing.Queue) -> None:
+    bodies = _bodies(sender)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    acked, acked_bytes, refused, latencies = 0, 0, 0, []
+    while time.time() < start:
+        time.sleep(0.001)
+    i = 0
+    while time.time() < stop:
+        began = time.perf_counter()
+        try:
+            conn.request("POST", "/v1/traces", body=bodies[i % len(bodies)],
+                         headers={"Content-Type": "application/x-protobuf"})
+            response = conn.getresponse()
+            response.read()
+            ok = response.status == 200
+        except OSError:
+            conn.close()
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            ok = False
+        latencies.append(time.perf_counter() - began)
+        if ok:
+            acked += 1
+            acked_bytes += len(bodies[i % len(bodies)])
+            i += 1
+        else:
+            refused += 1
+            time.sleep(0.05)
+    results.put((acked, acked_bytes, refused, latencies))
+
+
+def _peak_rss(pid: int, done: threading.Event, peak: list[int]) -> None:
+    import psutil
+
+    process = psutil.Process(pid)
+    while not done.is_set():
+        try:  # with --workers the receiver is a supervisor and its worker processes
+            family = [process, *process.children(recursive=True)]
+            peak[0] = max(peak[0], sum(p.memory_info().rss for p in family))
+        except psutil.Error:
+            return
+        done.wait(0.05)
+
+
+def _load(server: subprocess.Popen, port: int) -> tuple[int, int, list[float], int]:
+    """(requests answered 200, their bytes, latencies, peak RSS) of SENDERS senders for SECONDS."""
+    _wait_for_port(port, server)
+    done, peak = threading.Event(), [0]
+    watcher = threading.Thread(target=_peak_rss, args=(server.pid, done, peak), daemon=True)
+    watcher.start()
+    context = multiprocessing.get_context("fork")
+    results: multiprocessing.Queue = context.Queue()
+    start = time.time() + 1.5  # every sender has built its bodies
+    senders = [context.Process(target=_send, args=(s, port, start, start + SECONDS, results)) for s in range(SENDERS)]
+    for process in senders:
+        process.start()
+    outcomes = [results.get(timeout=SECONDS + 60) for _ in senders]
+    for process in senders:
+        process.join()
+    server.send_signal(signal.SIGTERM)
+    server.wait(timeout=60)
+    done.set()
+    latencies = sorted(t for *_, lat in outcomes for t in lat)
+    return sum(o[0] for o in outcomes), sum(o[1] for o in outcomes), latencies, peak[0]
+
+
+def _wait_for_port(port: int, process: subprocess.Popen, timeout: float = 60.0) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with {process.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+_BASELINE_APP = """
+import asyncio, os, sys, uvicorn
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+def append(body):
+    os.write(fd, body)
+    os.fdatasync(fd)
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    chunks, more = [], True
+    while more:
+        event = await receive()
+        chunks.append(event.get("body", b""))
+        more = event.get("more_body", False)
+    await asyncio.to_thread(append, b"".join(chunks))
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/x-protobuf"), (b"content-length", b"0")]})
+    await send({"type": "http.response.body", "body": b""})
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), lifespan="off", log_level="warning", access_log=False,
+            server_header=False, limit_concurrency=512)
+"""
+
+
+def _landed_spans(landing: Path) -> int:
+    return sum(len(scope.get("spans", ())) for path in landing.rglob("*.otlp.jsonl")
+               for line in path.read_bytes().splitlines() for rs in json.loads(line)["resourceSpans"]
+               for scope in rs["scopeSpans"])
+
+
+def run(workdir: Path) -> list[Measurement]:
+    home = workdir / "home"
+    env = {**os.environ, "STRATA_HOME": str(home), "STRATA_PSEUDONYM_KEY": "bench-key-not-a-secret-0123"}
+    env.pop("STRATA_LANDING_DIR", None)
+    port = _free_port()
+    baseline_file = workdir / "baseline.bin"
+    base = _load(subprocess.Popen([sys.executable, "-c", _BASELINE_APP, str(baseline_file), str(port)], env=env),
+                 port)
+    port = _free_port()
+    ours = _load(subprocess.Popen([sys.executable, "-m", "strata", "collect", "--port", str(port)], env=env,
+                                  stdout=subprocess.DEVNULL), port)
+    landed = _landed_spans(home / "landing" / "otlp")
+    if landed < ours[0] * SPANS:
+        raise AssertionError(f"{ours[0] * SPANS} spans answered 200, only {landed} in the landing zone")
+
+    def p99(latencies: list[float]) -> float:
+        return latencies[int(0.99 * (len(latencies) - 1))] * 1000
+
+    label = f"{SENDERS} senders × {SECONDS:g} s, {SPANS}-span protobuf requests"
+    return [
+        Measurement(f"spans/s answered 200 ({label})", ours[0] * SPANS / SECONDS, "spans/s", BASELINE,
+                    base[0] * SPANS / SECONDS, target_ratio=0.7),
+        Measurement("p99 request latency", p99(ours[2]), "ms", BASELINE, p99(base[2]), higher_is_better=False),
+        Measurement("peak RSS of the receiver", ours[3] / 2**20, "MiB", BASELINE, base[3] / 2**20,
+                    higher_is_better=False),
+        Measurement("share of the spans answered 200 found on disk after the stop", landed / (ours[0] * SPANS),
+                    "", BASELINE + " (bytes in its file)", baseline_file.stat().st_size / base[1], target_ratio=1.0),
+    ]

@@ -1,0 +1,222 @@
+"""OTLP/HTTP trace bodies → the OTLP/JSON line a spool segment holds, and the answers the spec defines.
+
+A JSON body is kept as sent (its line breaks, which JSON allows only as whitespace, become
+spaces) unless the receiver has to change it. A protobuf body becomes the OTLP/JSON encoding
+of the same ``ExportTraceServiceRequest`` (opentelemetry-proto ``docs/specification.md``,
+"JSON Protobuf Encoding"): lowerCamelCase keys, enums as integers, 64-bit integers as decimal
+strings, default values left out, and ``traceId`` / ``spanId`` / ``parentSpanId`` as hex
+where protobuf's own JSON mapping writes base64; each of its resources then carries
+``strata.converted_from = "protobuf"``, so the line in ODS says that it was converted.
+
+A token that names a tenant puts ``strata.tenant_id`` on every resource. Spans that claim
+another tenant (``tenant.id`` on their resource or on the span) are rejected, and the answer
+is a partial success that says how many. Only the receiver writes ``strata.tenant_id`` and
+``strata.converted_from``: a sender's own are dropped (its JSON body is then re-encoded).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import msgspec
+from dataclasses import dataclass
+from typing import Any
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+CONVERTED_FROM = "strata.converted_from"
+TENANT = "strata.tenant_id"
+_CLAIMED_TENANT = "tenant.id"
+#: Resource attributes only the receiver writes: a sender's own are dropped, so ODS can trust them.
+_OURS = (TENANT, CONVERTED_FROM)
+
+#: HTTP status → google.rpc.Code of the Status body an error answer carries.
+_RPC_CODES = {400: 3, 401: 16, 404: 12, 405: 12, 413: 8, 415: 3, 429: 8, 503: 14}
+
+
+class BadData(ValueError):
+    """The body is not a trace export in the encoding its Content-Type names (HTTP 400)."""
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """What a request body becomes: the line to spool (``None`` when no span is left), and the counts."""
+
+    line: bytes | None
+    spans: int
+    rejected: int = 0
+    message: str = ""
+
+
+def decode(body: bytes, content_type: str, tenant: str | None) -> Decoded:
+    """The spool line for a trace export body; raises :class:`BadData` for anything else."""
+    if content_type == PROTOBUF:
+        request = _from_protobuf(body)
+        return _restamp(request, tenant, converted=True)
+    try:
+        request = msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise BadData(f"the body is not JSON: {exc}") from None
+    if not isinstance(request, dict) or not isinstance(request.get("resourceSpans", []), list):
+        raise BadData("the body is not an OTLP/JSON ExportTraceServiceRequest (no resourceSpans list)")
+    if tenant is None and not _claims_ours(request):
+        spans = _count_spans(request)
+        line = body.replace(b"\r", b" ").replace(b"\n", b" ").strip() if spans else None
+        return Decoded(line, spans)
+    return _restamp(request, tenant, converted=False)
+
+
+def _claims_ours(request: dict[str, Any]) -> bool:
+    """Whether a resource carries an attribute only the receiver writes (then the line is re-encoded without it)."""
+    try:
+        return any(isinstance(a, dict) and a.get("key") in _OURS for rs in request.get("resourceSpans", ())
+                   for a in (rs.get("resource") or {}).get("attributes", ()))
+    except (AttributeError, TypeError):
+        raise BadData("the body is not an OTLP/JSON ExportTraceServiceRequest (broken resourceSpans)") from None
+
+
+def _from_protobuf(body: bytes) -> dict[str, Any]:
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    message = ExportTraceServiceRequest()
+    try:
+        message.ParseFromString(body)
+    except DecodeError as exc:
+        raise BadData(f"the body is not a protobuf ExportTraceServiceRequest: {exc}") from None
+    return _message_json(message)
+
+
+#: Bytes fields OTLP/JSON writes as hex (every other bytes field is base64, as in protobuf's JSON).
+_HEX_FIELDS = frozenset({"trace_id", "span_id", "parent_span_id"})
+_INT64_TYPES = frozenset({3, 4, 6, 16, 18})  # int64, uint64, fixed64, sfixed64, sint64: decimal strings
+_MESSAGE, _BYTES, _DOUBLE, _FLOAT = 11, 12, 1, 2
+_converters: dict[Any, Any] = {}
+
+
+def _message_json(message: Any) -> dict[str, Any]:
+    """A message in the OTLP/JSON encoding: what ``json_format.MessageToDict(…, use_integers_for_enums=True)``
+    writes, with hex ids; generic over the fields set (``ListFields``), about 5× faster than it."""
+    out = {}
+    for field, value in message.ListFields():
+        convert = _converters.get(field)
+        if convert is None:
+            convert = _converters[field] = _converter(field)
+        out[field.json_name] = convert(value)
+    return out
+
+
+def _key_value(kv: Any) -> dict[str, Any]:
+    """:func:`_message_json` of a ``KeyValue`` (the bulk of a request: every attribute), written out."""
+    out: dict[str, Any] = {"key": kv.key} if kv.key else {}
+    if kv.HasField("value"):
+        out["value"] = _message_json(kv.value)  # ListFields beats WhichOneof + getattr on an AnyValue
+    if kv.key_strindex:
+        out["keyStrindex"] = kv.key_strindex
+    return out
+
+
+#: The fields :func:`_key_value` writes; a test holds the installed protos to them.
+KEY_VALUE_FIELDS = frozenset({"key", "value", "key_strindex"})
+
+
+def _converter(field: Any) -> Any:
+    if field.type == _MESSAGE:
+        one = _key_value if field.message_type.full_name == "opentelemetry.proto.common.v1.KeyValue" else _message_json
+    elif field.type == _BYTES:
+        one = bytes.hex if field.name in _HEX_FIELDS else (lambda v: base64.b64encode(v).decode())
+    elif field.type in _INT64_TYPES:
+        one = str
+    elif field.type in (_DOUBLE, _FLOAT):
+        one = _finite
+    else:  # strings, bools, 32-bit integers, enums (as integers)
+        return (lambda v: list(v)) if field.is_repeated else (lambda v: v)
+    return (lambda v: [one(x) for x in v]) if field.is_repeated else one
+
+
+def _finite(value: float) -> float | str:
+    """A double as JSON can hold it: NaN and the infinities as protobuf's JSON strings."""
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
+def _count_spans(request: dict[str, Any]) -> int:
+    try:
+        return sum(len(scope.get("spans", ())) for rs in request.get("resourceSpans", ())
+                   for scope in rs.get("scopeSpans", ()))
+    except (AttributeError, TypeError):
+        raise BadData("the body is not an OTLP/JSON ExportTraceServiceRequest (broken resourceSpans)") from None
+
+
+def _string_attr(attributes: list[Any], key: str) -> str | None:
+    for attr in attributes:
+        if isinstance(attr, dict) and attr.get("key") == key and isinstance(attr.get("value"), dict):
+            value = attr["value"].get("stringValue", attr["value"].get("intValue"))
+            return str(value) if isinstance(value, (str, int)) else json.dumps(attr["value"], sort_keys=True)
+    return None
+
+
+def _restamp(request: dict[str, Any], tenant: str | None, *, converted: bool) -> Decoded:
+    """Mark every resource (tenant, conversion) and drop the spans that claim another tenant."""
+    spans = rejected = 0
+    kept = []
+    try:
+        for resource_spans in request.get("resourceSpans", ()):
+            resource = resource_spans.setdefault("resource", {})
+            attributes = [a for a in resource.get("attributes", ()) if a.get("key") not in _OURS]
+            claimed = _string_attr(attributes, _CLAIMED_TENANT)
+            for scope_spans in resource_spans.get("scopeSpans", ()):
+                all_spans = scope_spans.get("spans", [])
+                spans += len(all_spans)
+                if tenant is None:
+                    continue
+                if claimed is not None and claimed != tenant:
+                    scope_spans["spans"] = []
+                else:
+                    scope_spans["spans"] = [s for s in all_spans
+                                            if _string_attr(s.get("attributes", ()), _CLAIMED_TENANT) in (None, tenant)]
+                rejected += len(all_spans) - len(scope_spans["spans"])
+            if tenant is not None:
+                attributes.append({"key": TENANT, "value": {"stringValue": tenant}})
+            if converted:
+                attributes.append({"key": CONVERTED_FROM, "value": {"stringValue": "protobuf"}})
+            resource["attributes"] = attributes
+            resource_spans["scopeSpans"] = [s for s in resource_spans.get("scopeSpans", ()) if s.get("spans")]
+            if resource_spans["scopeSpans"]:
+                kept.append(resource_spans)
+    except (AttributeError, TypeError):
+        raise BadData("the body is not an OTLP/JSON ExportTraceServiceRequest (broken resourceSpans)") from None
+    request["resourceSpans"] = kept
+    message = f"{rejected} span(s) name a tenant.id other than the token's tenant" if rejected else ""
+    line = msgspec.json.encode(request) if kept else None
+    return Decoded(line, spans, rejected, message)
+
+
+def export_response(content_type: str, rejected: int = 0, message: str = "") -> bytes:
+    """An ``ExportTraceServiceResponse`` body (with ``partial_success`` when spans were rejected)."""
+    if content_type == JSON:
+        if not rejected:
+            return b"{}"
+        return json.dumps({"partialSuccess": {"rejectedSpans": str(rejected), "errorMessage": message}}).encode()
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    response = ExportTraceServiceResponse()
+    if rejected:
+        response.partial_success.rejected_spans = rejected
+        response.partial_success.error_message = message
+    return response.SerializeToString()
+
+
+def status_body(content_type: str, status: int, message: str) -> bytes:
+    """A ``google.rpc.Status`` body, as the spec wants an error answer to carry."""
+    code = _RPC_CODES.get(status, 2)
+    if content_type == PROTOBUF:
+        from google.rpc.status_pb2 import Status
+
+        return Status(code=code, message=message).SerializeToString()
+    return json.dumps({"code": code, "message": message}).encode()
+
