@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from batch_inference.features import active_entities, read_as_of, shard_buckets
 from batch_inference.registry import ModelCard, ModelError, get
 from batch_inference.session import Provider, Session, open_session
+from warehouse.errors import NoData
 from warehouse.progress import Progress
 from warehouse.settings import Settings
 from warehouse.storage.publish import prefetch, publish
@@ -89,6 +90,8 @@ def score(settings: Settings, name: str, day: dt.date, *, version: str | None = 
     session.warm_up()
     at = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), dt.timezone.utc)
     entities = active_entities(settings, day, card.entity, buckets)
+    if not len(entities) and not len(active_entities(settings, day, card.entity, shard_buckets((0, 1)))):
+        raise NoData(f"no {card.entity} was active on {day}: nothing to score (check the date, or build its DWD first)")
     ttl = dt.timedelta(seconds=float(card.extra.get("ttl_seconds", DEFAULT_TTL.total_seconds())))
     reader = read_as_of(settings, table(card.source_table), card.entity, [f.name for f in card.features],
                         entities, at, ttl, batch_rows)

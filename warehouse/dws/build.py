@@ -21,6 +21,7 @@ import polars as pl
 
 from contracts import split_rows
 from warehouse.dws.transform import ENTITIES, SOURCE_COLUMNS, Entity, day_bounds, features, reduce
+from warehouse.errors import NoData
 from warehouse.progress import Progress
 from warehouse.runner import Batch, Counts, RunResult, claim, run
 from warehouse.settings import Settings
@@ -56,9 +57,17 @@ def affected_days(day: dt.date) -> list[dt.date]:
 
 
 def build(settings: Settings, day: dt.date, progress: Progress | None = None) -> dict[str, RunResult]:
-    """Publish D's partition of the three DWS tables from ``dwd.request`` (idempotent)."""
-    if lake.open_table(settings, DWD_REQUEST) is None:
+    """Publish D's partition of the three DWS tables from ``dwd.request`` (idempotent); refuses a
+    day without requests of its own (:class:`NoData`), as DWD and ADS do, rather than publish
+    empty partitions."""
+    import pyarrow.compute as pc
+
+    delta = lake.open_table(settings, DWD_REQUEST)
+    if delta is None:
         raise FileNotFoundError(f"{DWD_REQUEST} does not exist: build DWD first (`strata build dwd --date …`)")
+    if not delta.to_pyarrow_dataset().count_rows(filter=pc.field("event_date") == day):
+        raise NoData(f"no {DWD_REQUEST} rows with event_date {day}: nothing to build (check the date, or build "
+                     "that day's DWD first)")
     return {entity.target.name: build_entity(settings, entity, day, progress) for entity in ENTITIES}
 
 
