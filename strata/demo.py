@@ -224,6 +224,7 @@ def _landing(settings: Settings) -> Path:
 
 
 def _day_of(run: Run) -> str:
+    assert run.at is not None  # the demo's runs are dated
     return (run.at - dt.timedelta(days=1)).date().isoformat()
 
 
