@@ -256,8 +256,9 @@ def _echo_run(report: RunReport, manifest: dict, echo: Echo) -> bool:
 
 def _next_commands(settings: Settings, echo: Echo, user_id: str) -> None:
     echo("[bold]next[/]")
-    echo(f"  eval \"$({Path(sys.executable).parent / 'strata'} demo env)\"   # once per shell: `strata` on the PATH, "
-         "the demo's lake and key (STRATA_HOME, STRATA_PSEUDONYM_KEY); then:")
+    strata = Path(sys.executable).parent / "strata"
+    echo(f"  eval \"$(STRATA_HOME={settings.home.parent} {strata} demo env)\"   # once per shell: `strata` on the "
+         "PATH, the demo's lake and key (STRATA_HOME, STRATA_PSEUDONYM_KEY); then:")
     for line in (
         'strata sql "SELECT tenant_id, sum(cost_usd) FROM dwd.request GROUP BY 1 ORDER BY 2 DESC"',
         f"strata features get user={user_id}",

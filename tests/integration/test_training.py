@@ -18,6 +18,7 @@ from sklearn.metrics import roc_auc_score
 
 from batch_inference.registry import get, list_models
 from strata import pipeline
+from warehouse.errors import NoData
 from warehouse.privacy import pseudonym
 from warehouse.settings import load_settings
 from synthetic_workload import generate
@@ -48,6 +49,11 @@ def test_a_model_trained_on_three_days_ranks_the_planted_abusers_of_the_fourth_o
     pipeline.score(settings, days[3], provider="cpu")
 
     scores = lake.read_frame(settings, ADS_USER_RISK_SCORES, filters=[("event_date", "=", days[3])])
+    # A day without requests is refused (a scheduled task skips it), not published empty.
+    version = lake.version(settings, ADS_USER_RISK_SCORES)
+    with pytest.raises(NoData, match="no user_pseudonym was active on 2026-02-06: nothing to score"):
+        pipeline.score(settings, days[3] + dt.timedelta(days=1), provider="cpu")
+    assert lake.version(settings, ADS_USER_RISK_SCORES) == version
     key = settings.require_pseudonym_key()
     planted = {pseudonym(key, user) for user in manifest["abusive_user_ids"]}
     assert len(planted) >= 10
