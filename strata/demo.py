@@ -194,7 +194,10 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
                 arrive(generated, _landing(settings), _day_of(run))
 
         step("starting Airflow", 0, len(plan))
-        run_dags(settings, plan, log=settings.airflow_home / "demo.log", before=files_arrive, on_run=finished)
+        try:
+            run_dags(settings, plan, log=settings.airflow_home / "demo.log", before=files_arrive, on_run=finished)
+        except RuntimeError as exc:  # the Airflow child ended before its runs did
+            echo(f"  [red]{exc}[/]")
     if len(reports) < len(plan):
         all_ok = False
         echo(f"  [red]stopped after {len(reports)} of {len(plan)} runs[/]")
