@@ -46,6 +46,12 @@ def demo_key(settings: Settings, echo: Echo) -> Settings:
 LATE_DAYS = 3
 
 
+def demo_home(settings: Settings) -> Path:
+    """The demo's corner: ``STRATA_HOME/demo``, or STRATA_HOME itself when it is one (after
+    ``eval "$(strata demo env)"``), so a demo is never nested in another."""
+    return settings.home if (settings.home / "demo.json").exists() else settings.home / "demo"
+
+
 def demo_settings(settings: Settings, params: dict[str, int | str], echo: Echo, *,
                   today: dt.date | None = None) -> tuple[Settings, dt.date]:
     """The demo's own corner of STRATA_HOME (``demo/``), so it never mixes with a real lake, and
@@ -60,7 +66,7 @@ def demo_settings(settings: Settings, params: dict[str, int | str], echo: Echo, 
     out of the raw-data retention (a scheduler's retention has removed, or will remove, its ODS).
     """
     today = today or dt.datetime.now(dt.timezone.utc).date()
-    home = settings.home / "demo"
+    home = demo_home(settings)
     stamp = home / "demo.json"
     kept = json.loads(stamp.read_text()) if stamp.exists() else None
     start = dt.date.fromisoformat(kept["start"]) if kept and "start" in kept else None
@@ -84,7 +90,7 @@ def demo_settings(settings: Settings, params: dict[str, int | str], echo: Echo, 
 
 def reset(settings: Settings) -> Path:
     """Remove the demo's corner of STRATA_HOME (its lake, files, key, Airflow home); returns it."""
-    home = settings.home / "demo"
+    home = demo_home(settings)
     shutil.rmtree(home, ignore_errors=True)
     return home
 
@@ -94,7 +100,7 @@ def env_line(settings: Settings) -> str:
     is never printed; none when the demo uses a configured key), and this project's ``strata`` on the PATH."""
     import shlex
 
-    home = settings.home if (settings.home / "demo.json").exists() else settings.home / "demo"
+    home = demo_home(settings)
     key = home / "secrets" / "pseudonym.key"
     line = f"export STRATA_HOME={shlex.quote(str(home))}"
     if key.exists():

@@ -101,4 +101,8 @@ def test_the_demo_keeps_its_dates_and_starts_its_corner_afresh_when_its_paramete
     line = env_line(settings)
     assert line.startswith(f"export STRATA_HOME={corner.home} ") and "$(cat " in line and "k-secret" not in line
     assert f"PATH={Path(sys.executable).parent}:" in line
+    # With the demo's STRATA_HOME (after eval): the same corner, never a demo inside it.
+    inside = load_settings({"STRATA_HOME": str(corner.home)})
+    assert env_line(inside) == line
+    assert demo_settings(inside, {"days": 1, "seed": 99}, said.append, today=later)[0].home == corner.home
     assert reset(settings) == corner.home and not corner.home.exists()
