@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from batch_inference.features import active_entities, read_as_of, shard_buckets
 from batch_inference.registry import ModelCard, ModelError, get
 from batch_inference.session import Provider, Session, open_session
+from warehouse.errors import NoData
 from warehouse.progress import Progress
 from warehouse.settings import Settings
 from warehouse.storage import boundaries, locks
@@ -96,6 +97,9 @@ def score(settings: Settings, name: str, day: dt.date, *, version: str | None = 
     # From the first read to the commit: a forget meanwhile waits, so no user it removes is scored back.
     with locks.hold(settings, write=[(ADS_USER_RISK_SCORES, p) for p in partitions], read=[DWD_REQUEST, source]):
         entities = active_entities(settings, day, card.entity, buckets)
+        if not len(entities) and not len(active_entities(settings, day, card.entity, shard_buckets((0, 1)))):
+            raise NoData(f"no {card.entity} was active on {day}: nothing to score "
+                         "(check the date, or build its DWD first)")
         boundaries.first_read("score")
         reader = read_as_of(settings, source, card.entity, [f.name for f in card.features], entities, at, ttl,
                             batch_rows)

@@ -23,6 +23,7 @@ import polars as pl
 
 from batch_inference.export import PARITY_TOLERANCE, parity, to_onnx
 from batch_inference.registry import Feature, ModelError, ModelVersion, NotEnoughLabels, new_card, register
+from warehouse.errors import NoData
 from warehouse.settings import Settings
 from warehouse.storage import lake
 from warehouse.tables import DWD_FEEDBACK, DWD_REQUEST
@@ -91,7 +92,7 @@ def training_set(settings: Settings, until: dt.date, days: int, retrieve: Retrie
         event_timestamp=(pl.col("event_date").cast(pl.Datetime("us")) + pl.duration(days=1)).dt.replace_time_zone(
             "UTC")).sort("event_timestamp", "user_pseudonym")
     if entity_rows.is_empty():
-        raise ModelError(f"no user was active between {first} and {until}: nothing to learn from")
+        raise NoData(f"no user was active between {first} and {until}: nothing to learn from")
     log.info("training set %s..%s: %s (user, day) example(s), features of %s from Feast", first, until,
              f"{entity_rows.height:,}", service)
     found = retrieve(settings, entity_rows, service)
@@ -108,7 +109,10 @@ def train(settings: Settings, name: str, until: dt.date, retrieve: Retrieve, *, 
     data = training_set(settings, until, days, retrieve)
     first = until - dt.timedelta(days=days - 1)
     split_day = first + dt.timedelta(days=max(1, round(days * TRAIN_SHARE)))
-    return fit_and_register(settings, name, data, window=(first, until),
+    # The card names the days the data holds, not the window asked for (a week may start before its data).
+    held = data.frame.get_column("event_timestamp").dt.date()  # each row at the end of its day
+    window = (held.min() - dt.timedelta(days=1), held.max() - dt.timedelta(days=1))
+    return fit_and_register(settings, name, data, window=window,  # type: ignore[operator]
                             split_at=dt.datetime.combine(split_day, dt.time(), dt.timezone.utc))
 
 

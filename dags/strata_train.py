@@ -12,7 +12,7 @@ from steps import DEFAULT_ARGS, run_step
 
 @dag(
     schedule=DeltaDataIntervalTimetable(dt.timedelta(weeks=1)),
-    start_date=dt.datetime(2026, 1, 5, tzinfo=dt.timezone.utc),  # a Monday: weeks run Monday to Monday
+    start_date=dt.datetime(2026, 1, 5, tzinfo=dt.timezone.utc),
     catchup=False,
     max_active_runs=1,
     default_args=DEFAULT_ARGS,
@@ -24,6 +24,10 @@ def strata_train() -> None:
     Trains the user-risk model from a point-in-time Feast training set up to the last day
     of the run's week, checks ONNX parity and quality, and registers a new version (a
     registered version is never changed). `strata_daily` scores with the latest version.
+
+    A week is a fixed 7-day delta, which Airflow aligns to the Unix epoch: scheduled runs go
+    Thursday 00:00 to Thursday UTC; a manual run covers the 7 days before its logical date (the
+    demo's, whose dates are relative to the day it is made, rely on that).
     """
 
     @task(outlets=[USER_RISK_MODEL])

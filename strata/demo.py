@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import shutil
+import sys
 from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeAlias
@@ -40,22 +41,71 @@ def demo_key(settings: Settings, echo: Echo) -> Settings:
     return dataclasses.replace(settings, pseudonym_key=path.read_text().strip())
 
 
-def demo_settings(settings: Settings, params: dict[str, int | str], echo: Echo) -> Settings:
-    """The demo's own corner of STRATA_HOME (``demo/``), so it never mixes with a real lake.
+#: Reviews arrive up to 3 days after their request (synthetic_workload.feedback): a demo of N days
+#: of traffic holds data on N + 3 days at most.
+LATE_DAYS = 3
 
-    The demo's lake is kept between runs with the same parameters (a re-run then shows
-    that nothing is landed twice) and started afresh when they change, the generator's
-    version among them (a new version writes other bytes, which would land again).
+
+def demo_home(settings: Settings) -> Path:
+    """The demo's corner: ``STRATA_HOME/demo``, or STRATA_HOME itself when it is one (after
+    ``eval "$(strata demo env)"``), so a demo is never nested in another."""
+    return settings.home if (settings.home / "demo.json").exists() else settings.home / "demo"
+
+
+def demo_settings(settings: Settings, params: dict[str, int | str], echo: Echo, *,
+                  today: dt.date | None = None) -> tuple[Settings, dt.date]:
+    """The demo's own corner of STRATA_HOME (``demo/``), so it never mixes with a real lake, and
+    its first day.
+
+    A new demo's days end yesterday at the latest (its late reviews included), so a scheduler
+    started on its lake meets nothing in the future, and retention (counted back from today)
+    keeps all of it. The first day is kept in ``demo.json`` with the parameters: a re-run uses
+    the same dates, hence the same bytes (and shows that nothing is landed twice). The corner is
+    started afresh when the parameters change (the generator's version among them: a new
+    version writes other bytes, which would land again), and when the first day has fallen
+    out of the raw-data retention (a scheduler's retention has removed, or will remove, its ODS).
     """
-    home = settings.home / "demo"
+    today = today or dt.datetime.now(dt.timezone.utc).date()
+    home = demo_home(settings)
     stamp = home / "demo.json"
-    if stamp.exists() and json.loads(stamp.read_text()) != params:
+    kept = json.loads(stamp.read_text()) if stamp.exists() else None
+    start = dt.date.fromisoformat(kept["start"]) if kept and "start" in kept else None
+    if kept is not None and (start is None or kept != {**params, "start": kept["start"]}):
         echo(f"  parameters changed since the last demo: starting the demo lake at {home} afresh")
         shutil.rmtree(home)
+        start = None
+    elif start is not None and start < today - dt.timedelta(days=settings.ods_retention_days):
+        echo(f"  the last demo began on {start}, older than the {settings.ods_retention_days}-day raw-data "
+             f"retention: starting the demo lake at {home} afresh, on recent dates")
+        shutil.rmtree(home)
+        start = None
+    if start is None:
+        start = today - dt.timedelta(days=int(params["days"]) + LATE_DAYS)
     home.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(json.dumps(params))
+    stamp.write_text(json.dumps({**params, "start": start.isoformat()}))
     return dataclasses.replace(settings, home=home, lake_uri=str(home / "lake"), landing_dir=home / "landing",
-                               feast_dir=home / "feast", registry_dir=home / "models", airflow_home=home / "airflow")
+                               feast_dir=home / "feast", registry_dir=home / "models",
+                               airflow_home=home / "airflow"), start
+
+
+def reset(settings: Settings) -> Path:
+    """Remove the demo's corner of STRATA_HOME (its lake, files, key, Airflow home); returns it."""
+    home = demo_home(settings)
+    shutil.rmtree(home, ignore_errors=True)
+    return home
+
+
+def env_line(settings: Settings) -> str:
+    """One shell line to ``eval``: the demo's STRATA_HOME, its key read from its file (the key itself
+    is never printed; none when the demo uses a configured key), and this project's ``strata`` on the PATH."""
+    import shlex
+
+    home = demo_home(settings)
+    key = home / "secrets" / "pseudonym.key"
+    line = f"export STRATA_HOME={shlex.quote(str(home))}"
+    if key.exists():
+        line += f' STRATA_PSEUDONYM_KEY="$(cat {shlex.quote(str(key))})"'
+    return line + f' PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"'
 
 
 def arrive(generated: Path, landing: Path, day: str) -> int:
@@ -113,11 +163,11 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
 
     params: dict[str, int | str] = {"days": days, "requests_per_day": requests_per_day, "seed": seed,
                                     "generator": GENERATOR_VERSION}
-    settings = demo_key(demo_settings(settings, params, echo), echo)
+    settings, start = demo_settings(settings, params, echo)
+    settings = demo_key(settings, echo)
     generated = settings.home / "generated"
-    start = dt.date(2026, 1, 1)
-    echo(f"[bold]1/3 generate[/] {days} day(s) × {requests_per_day:,} requests with faults (1% of lines), "
-         f"late duplicates and late feedback → {generated}")
+    echo(f"[bold]1/3 generate[/] {days} day(s) × {requests_per_day:,} requests from {start} with faults (1% of "
+         f"lines), late duplicates and late feedback → {generated}")
     with progress("generating") as step:
         manifest = generate(generated, days=days, requests_per_day=requests_per_day, seed=seed, start=start,
                             fault_rate=0.01, progress=step)
@@ -151,10 +201,17 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
                 arrive(generated, _landing(settings), _day_of(run))
 
         step("starting Airflow", 0, len(plan))
-        run_dags(settings, plan, log=settings.airflow_home / "demo.log", before=files_arrive, on_run=finished)
+        try:
+            run_dags(settings, plan, log=settings.airflow_home / "demo.log", before=files_arrive, on_run=finished)
+        except RuntimeError as exc:  # the Airflow child ended before its runs did
+            echo(f"  [red]{exc}[/]")
     if len(reports) < len(plan):
         all_ok = False
         echo(f"  [red]stopped after {len(reports)} of {len(plan)} runs[/]")
+    if not all_ok:  # the lake is not what the demo says it is: no report of it, and a way out
+        echo(f"[red]FAILED[/]: the demo's DAG runs did not all succeed (Airflow's log: "
+             f"{settings.airflow_home / 'demo.log'}); `strata demo --reset` starts it over")
+        return False
 
     echo("[bold]3/3 what the lake holds[/]")
     last = dt.date.fromisoformat(max(manifest["days"]))
@@ -168,7 +225,7 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
     planted = frozenset(pseudonym(key, u) for u in manifest["abusive_user_ids"])
     lake_report.model_section(settings, echo, last, planted)
     _next_commands(settings, echo, user)
-    return all_ok
+    return True
 
 
 def _landing(settings: Settings) -> Path:
@@ -177,6 +234,7 @@ def _landing(settings: Settings) -> Path:
 
 
 def _day_of(run: Run) -> str:
+    assert run.at is not None  # the demo's runs are dated
     return (run.at - dt.timedelta(days=1)).date().isoformat()
 
 
@@ -207,15 +265,17 @@ def _echo_run(report: RunReport, manifest: dict, echo: Echo) -> bool:
 
 
 def _next_commands(settings: Settings, echo: Echo, user_id: str) -> None:
-    home = f"STRATA_HOME={settings.home}"
-    key = f"STRATA_PSEUDONYM_KEY=$(cat {settings.home / 'secrets' / 'pseudonym.key'})"
     echo("[bold]next[/]")
+    strata = Path(sys.executable).parent / "strata"
+    echo(f"  eval \"$(STRATA_HOME={settings.home.parent} {strata} demo env)\"   # once per shell: `strata` on the "
+         "PATH, the demo's lake and key (STRATA_HOME, STRATA_PSEUDONYM_KEY); then:")
     for line in (
-        f'{home} strata sql "SELECT tenant_id, sum(cost_usd) FROM dwd.request GROUP BY 1 ORDER BY 2 DESC"',
-        f"{home} {key} strata features get user={user_id}",
-        f"{home} strata model show user_risk",
-        f"{home} {key} strata airflow up   # the same DAGs on a schedule: http://127.0.0.1:8080",
-        f"{home} strata landed --last 5",
+        'strata sql "SELECT tenant_id, sum(cost_usd) FROM dwd.request GROUP BY 1 ORDER BY 2 DESC"',
+        f"strata features get user={user_id}",
+        "strata model show user_risk",
+        "strata airflow up   # the same DAGs on a schedule, on this lake: http://127.0.0.1:8080",
+        "strata landed --last 5",
+        "strata demo --reset   # start the demo over",
     ):
         echo(f"  {line}")
     echo(f"  lake: {settings.lake_uri}  (Delta tables: ods/*, dwd/*, ops/*, …; any Delta reader opens them)")

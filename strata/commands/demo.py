@@ -36,16 +36,38 @@ def generate_cmd(
               f"to {out_dir} (manifest: {out_dir / 'manifest.json'})")
 
 
-@app.command("demo")
+demo_app = typer.Typer(help="Generate a week of logs and run the real DAGs on it, under STRATA_HOME/demo.")
+app.add_typer(demo_app, name="demo")
+
+
+@demo_app.callback(invoke_without_command=True)
 def demo_cmd(
+    ctx: typer.Context,
     days: int = typer.Option(7, "--days", min=1, help="Days of traffic to generate."),
     requests_per_day: int = typer.Option(30_000, "--requests-per-day", min=1,
                                          help="Requests per day (30,000 plants 11 abusive users in a week)."),
     seed: int = typer.Option(7, "--seed", help="Random seed."),
+    reset: bool = typer.Option(False, "--reset", help="Remove the demo's corner (lake, files, key) and start over."),
 ) -> None:
-    """Generate a week of logs and run the real DAGs through Airflow, day by day, under STRATA_HOME/demo."""
+    """Generate a week of logs ending yesterday and run the real DAGs through Airflow, day by day, under
+    STRATA_HOME/demo (a re-run reuses its dates). `strata demo env`: the shell line to use its lake."""
+    from strata.demo import reset as reset_demo
     from strata.demo import run_demo
     from warehouse.settings import load_settings
 
-    if not run_demo(load_settings(), days=days, requests_per_day=requests_per_day, seed=seed, echo=out.print):
+    if ctx.invoked_subcommand is not None:
+        return
+    settings = load_settings()
+    if reset:
+        out.print(f"  removed the demo's corner {reset_demo(settings)}: starting over")
+    if not run_demo(settings, days=days, requests_per_day=requests_per_day, seed=seed, echo=out.print):
         raise typer.Exit(1)
+
+
+@demo_app.command("env")
+def env_cmd() -> None:
+    """Print one line to `eval` in a shell: the demo's STRATA_HOME and key, and `strata` on the PATH."""
+    from strata.demo import env_line
+    from warehouse.settings import load_settings
+
+    print(env_line(load_settings()))

@@ -29,12 +29,15 @@ class Run:
     """One DAG run: the run due at ``at``, whose data interval ends there.
 
     (The daily run at 2026-01-02 00:00 builds 2026-01-01.) ``tasks`` limits it to the tasks
-    whose id matches that regular expression, without their upstream.
+    whose id matches that regular expression, without their upstream. Without ``at``: the run a
+    scheduler started now makes by the DAG's timetable (catchup off), after ``later`` others (0: its
+    first, the latest complete interval; 1: the one after it).
     """
 
     dag_id: str
-    at: dt.datetime
+    at: dt.datetime | None = None
     tasks: str | None = None
+    later: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,8 +92,8 @@ def run_dags(settings: Settings, runs: list[Run], *, log: Path, retries: bool = 
             for run in runs:
                 if before is not None:
                     before(run)
-                child.stdin.write(json.dumps({"dag_id": run.dag_id, "at": run.at.isoformat(),
-                                              "tasks": run.tasks}) + "\n")
+                child.stdin.write(json.dumps({"dag_id": run.dag_id, "at": run.at and run.at.isoformat(),
+                                              "tasks": run.tasks, "later": run.later}) + "\n")
                 child.stdin.flush()
                 line = answers.readline()
                 if not line:
@@ -158,6 +161,24 @@ class _Errors:
 _ERRORS = _Errors()
 
 
+def _scheduled(dag: Any, later: int) -> dt.datetime:
+    """When the run a scheduler started now makes ``later`` runs from now is due (its data interval's
+    end: ``dag.test()`` infers the same interval from it, for a cron or a delta timetable alike)."""
+    from airflow.serialization.encoders import coerce_to_core_timetable
+    from airflow.timetables.base import TimeRestriction
+
+    timetable = coerce_to_core_timetable(dag.timetable)  # the scheduler's, as it reads the DAG's
+    restriction = TimeRestriction(earliest=dag.start_date, latest=dag.end_date, catchup=False)
+    last = None
+    for _ in range(later + 1):
+        info = timetable.next_dagrun_info(last_automated_data_interval=last, restriction=restriction)
+        if info is None:
+            raise RuntimeError(f"{dag.dag_id} schedules no run after {last}")
+        last = info.data_interval
+    assert last is not None
+    return last.end
+
+
 def _child(results_fd: int) -> int:
     options = json.loads(sys.stdin.readline())
     os.nice(options["nice"])
@@ -185,9 +206,10 @@ def _child(results_fd: int) -> int:
                     task.retries = 0
             for task in dag.tasks:
                 task.on_failure_callback = [_ERRORS.record]
+            at = dt.datetime.fromisoformat(run["at"]) if run["at"] else _scheduled(dag, run["later"])
             started = time.monotonic()
-            dag_run = dag.test(logical_date=dt.datetime.fromisoformat(run["at"]))
-            report = _report(run["dag_id"], run["at"], dag_run, time.monotonic() - started)
+            dag_run = dag.test(logical_date=at)
+            report = _report(run["dag_id"], at.isoformat(), dag_run, time.monotonic() - started)
             out.write(json.dumps(report, default=str) + "\n")
             out.flush()
             if report["state"] != "success":

@@ -14,8 +14,9 @@ context. Here, and nowhere else, it is decided:
   a retry may cure (storage, a lock held, a commit conflict);
 * when there is nothing to do, which is a *skip*: reference data that has not changed, a
   consistency check the online store has moved on from, scoring before a model is registered,
-  and a step whose input is not there yet (:class:`~warehouse.errors.NotYet`: a week without
-  reviews to learn from).
+  a step whose input is not there yet (:class:`~warehouse.errors.NotYet`: a week without
+  reviews to learn from), and a date that holds no data (:class:`~warehouse.errors.NoData`: today
+  before its files arrive, a quiet day; the CLI refuses such a date instead).
 
 It never imports ``airflow``; ``dags/steps.py`` turns the outcomes into Airflow's skip and fail.
 """
@@ -30,7 +31,7 @@ from typing import Any, Callable, Mapping, TypeAlias
 
 from strata import pipeline
 from strata.pipeline import StepResult
-from warehouse.errors import NotYet
+from warehouse.errors import NoData, NotYet
 from warehouse.settings import ConfigError, Settings, load_settings
 
 #: A run's data interval, as Airflow gives it (timezone-aware).
@@ -221,7 +222,7 @@ def run_step(name: str, context: Mapping[str, Any], **options: Any) -> dict[str,
     what = f"{name} for {_day(interval[0])}"
     try:
         result = step.function(settings, *args, **{**given, **options})
-    except NotYet as exc:
+    except (NotYet, NoData) as exc:
         raise Skip(f"{what}: {one_line(exc)}") from None
     except _REFUSALS as exc:
         raise StepRefused(f"{what}: {one_line(exc)}") from exc

@@ -6,6 +6,8 @@ tests/integration/test_dags_run.py.)
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import subprocess
 import sys
@@ -13,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from strata.demo import demo_settings
+from strata.demo import demo_settings, env_line, reset
+from strata.orchestration.dag_runs import Run, run_dags
 from warehouse.settings import load_settings
+from warehouse.storage import lake
+from warehouse.tables import table
 
 
 def _demo(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -29,7 +34,10 @@ def test_demo_runs_the_dags_end_to_end_and_prints_the_lake(tmp_path: Path) -> No
     first = _demo(tmp_path)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     out = first.stdout
-    assert "✓ strata_ingest 2026-01-01" in out and "✓ strata_daily 2026-01-01" in out
+    start = dt.date.fromisoformat(json.loads((tmp_path / "demo" / "demo.json").read_text())["start"])
+    today = dt.datetime.now(dt.timezone.utc).date()
+    assert start == today - dt.timedelta(days=4)  # 1 day of traffic and 3 of late reviews: the last is yesterday
+    assert f"✓ strata_ingest {start}" in out and f"✓ strata_daily {start}" in out
     assert "= manifest" in out and "≠ manifest" not in out and "✗" not in out.split("3/3")[0]
     for title in ("tables", "quarantined rows by rule", "the books per day: ODS rows = DWD rows"):
         assert title in out
@@ -42,15 +50,59 @@ def test_demo_runs_the_dags_end_to_end_and_prints_the_lake(tmp_path: Path) -> No
     assert (tmp_path / "demo" / "secrets" / "pseudonym.key").stat().st_mode & 0o077 == 0
     assert (tmp_path / "demo" / "airflow" / "airflow.db").exists()  # Airflow's metadata, in the demo's corner
     assert not (tmp_path / "lake").exists()  # the demo keeps to its own corner
+    assert "demo env)" in out and "strata demo --reset" in out
+    key = (tmp_path / "demo" / "secrets" / "pseudonym.key").read_text().strip()
+    assert key not in out
+
+    # The runs a scheduler started now makes next on the demo's lake (`strata airflow up`), by each
+    # DAG's timetable: the latest complete interval of each, and the daily run of today, which holds
+    # no data. None fails, and every ODS row is still there (retention counts back from today).
+    settings = load_settings({"STRATA_HOME": str(tmp_path / "demo"), "STRATA_PSEUDONYM_KEY": key})
+    ods = ("ods.request_log_raw", "ods.feedback_raw")
+    rows = {name: lake.read(settings, table(name)).num_rows for name in ods}
+    plan = [Run(dag) for dag in ("strata_ingest", "strata_retention", "strata_train", "strata_daily")]
+    reports = run_dags(settings, [*plan, Run("strata_daily", later=1)], log=settings.airflow_home / "scheduled.log")
+    assert [r.ok for r in reports] == [True] * 5, [(r.dag_id, r.interval, r.errors) for r in reports]
+    assert {name: lake.read(settings, table(name)).num_rows for name in ods} == rows and all(rows.values())
+    train = [dt.datetime.fromisoformat(moment) for moment in reports[2].interval]  # as the README says
+    assert train[0].weekday() == 3 and train[1] - train[0] == dt.timedelta(weeks=1) and train[0].hour == 0
+    empty = reports[-1]
+    assert empty.interval[0][:10] == str(today) and empty.tasks["dwd.build_dwd"] == "skipped"
+    assert empty.tasks["ads.build_ads"] == "skipped"  # (DWS builds: the demo's requests leave its windows)
+    # The CLI refuses a date without data, as an error, for DWS as for DWD (it published empty partitions).
+    env = {**os.environ, "STRATA_HOME": str(tmp_path / "demo"), "STRATA_PSEUDONYM_KEY": key, "COLUMNS": "200"}
+    before = start - dt.timedelta(days=1)
+    dws = subprocess.run([sys.executable, "-m", "strata.cli", "build", "dws", "--date", str(before)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert dws.returncode != 0 and f"no dwd.request rows from {before - dt.timedelta(days=8)} to {before}" in \
+        " ".join((dws.stdout + dws.stderr).split())
 
 
-def test_the_demo_starts_its_corner_afresh_when_its_parameters_change(tmp_path: Path) -> None:
+def test_the_demo_keeps_its_dates_and_starts_its_corner_afresh_when_its_parameters_change(tmp_path: Path) -> None:
     said: list[str] = []
     settings = load_settings({"STRATA_HOME": str(tmp_path)})
-    corner = demo_settings(settings, {"days": 1, "seed": 7}, said.append)
+    today = dt.date(2026, 12, 2)
+    corner, start = demo_settings(settings, {"days": 1, "seed": 7}, said.append, today=today)
     assert corner.home == tmp_path / "demo" and corner.airflow_home == tmp_path / "demo" / "airflow"
+    assert start == dt.date(2026, 11, 28)  # its late reviews end yesterday
     (corner.home / "lake").mkdir()
-    demo_settings(settings, {"days": 1, "seed": 7}, said.append)
+    # A re-run, days later, keeps the dates (the same bytes) and the lake.
+    assert demo_settings(settings, {"days": 1, "seed": 7}, said.append, today=today + dt.timedelta(days=9))[1] == start
     assert (corner.home / "lake").exists() and said == []
-    demo_settings(settings, {"days": 1, "seed": 99}, said.append)
+    demo_settings(settings, {"days": 1, "seed": 99}, said.append, today=today)
     assert not (corner.home / "lake").exists() and "afresh" in said[0]
+    # A demo older than the raw-data retention starts afresh on recent dates.
+    later = today + dt.timedelta(days=settings.ods_retention_days + 10)
+    assert demo_settings(settings, {"days": 1, "seed": 99}, said.append, today=later)[1] == later - dt.timedelta(days=4)
+    assert "retention" in said[-1]
+    # `strata demo env`: one line to eval, the key read from its file, never printed.
+    (corner.home / "secrets").mkdir()
+    (corner.home / "secrets" / "pseudonym.key").write_text("k-secret")
+    line = env_line(settings)
+    assert line.startswith(f"export STRATA_HOME={corner.home} ") and "$(cat " in line and "k-secret" not in line
+    assert f"PATH={Path(sys.executable).parent}:" in line
+    # With the demo's STRATA_HOME (after eval): the same corner, never a demo inside it.
+    inside = load_settings({"STRATA_HOME": str(corner.home)})
+    assert env_line(inside) == line
+    assert demo_settings(inside, {"days": 1, "seed": 99}, said.append, today=later)[0].home == corner.home
+    assert reset(settings) == corner.home and not corner.home.exists()

@@ -233,6 +233,11 @@ def test_data_quality_reports_the_books_the_quarantine_and_the_audits(built: tup
         assert dict(zip(row["quarantine_rules"], row["quarantine_rule_counts"])) == dict(rules.iter_rows())
         assert row["quarantine_rule_counts"] == sorted(row["quarantine_rule_counts"], reverse=True)
         assert row["freshness_sla_hours"] == 26 and row["is_fresh"] is False  # built long after 2026-03
+    # Each day's books once: a late-label rewrite of several days is a row of its own, without them.
+    per_day = quality.filter(pl.col("table_name") == "dwd.request").group_by("event_date").agg(
+        pl.col("quarantined").sum(), pl.col("ods_rows").sum())
+    kept = books.filter(pl.col("table_name") == "dwd.request").select("event_date", "quarantined", "ods_rows")
+    assert per_day.sort("event_date").equals(kept.sort("event_date"))
     assert set(quality["table_name"]) >= {"dwd.request", "dwd.feedback", "dwd.quarantine", "ops.books"}
 
 

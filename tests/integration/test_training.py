@@ -19,6 +19,7 @@ from sklearn.metrics import roc_auc_score
 
 from batch_inference.registry import get, list_models
 from strata import pipeline
+from warehouse.errors import NoData
 from warehouse.privacy import pseudonym
 from warehouse.settings import load_settings
 from synthetic_workload import generate
@@ -41,11 +42,12 @@ def test_a_model_trained_on_three_days_ranks_the_planted_abusers_of_the_fourth_o
         pipeline.build_dwd(settings, day)
         pipeline.build_dws(settings, day)
 
+    # A window asked from the day before the data: the card names the data's days.
     with caplog.at_level(logging.INFO, logger="strata"):
-        trained = pipeline.train(settings, days[2], days=3).detail
+        trained = pipeline.train(settings, days[2], days=4).detail
     card = trained.card
     logged = [r.getMessage() for r in caplog.records if r.name.startswith("strata.")]
-    assert f"train {days[2]}: started (days=3)" in logged
+    assert f"train {days[2]}: started (days=4)" in logged
     assert any(m.startswith(f"registered user_risk {card.version}: {len(card.features)} features, ROC AUC ")
                for m in logged)
     assert any(m.startswith(f"train {days[2]}: done in ") and f"features={len(card.features)}" in m for m in logged)
@@ -54,6 +56,11 @@ def test_a_model_trained_on_three_days_ranks_the_planted_abusers_of_the_fourth_o
     pipeline.score(settings, days[3], provider="cpu")
 
     scores = lake.read_frame(settings, ADS_USER_RISK_SCORES, filters=[("event_date", "=", days[3])])
+    # A day without requests is refused (a scheduled task skips it), not published empty.
+    version = lake.version(settings, ADS_USER_RISK_SCORES)
+    with pytest.raises(NoData, match="no user_pseudonym was active on 2026-02-06: nothing to score"):
+        pipeline.score(settings, days[3] + dt.timedelta(days=1), provider="cpu")
+    assert lake.version(settings, ADS_USER_RISK_SCORES) == version
     key = settings.require_pseudonym_key()
     planted = {pseudonym(key, user) for user in manifest["abusive_user_ids"]}
     assert len(planted) >= 10

@@ -37,6 +37,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from warehouse.ads.project import PROJECT_DIR, DbtRun, RunDir, invoke, new_run
+from warehouse.errors import NoData
 from warehouse.progress import Progress
 from warehouse.settings import Settings
 from warehouse.storage import boundaries, lake, locks
@@ -113,7 +114,7 @@ def build(
             raise FileNotFoundError(f"{DWD_REQUEST} does not exist: build DWD first (strata build dwd --date D)")
         missing = sorted(set(built) - _dwd_days(settings, built))
         if missing:
-            raise LookupError(f"DWD was never built for {', '.join(map(str, missing))}: build it first "
+            raise NoData(f"DWD was never built for {', '.join(map(str, missing))}: build it first "
                               "(strata build dwd --date D)")
         if any(needs_expectations(mart) for mart in MARTS):
             warm_up()  # the audit worker imports Great Expectations while dbt runs

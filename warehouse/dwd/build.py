@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from warehouse.dwd.labels import latest_labels, merge_labels
+from warehouse.errors import NoData
 from warehouse.dwd.prices import read_prices
 from warehouse.dwd.transform import TARGETS, DwdTransform, RequestInputs, key_columns, repeats
 from warehouse.ods import ODS_TABLES
@@ -90,7 +91,7 @@ def build_day(settings: Settings, day: dt.date, progress: Progress | None = None
     settings.require_pseudonym_key()
     counts = {kind: ods_row_count(settings, kind, day) for kind in ODS_TABLES}
     if not any(counts.values()):
-        raise LookupError(f"no ODS rows with event_date {day}: nothing to build "
+        raise NoData(f"no ODS rows with event_date {day}: nothing to build "
                           f"(check the date, or ingest that day's files first)")
     reports: dict[Kind, RunResult] = {}
     if counts["feedback"]:

@@ -22,6 +22,7 @@ import polars as pl
 
 from contracts import split_rows
 from warehouse.dws.transform import ENTITIES, SOURCE_COLUMNS, Entity, day_bounds, features, reduce
+from warehouse.errors import NoData
 from warehouse.progress import Progress
 from warehouse.runner import Batch, Counts, RunResult, claim, run
 from warehouse.settings import Settings
@@ -58,9 +59,20 @@ def affected_days(day: dt.date) -> list[dt.date]:
 
 
 def build(settings: Settings, day: dt.date, progress: Progress | None = None) -> dict[str, RunResult]:
-    """Publish D's partition of the three DWS tables from ``dwd.request`` (idempotent)."""
-    if lake.open_table(settings, DWD_REQUEST) is None:
+    """Publish D's partition of the three DWS tables from ``dwd.request`` (idempotent).
+
+    A day without requests in its windows (D-8 to D) is refused (:class:`NoData`), as DWD and
+    ADS refuse a day without data, rather than published empty. A day with none of its own but
+    some in the days before is built: its rows are those requests leaving the windows."""
+    import pyarrow.compute as pc
+
+    delta = lake.open_table(settings, DWD_REQUEST)
+    if delta is None:
         raise FileNotFoundError(f"{DWD_REQUEST} does not exist: build DWD first (`strata build dwd --date …`)")
+    first = day - dt.timedelta(days=AFFECTED_DAYS)
+    if not delta.to_pyarrow_dataset().count_rows(filter=pc.field("event_date").isin(affected_days(first))):
+        raise NoData(f"no {DWD_REQUEST} rows from {first} to {day} (the windows of {day}'s features): nothing "
+                     "to build (check the date, or build those days' DWD first)")
     return {entity.target.name: build_entity(settings, entity, day, progress) for entity in ENTITIES}
 
 

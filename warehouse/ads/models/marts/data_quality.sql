@@ -43,7 +43,10 @@ partition_attempts as (
         arg_max(rules_failed, started_at) as rules_failed,
         arg_max(message, started_at) as message,
         min(finished_at) filter (where status = 'published') as first_published_at,
-        max(finished_at) filter (where status = 'published') as last_published_at
+        max(finished_at) filter (where status = 'published') as last_published_at,
+        -- Only the day's own partition carries the day's books and quarantine: a late-label
+        -- rewrite of several days at once (event_date = 'D', event_date = 'D+1') is a row of its own.
+        partition_name = 'event_date = ''' || strftime(event_date, '%Y-%m-%d') || '''' as is_day_partition
 
     from audit_log
     group by event_date, table_name, partition_name
@@ -110,10 +113,12 @@ final as (
 
     from partition_attempts
     left join books
-        on partition_attempts.event_date = books.event_date
+        on partition_attempts.is_day_partition
+        and partition_attempts.event_date = books.event_date
         and partition_attempts.table_name = books.table_name
     left join quarantine_by_table
-        on partition_attempts.event_date = quarantine_by_table.event_date
+        on partition_attempts.is_day_partition
+        and partition_attempts.event_date = quarantine_by_table.event_date
         and partition_attempts.table_name = quarantine_by_table.target_table
     left join freshness_slas
         on partition_attempts.table_name = freshness_slas.table_name
