@@ -111,8 +111,10 @@ def train(settings: Settings, name: str, until: dt.date, retrieve: Retrieve, *, 
     split_day = first + dt.timedelta(days=max(1, round(days * TRAIN_SHARE)))
     # The card names the days the data holds, not the window asked for (a week may start before its data).
     held = data.frame.get_column("event_timestamp").dt.date()  # each row at the end of its day
-    window = (held.min() - dt.timedelta(days=1), held.max() - dt.timedelta(days=1))
-    return fit_and_register(settings, name, data, window=window,  # type: ignore[operator]
+    lowest, highest = held.min(), held.max()
+    assert isinstance(lowest, dt.date) and isinstance(highest, dt.date)  # training_set refuses an empty set
+    window = (lowest - dt.timedelta(days=1), highest - dt.timedelta(days=1))
+    return fit_and_register(settings, name, data, window=window,
                             split_at=dt.datetime.combine(split_day, dt.time(), dt.timezone.utc))
 
 
