@@ -1,8 +1,9 @@
 """An instrumented ``openai`` client, run as a subprocess by the OTLP tests.
 
-``python tests/genai_client.py BASE_URL TRACES_FILE TRUTH_FILE``: sets up the OpenTelemetry
-SDK with the official OpenAI instrumentation and the OTLP JSON-file exporter (as an
-application would; ``OTEL_SERVICE_NAME`` and ``OTEL_SEMCONV_STABILITY_OPT_IN`` come from the
+``python tests/genai_client.py BASE_URL TRACES TRUTH_FILE``: sets up the OpenTelemetry
+SDK with the official OpenAI instrumentation and an exporter — the OTLP JSON-file exporter
+writing to the file ``TRACES``, or, when ``TRACES`` is an ``http://…/v1/traces`` URL, the
+OTLP/HTTP (protobuf) exporter sending there, as to ``strata collect`` (as an application would; ``OTEL_SERVICE_NAME`` and ``OTEL_SEMCONV_STABILITY_OPT_IN`` come from the
 environment, no tenant anywhere), makes a fixed mix of calls against ``BASE_URL`` with the
 client's retries off, and writes what the client saw (one JSON object per call: model,
 operation, status, tokens, trace) to ``TRUTH_FILE``. A subprocess keeps the instrumentation's
@@ -19,13 +20,21 @@ from typing import Any
 def main(base_url: str, traces: str, truth_file: str) -> None:
     import openai
     from opentelemetry import trace
-    from opentelemetry.exporter.otlp.json.file import FileSpanExporter
     from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
+    exporter: SpanExporter
+    if traces.startswith("http"):
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter(endpoint=traces)
+    else:
+        from opentelemetry.exporter.otlp.json.file import FileSpanExporter
+
+        exporter = FileSpanExporter(traces)
     provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(FileSpanExporter(traces)))
+    provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     OpenAIInstrumentor().instrument()
     client = openai.OpenAI(base_url=base_url, api_key="test-key", max_retries=0)

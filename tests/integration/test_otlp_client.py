@@ -1,6 +1,7 @@
 """Real GenAI telemetry in: the official OpenAI instrumentation on a real ``openai`` client, its
-spans written by the OTLP JSON-file exporter, ingested with no format and no tenant named,
-equal the client's own ground truth in ``dwd.request``."""
+spans written by the OTLP JSON-file exporter and sent by the OTLP/HTTP exporter into
+``strata collect``, in both semantic-convention modes, ingested with no format and no tenant
+named, equal the client's own ground truth in ``dwd.request``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
+from collect_server import receiver_thread
 from openai_server import serve
 from warehouse.dwd.build import build_day
 from warehouse.dwd.prices import load_prices
@@ -26,11 +28,15 @@ CLIENT = Path(__file__).resolve().parents[1] / "genai_client.py"
 MODES = {"latest": {"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental"}, "default": {}}
 
 
-def _run_client(base_url: str, folder: Path, mode: str) -> list[dict]:
+def _run_client(base_url: str, folder: Path, mode: str, collector: str | None = None) -> list[dict]:
+    """The client's calls in ``mode``, exported into ``folder/<mode>-traces.json`` or to ``collector``;
+    what the client saw is written beside the test's folder, so no ingest takes it for traces."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env |= {"OTEL_SERVICE_NAME": "chat-app", **MODES[mode]}
-    traces, truth = folder / f"{mode}-traces.json", folder / f"{mode}-truth.json"
-    done = subprocess.run([sys.executable, str(CLIENT), base_url, str(traces), str(truth)], env=env,
+    via = "collect" if collector else "file"
+    traces = f"{collector}/v1/traces" if collector else str(folder / f"{mode}-traces.json")
+    truth = folder.parent / f"{mode}-{via}-truth.json"
+    done = subprocess.run([sys.executable, str(CLIENT), base_url, traces, str(truth)], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(truth.read_text())
@@ -39,15 +45,17 @@ def _run_client(base_url: str, folder: Path, mode: str) -> list[dict]:
 def test_an_instrumented_openai_client_equals_dwd_request(tmp_path: Path, strata_env: Path) -> None:
     exports = tmp_path / "exports"
     exports.mkdir()
-    with serve() as base_url:  # one server: response ids stay unique across both runs
-        truth = [call for mode in MODES for call in _run_client(base_url, exports, mode)]
+    with serve() as base_url, receiver_thread() as collector:  # one server: response ids unique across runs
+        truth = [call for mode in MODES for collect in (None, collector)
+                 for call in _run_client(base_url, exports, mode, collect)]
     settings = load_settings()
     prices = tmp_path / "prices.csv"  # every model priced: a null cost can only mean no usage was reported
     prices.write_text("model,effective_from,input_price_per_1k,output_price_per_1k\n" + "".join(
         f"{model},2020-01-01,0.001,0.002\n" for model in sorted({c["model"] for c in truth})))
     load_prices(settings, prices)
-    report = ingest(settings, [exports])  # no --format, no --tenant: the spans name none either
-    assert {f.source for f in report.landed} == {"otlp-json"} and len(report.landed) == 2
+    # no --format, no --tenant: the spans name none either; the receiver's segments landed on its shutdown
+    report = ingest(settings, [exports, settings.landing_dir])
+    assert {f.source for f in report.landed} == {"otlp-json"} and len(report.landed) >= 3
     runs = [build_day(settings, day)["requests"] for day in report.dates]
     dwd = pl.from_arrow(lake.read(settings, table("dwd.request")))
     assert isinstance(dwd, pl.DataFrame)
