@@ -76,7 +76,7 @@ def baseline_sql(day: dt.date) -> str:
     from warehouse.dws.transform import HOUR_US, WINDOWS, day_bounds
 
     lo, hi = day_bounds(day)
-    start = int(dt.datetime.combine(day, dt.time(), dt.timezone.utc).timestamp()) * 1_000_000
+    start = int(dt.datetime.combine(day, dt.time(), dt.UTC).timestamp()) * 1_000_000
     offsets = ", ".join(f"({HOUR_US * (1 + w)})" for w in (0, *WINDOWS.values()))
     aggs = {"request_count": "count(one)", "error_rate": "avg(err)", "retry_rate": "avg(rty)",
             "timeout_share": "avg(tmo)", "rate_limited_share": "avg(rl)",

@@ -28,8 +28,8 @@ import yaml
 from benchmarks.harness import Measurement
 
 DAY = dt.date(2026, 3, 2)
-START = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
-END = dt.datetime(2026, 3, 4, tzinfo=dt.timezone.utc)
+START = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
+END = dt.datetime(2026, 3, 4, tzinfo=dt.UTC)
 VIEW = "bench_features"
 FEATURES = 20
 SMALL, LARGE = 100_000, 1_000_000

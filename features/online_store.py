@@ -15,9 +15,10 @@ from __future__ import annotations
 import datetime as dt
 import sqlite3
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -121,7 +122,7 @@ def redis_timestamp(ts: dt.datetime) -> bytes:
     from google.protobuf.timestamp_pb2 import Timestamp
 
     stamp = Timestamp()
-    stamp.FromDatetime(ts if ts.tzinfo else ts.replace(tzinfo=dt.timezone.utc))
+    stamp.FromDatetime(ts if ts.tzinfo else ts.replace(tzinfo=dt.UTC))
     return stamp.SerializeToString()
 
 

@@ -85,7 +85,7 @@ def _started(process: subprocess.Popen[bytes], ready: Callable[[], object], what
         try:
             ready()
             return
-        except Exception:  # noqa: BLE001 - not up yet: whichever error the client gives
+        except Exception:  # not up yet: whichever error the client gives
             if process.poll() is not None or time.monotonic() > deadline:
                 raise _failed(what, log) from None
             time.sleep(0.05)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Literal, Mapping, TypeAlias
+from typing import Literal, TypeAlias
 
 OnlineStore: TypeAlias = Literal["sqlite", "redis"]
 _SECRET_FIELDS = frozenset({"pseudonym_key", "s3_access_key_id", "s3_secret_access_key"})
@@ -45,7 +46,7 @@ class Settings:
     #: Seconds a writer waits for a lock another process holds before it fails (0: fail at once).
     lock_wait: float = 0.0
     #: The earliest plausible request time; a record before it is quarantined (``ts.floor``).
-    ts_floor: dt.datetime = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+    ts_floor: dt.datetime = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
     #: The tenant of OTLP spans that name none (``STRATA_DEFAULT_TENANT``; ``strata ingest --tenant`` wins).
     default_tenant: str | None = None
     #: Scoring runs as this many shards (one mapped Airflow task each).
@@ -161,7 +162,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         raise ConfigError(f"STRATA_LOCK_WAIT must be a number of seconds >= 0, not {wait!r}")
     floor_text = env.get("STRATA_TS_FLOOR", "2000-01-01")
     try:
-        floor = dt.datetime.combine(dt.date.fromisoformat(floor_text), dt.time(), dt.timezone.utc)
+        floor = dt.datetime.combine(dt.date.fromisoformat(floor_text), dt.time(), dt.UTC)
     except ValueError:
         raise ConfigError(f"STRATA_TS_FLOOR must be a date like 2000-01-01, not {floor_text!r}") from None
     tenant = env.get("STRATA_DEFAULT_TENANT") or None

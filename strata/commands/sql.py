@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -32,9 +32,9 @@ class Format(str, enum.Enum):
 
 @app.command("sql")
 def sql_cmd(
-    query: Optional[str] = typer.Argument(None, help="SQL to run; without it, an interactive prompt opens."),
+    query: str | None = typer.Argument(None, help="SQL to run; without it, an interactive prompt opens."),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="How to print the result."),
-    out_file: Optional[Path] = typer.Option(None, "--out", "-o", dir_okay=False,
+    out_file: Path | None = typer.Option(None, "--out", "-o", dir_okay=False,
                                             help="Write the result to this file (csv, json, parquet): written aside "
                                             "and renamed into place once whole; not inside STRATA_HOME, the lake or "
                                             "the landing zone."),

@@ -14,10 +14,10 @@ import polars as pl
 import pytest
 
 from strata import pipeline
+from synthetic_workload import generate
 from warehouse.ads.build import MARTS, build
 from warehouse.ads.project import PROJECT_DIR, DbtFailed
 from warehouse.settings import Settings, load_settings
-from synthetic_workload import generate
 from warehouse.storage import lake
 from warehouse.tables import ADS_MODEL_DAILY, DWD_REQUEST, table
 

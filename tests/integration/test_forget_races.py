@@ -25,15 +25,15 @@ from pathlib import Path
 import polars as pl
 import psutil
 import pytest
-
 from lake_compare import assert_no_trace
-from tests.services import Postgres, Redis
+
 from strata import pipeline
+from synthetic_workload import generate
+from tests.services import Postgres, Redis
+from warehouse.ops.forget import searched_tables
 from warehouse.privacy import pseudonym
 from warehouse.settings import Settings, load_settings
-from synthetic_workload import generate
 from warehouse.storage import lake, locks
-from warehouse.ops.forget import searched_tables
 from warehouse.tables import table
 
 DAYS = [dt.date(2026, 3, 1), dt.date(2026, 3, 2)]
@@ -148,9 +148,8 @@ def _race(world: dict, step: str, home: Path, lock_env: dict[str, str]) -> None:
         _stopped(runner, step)
         # Paused after its first read, the step holds a lock forget needs: a forget now has to wait.
         settings = load_settings({**_env(home, **lock_env), "STRATA_LOCK_WAIT": "0"})
-        with pytest.raises(locks.LockHeld):
-            with locks.hold(settings, write=[(t, None) for t in searched_tables()]):
-                pass
+        with pytest.raises(locks.LockHeld), locks.hold(settings, write=[(t, None) for t in searched_tables()]):
+            pass
         forget = subprocess.Popen([*cli, "forget", "--user", world["victim"]], env=env, text=True,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         runner.send_signal(18)  # SIGCONT

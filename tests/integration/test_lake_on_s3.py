@@ -18,12 +18,12 @@ import pyarrow.fs as pafs
 import pytest
 
 from strata import pipeline
+from synthetic_workload import generate
 from tests.conftest import AZURE_SAMPLE, SHIPPED_AZURE_MAPPING
 from tests.services import S3_KEYS, create_bucket, s3_server
 from warehouse.privacy import pseudonym
 from warehouse.settings import Settings, load_settings
 from warehouse.sql.sandbox import QueryRefused, Session
-from synthetic_workload import generate
 from warehouse.storage import lake
 from warehouse.storage.duck import connect
 from warehouse.storage.objectstore import configure_duckdb, filesystem

@@ -130,9 +130,8 @@ def test_a_table_wide_writer_excludes_partition_writers_and_a_waiter_gets_its_tu
         backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     holder = _holding("2026-03-01")
     try:
-        with pytest.raises(locks.LockHeld):
-            with locks.hold(load_settings(), write=[(DWD_REQUEST, None)]):
-                pass
+        with pytest.raises(locks.LockHeld), locks.hold(load_settings(), write=[(DWD_REQUEST, None)]):
+            pass
         threading.Timer(1.0, _release, [holder]).start()  # the holder finishes while we wait
         monkeypatch.setenv("STRATA_LOCK_WAIT", "60")
         with locks.hold(load_settings(), write=[(DWD_REQUEST, None)]):

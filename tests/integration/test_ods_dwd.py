@@ -9,21 +9,20 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import polars as pl
 import pytest
-
 from conftest import AZURE_FULL, AZURE_SAMPLE, SHIPPED_AZURE_MAPPING
-from warehouse.settings import Settings, load_settings
-from warehouse.tables import table
-from warehouse.storage import lake
-from warehouse.dwd.build import build, build_day
+
 from synthetic_workload import generate
-from warehouse.ods.ingest import ingest
+from warehouse.dwd.build import build, build_day
 from warehouse.dwd.prices import load_prices
+from warehouse.ods.ingest import ingest
+from warehouse.settings import Settings, load_settings
+from warehouse.storage import lake
+from warehouse.tables import table
 
 START = dt.date(2026, 1, 5)
 DAYS = [START, START + dt.timedelta(days=1)]
@@ -269,7 +268,7 @@ def test_azure_trace_ingests_through_its_mapping(strata_env: Path) -> None:
     assert request.get_column("output_tokens").sum() == sum(int(r["GeneratedTokens"]) for r in rows)
     first = min(rows, key=lambda r: r["TIMESTAMP"])["TIMESTAMP"]
     assert request.get_column("ts").min() == dt.datetime.strptime(first[:26], "%Y-%m-%d %H:%M:%S.%f").replace(
-        tzinfo=dt.timezone.utc)
+        tzinfo=dt.UTC)
 
 
 def test_a_day_of_only_bad_lines_publishes_its_quarantine_and_books(tmp_path: Path, strata_env: Path) -> None:
@@ -329,7 +328,7 @@ def test_otlp_export_ingests_to_dwd(tmp_path: Path, strata_env: Path) -> None:
     from fixtures_otlp import otlp_export_line
 
     day = dt.date(2026, 2, 2)
-    records = [{**_record(f"span-{i}", day), "ts": dt.datetime(2026, 2, 2, 8, i, tzinfo=dt.timezone.utc)}
+    records = [{**_record(f"span-{i}", day), "ts": dt.datetime(2026, 2, 2, 8, i, tzinfo=dt.UTC)}
                for i in range(5)]
     path = tmp_path / "otlp" / "date=2026-02-02" / "traces-otlp.json"  # the broken line's date
     path.parent.mkdir(parents=True)
@@ -357,7 +356,7 @@ def test_an_otlp_batch_across_midnight_lands_every_span_in_its_own_day(tmp_path:
     from fixtures_otlp import otlp_export_line
 
     first, second = dt.date(2026, 2, 2), dt.date(2026, 2, 3)
-    midnight = dt.datetime(2026, 2, 3, tzinfo=dt.timezone.utc)
+    midnight = dt.datetime(2026, 2, 3, tzinfo=dt.UTC)
     records = [{**_record(f"span-{i:02d}", first), "ts": midnight + dt.timedelta(seconds=i - 34)} for i in range(69)]
     path = tmp_path / "traces.json"  # no --format, a .json name: told by its content
     path.write_bytes(otlp_export_line(records) + b"\n" + otlp_export_line(records[40:42]) + b"\n")
@@ -383,7 +382,7 @@ def test_an_otlp_batch_across_midnight_lands_every_span_in_its_own_day(tmp_path:
 
 
 def _span_record(request_id: str) -> dict:
-    return {**_record(request_id, dt.date(2026, 2, 2)), "ts": dt.datetime(2026, 2, 2, 9, tzinfo=dt.timezone.utc)}
+    return {**_record(request_id, dt.date(2026, 2, 2)), "ts": dt.datetime(2026, 2, 2, 9, tzinfo=dt.UTC)}
 
 
 def test_ingest_tells_otlp_by_content_and_names_the_files_it_does_not_read(tmp_path: Path, strata_env: Path) -> None:

@@ -35,7 +35,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, Path, dt.d
     prices = root / "prices.csv"
     prices.write_text(PRICES.format(price="0.001"))
     load_prices(settings, prices)
-    between = dt.datetime.now(dt.timezone.utc)
+    between = dt.datetime.now(dt.UTC)
     time.sleep(0.05)
     prices.write_text(PRICES.format(price="0.005"))
     load_prices(settings, prices)

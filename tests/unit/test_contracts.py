@@ -20,8 +20,8 @@ from contracts import (
     load_contract,
     write_lock,
 )
-from strata.commands.contracts import app
 from contracts.loader import CONTRACTS_DIR, MAX_CONTRACT_BYTES, parse_contract, read_contract, read_directory
+from strata.commands.contracts import app
 
 TABLES = {
     "ods.request_log_raw", "ods.feedback_raw", "dwd.request", "dwd.feedback", "dwd.quarantine",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from contracts.loader import parse_contract
 from contracts.types import is_widening
 from tests.contract_rows import synthetic
 
-UTC = timezone.utc
+UTC = UTC
 NOW = datetime(2026, 1, 2, tzinfo=UTC)
 TS = datetime(2026, 1, 1, 12, tzinfo=UTC)
 FEEDBACK = load_contract("dwd.feedback")
@@ -216,7 +216,7 @@ def test_expectation_suite_maps_every_expectation_to_a_rule() -> None:
     assert {"table.row_count", "table.columns", "primary_key.unique", "ts.required", "ts.future",
             "status_code.min", "status_code.max", "operation.allowed_values", "trace_id.pattern",
             "model_version.null_rate", "attempt.type"} <= rules
-    mostly = {(e.meta or {})["rule"]: getattr(e, "mostly") for e in suite.expectations
+    mostly = {(e.meta or {})["rule"]: e.mostly for e in suite.expectations
               if getattr(e, "mostly", None) is not None}
     assert mostly["model_version.null_rate"] == 0.5
 

@@ -10,7 +10,6 @@ import ast
 import json
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import SHIPPED_AZURE_MAPPING
+
 from warehouse.sources.mapping import MappingError, load_mapping, parse_mapping
 
 GOOD = SHIPPED_AZURE_MAPPING.read_text()

@@ -14,7 +14,7 @@ from strata import pipeline
 from strata.orchestration import tasks
 from strata.pipeline import StepResult
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 DAY = {"data_interval_start": dt.datetime(2026, 1, 4, tzinfo=UTC),
        "data_interval_end": dt.datetime(2026, 1, 5, tzinfo=UTC)}
 WEEK = {"data_interval_start": dt.datetime(2026, 1, 5, tzinfo=UTC),

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import polars as pl
 
@@ -67,7 +67,7 @@ def unland(settings: Settings, files: Sequence[Path] = (), *, batch: str | None 
     with locks.hold(settings, write=[(t, None) for t in ODS_TABLES.values()] + [(OPS_LANDED_FILES, None)]):
         found = _landed(settings, files, batch)
         report.files = found.height
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         for table in ODS_TABLES.values():
             hashes = found.filter(pl.col("table_name") == table.name).get_column("file_sha256").to_list()
             if not hashes or lake.open_table(settings, table) is None:

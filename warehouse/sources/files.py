@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import pyarrow as pa
-from isal import igzip
 import pyarrow.compute as pc
+from isal import igzip
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _DATE_IN_PATH = re.compile(r"(?:^|[/_=-])(\d{4}-\d{2}-\d{2})(?:[/_.]|$)")
