@@ -90,7 +90,7 @@ class SqliteWriter:
         epochs: dict[dt.datetime, int] = {}
         stamps = [epochs.get(t) or epochs.setdefault(t, sqlite_epoch(t)) for t in chunk.times]
         grid = np.empty((n, width, _COLUMNS), dtype=object)
-        grid[:, :, 0] = np.array(chunk.keys + [b""], dtype=object)[:-1, None]  # (a list of bytes stays objects)
+        grid[:, :, 0] = np.array([*chunk.keys, b""], dtype=object)[:-1, None]  # (a list of bytes stays objects)
         grid[:, :, 1] = np.array(self.features, dtype=object)[None, :]
         for j, (encoded, texts) in enumerate(chunk.columns):
             grid[:, j, 2] = encoded

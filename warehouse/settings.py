@@ -21,6 +21,8 @@ OnlineStore: TypeAlias = Literal["sqlite", "redis"]
 _SECRET_FIELDS = frozenset({"pseudonym_key", "s3_access_key_id", "s3_secret_access_key"})
 #: A tenant a source names for its records (``STRATA_DEFAULT_TENANT``, ``strata ingest --tenant``).
 TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+#: The default :attr:`Settings.cache_dir` (``load_settings`` reads ``STRATA_CACHE_DIR`` or ``XDG_CACHE_HOME``).
+_CACHE_DIR = Path("~/.cache/strata").expanduser()
 
 
 class ConfigError(ValueError):
@@ -58,7 +60,7 @@ class Settings:
     s3_access_key_id: str | None = None
     s3_secret_access_key: str | None = None
     #: Derived files that hold for every home (the ADS dbt project's parse): safe to delete.
-    cache_dir: Path = Path("~/.cache/strata").expanduser()
+    cache_dir: Path = _CACHE_DIR
     #: Bounds of a ``strata sql`` statement: seconds it may run, DuckDB's memory and spill limits.
     sql_timeout_s: float = 300.0
     sql_memory_limit: str = "2GB"

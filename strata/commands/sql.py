@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import sys
 from pathlib import Path
@@ -23,7 +24,7 @@ _HELP = ("Tables are views named <layer>.<table> (ads.model_daily, dwd.request, 
          "versions. End a statement with ';'. .tables lists the tables, .quit (or Ctrl-D) leaves.")
 
 
-class Format(str, enum.Enum):
+class Format(enum.StrEnum):
     table = "table"
     csv = "csv"
     json = "json"
@@ -120,10 +121,8 @@ def _prompt(session: Session, settings: Settings, max_rows: int) -> None:
     from warehouse.sql.sandbox import QueryCancelled, QueryRefused
 
     history = settings.home / "sql_history"
-    try:
+    with contextlib.suppress(OSError):  # no history yet, or one it cannot read
         readline.read_history_file(history)
-    except (FileNotFoundError, OSError):
-        pass
     readline.set_history_length(1000)
     readline.set_auto_history(False)  # history holds whole statements, not their lines
     console.print(f"strata sql: {_HELP}")

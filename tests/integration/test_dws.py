@@ -235,7 +235,7 @@ def test_a_rebuild_is_idempotent_and_picks_up_a_dwd_change(built: Lake, monkeypa
 
     # A late change of one user's requests of `day` (slower, and one fewer): rebuild day..day+8.
     user = before.sort("request_count_1h")["user_pseudonym"][-1]
-    gone = [r["request_id"] for r in built.requests[users.name][user] if r["ts"].date() == day][0]
+    gone = next(r["request_id"] for r in built.requests[users.name][user] if r["ts"].date() == day)
     republish(settings, DWD_REQUEST, lambda f: f.filter(pl.col("request_id") != gone).with_columns(
         duration_ms=pl.when(pl.col("user_pseudonym") == user).then(pl.col("duration_ms") * 3)
         .otherwise(pl.col("duration_ms"))), partitions=[{"event_date": day}])

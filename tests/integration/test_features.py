@@ -93,7 +93,7 @@ def test_batched_reader_returns_what_the_sdk_returns(world: dict) -> None:
     store, _ = applied_store(world["ours"])
     for source in feature_tables():
         view = views_of(view_name(source))[0]
-        keys = world["keys"][source.name][:40] + ["nobody-at-all"]
+        keys = [*world["keys"][source.name][:40], "nobody-at-all"]
         features = list(view.features[:20])
         sdk = store.get_online_features(features=[f"{view.name}:{f}" for f in features],
                                         entity_rows=[{view.key: k} for k in keys]).to_dict()
@@ -159,7 +159,7 @@ def test_redis_matches_feasts_layout_and_reads_back(world: dict, redis_server: R
         assert keys == sorted(b.keys()) and len(keys) == len(entities)
         assert all(a.hgetall(k) == b.hgetall(k) for k in keys)
         view = views_of("user")[0]
-        users = world["keys"]["dws.user_features"][:30] + ["nobody"]
+        users = [*world["keys"]["dws.user_features"][:30], "nobody"]
         ours_store, _ = applied_store(ours)
         sdk = ours_store.get_online_features(features=[f"{view.name}:{f}" for f in view.features],
                                              entity_rows=[{view.key: k} for k in users]).to_dict()
@@ -419,7 +419,7 @@ def test_training_sets_by_duckdb_equal_feasts(world: dict) -> None:
     """The as-of join an object-store lake uses gives what Feast's offline store gives."""
     from features.retrieval import historical_features
 
-    keys = world["keys"]["dws.user_features"][:40] + ["nobody"]
+    keys = [*world["keys"]["dws.user_features"][:40], "nobody"]
     instants = [dt.datetime.combine(DAY1, dt.time(12), dt.UTC),
                 dt.datetime.combine(DAY2, dt.time(23, 59), dt.UTC),
                 dt.datetime.combine(DAY2 + dt.timedelta(days=9), dt.time(6), dt.UTC)]  # past the TTL

@@ -92,7 +92,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, redis_server: Redis):
         scored = set(lake.read_frame(settings, table("ads.user_risk_scores")).get_column("user_pseudonym"))
         victim = next(u for u in _raw_users(settings.landing_dir) if pseudonym(KEY.encode(), u) in scored)
         client = redis.Redis.from_url(redis_url)
-        dump = {k: client.dump(k) for k in client.keys()}
+        dump = {k: client.dump(k) for k in client.keys()}  # noqa: SIM118 - Redis KEYS, not a dict
         yield {"root": root, "base": base, "victim": victim, "redis": redis_url, "dump": dump}
 
 
@@ -124,7 +124,7 @@ def _assert_nowhere(home: Path, redis_url: str, texts: list[str]) -> None:
 
     client = redis.Redis.from_url(redis_url)
     held = b"".join(k + (b"".join(client.hgetall(k).values()) if client.type(k) == b"hash" else client.dump(k) or b"")
-                    for k in client.keys())
+                    for k in client.keys())  # noqa: SIM118 - Redis KEYS, not a dict
     for text in texts:
         assert_no_trace(home, text)  # the lake, the landing zone, the online SQLite file, scratch
         assert text.encode() not in held, f"{text!r} is still in Redis"

@@ -117,7 +117,7 @@ def test_dwd_token_and_error_sums_per_model_equal_the_manifest(built: Settings, 
 
 
 def test_dwd_is_clean_pseudonymized_and_priced(built: Settings, generated: tuple[Path, dict]) -> None:
-    out, manifest = generated
+    out, _ = generated
     request = pl.from_arrow(lake.read(built, table("dwd.request")))
     assert request.get_column("request_id").is_unique().all()
     assert request.get_column("ts").dt.date().eq(request.get_column("event_date")).all()

@@ -11,6 +11,7 @@ every line is checked and extracted one by one, which is slower but always right
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -114,7 +115,7 @@ def _read_objects(con: DuckDBPyConnection, lines: pa.Array, fields: Sequence[str
     # One file per parsing thread, cut at line boundaries: the reader parses a file per thread.
     cuts = [int(offsets[np.searchsorted(offsets, offsets[-1] * k // SCRATCH_THREADS)])
             for k in range(SCRATCH_THREADS + 1)]
-    parts = [data.slice(low, high - low) for low, high in zip(cuts, cuts[1:]) if high > low]
+    parts = [data.slice(low, high - low) for low, high in itertools.pairwise(cuts) if high > low]
     try:
         with _files(folder, *parts) as paths:
             frame = _read(con, paths, fields, lenient=False, largest=int(np.diff(offsets).max()))
