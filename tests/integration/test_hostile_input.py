@@ -90,7 +90,7 @@ def test_a_mapping_is_checked_before_anything_is_written_and_kept_only_when_line
     escaping = tmp_path / "escape.yaml"
     escaping.write_text('name: "../../../../tmp/strata-escape"\nformat: jsonl\nfields: {request_id: id, ts: t}\n'
                         "timestamp: {unit: ms}\nconstants: {tenant_id: t, model: m}\n")
-    with pytest.raises(ValueError, match="escape.yaml: name:"):
+    with pytest.raises(ValueError, match=r"escape\.yaml: name:"):
         ingest(settings, [sample], mapping_file=escaping)
     assert not Path(settings.lake_uri).exists() and not Path("/tmp/strata-escape.yaml").exists()
 

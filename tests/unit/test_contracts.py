@@ -99,7 +99,7 @@ def test_arrow_schema_follows_the_contract() -> None:
 
 
 def test_unknown_table_names_the_known_ones() -> None:
-    with pytest.raises(ContractError, match="dwd.request"):
+    with pytest.raises(ContractError, match=r"dwd\.request"):
         load_contract("dwd.nope")
 
 

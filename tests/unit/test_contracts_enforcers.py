@@ -450,7 +450,7 @@ def test_audit_worker_messages_rebuild_every_contract_and_nothing_else() -> None
         assert audit_wire.contract_from(audit_wire.contract_text(contract)) == contract, name
     assert audit_wire.decode({"$": "tuple", "v": [{"$": "timedelta", "v": [1, 2, 3]}, {"$": "dict", "v": {"$": 1}}]}) \
         == (timedelta(1, 2, 3), {"$": 1})
-    with pytest.raises(ValueError, match="unknown tag 'posix.system'"):
+    with pytest.raises(ValueError, match=r"unknown tag 'posix\.system'"):
         audit_wire.decode({"$": "posix.system", "v": ["touch /tmp/x"]})
     with pytest.raises(TypeError, match="cannot send a PosixPath"):
         audit_wire.encode(Path("/"))
