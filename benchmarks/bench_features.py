@@ -178,8 +178,8 @@ def child_lookups(repeats: int = 2000) -> dict:
     answer = {}
     for n in (1, 100):
         ours = timed(lambda b: reader(settings).read(view, b), n)
-        sdk = timed(lambda b: store.get_online_features(features=refs, entity_rows=[{view.key: k} for k in b]).to_dict(),
-                    n)
+        sdk = timed(lambda b: store.get_online_features(
+            features=refs, entity_rows=[{view.key: k} for k in b]).to_dict(), n)
         for name, samples in (("ours", ours), ("sdk", sdk)):
             answer[f"{name}_{n}"] = [float(np.percentile(samples, 50)) * 1e3, float(np.percentile(samples, 99)) * 1e3]
     return answer

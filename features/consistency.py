@@ -201,8 +201,10 @@ def rows(settings: Settings, report: ConsistencyReport) -> pl.DataFrame:
             out.append({"event_date": report.day, "feature_view": check.view, "feature": feature,
                         "as_of": check.as_of, "checked_at": now, "online_store": settings.online_store,
                         "entities_sampled": n, "mismatches": mismatches, "missing": check.missing,
-                        "mismatch_rate": mismatches / n if n else None, "missing_rate": check.missing / n if n else None})
-    return pl.DataFrame(out, schema_overrides={"as_of": pl.Datetime("us", "UTC"), "checked_at": pl.Datetime("us", "UTC"),
+                        "mismatch_rate": mismatches / n if n else None,
+                        "missing_rate": check.missing / n if n else None})
+    return pl.DataFrame(out, schema_overrides={"as_of": pl.Datetime("us", "UTC"),
+                                               "checked_at": pl.Datetime("us", "UTC"),
                                                "mismatch_rate": pl.Float64, "missing_rate": pl.Float64})
 
 

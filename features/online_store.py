@@ -143,7 +143,8 @@ def redis_client(url: str) -> Any:
 
 
 #: Reads ``_ts:{view}`` (ARGV[1]) of many entity keys in one call (false where absent).
-_READ_TIMES_LUA = "local out = {} for i, k in ipairs(KEYS) do out[i] = redis.call('HGET', k, ARGV[1]) or false end return out"
+_READ_TIMES_LUA = ("local out = {} for i, k in ipairs(KEYS) do out[i] = redis.call('HGET', k, ARGV[1]) or false end "
+                   "return out")
 #: Entities per script call and per pipelined send: bounds memory and each call's time on the server.
 REDIS_BATCH = 4_096
 

@@ -123,8 +123,8 @@ def generate(out: Path, *, days: int, requests_per_day: int, seed: int, start: d
 
     Layout: ``requests/date=D/hour=HH/requests-YYYYMMDDTHH.jsonl.gz`` (one file per hour),
     ``feedback/date=D/feedback-YYYYMMDD.jsonl.gz`` (by arrival day), ``prices.csv``,
-    ``quotas.csv`` (tenant quotas) and ``manifest.json``. Same arguments → byte-identical files. A previous generator output
-    in ``out`` is replaced. Raises ValueError on bad arguments.
+    ``quotas.csv`` (tenant quotas) and ``manifest.json``. Same arguments → byte-identical files.
+    A previous generator output in ``out`` is replaced. Raises ValueError on bad arguments.
     """
     _validate(out, days, requests_per_day, seed, start, fault_rate)
     out = Path(out)

@@ -3,8 +3,8 @@
 Everything Strata writes lives under ``STRATA_HOME`` (the lake, the landing zone,
 Feast state, the model registry, Airflow's home) unless a variable moves one part
 elsewhere; only what can be derived again at any time, and holds for every home (the ADS
-project's parse), goes to a per-user cache folder. This module is the bottom of the house: every other module may import it,
-and it imports nothing of Strata's.
+project's parse), goes to a per-user cache folder. This module is the bottom of the house:
+every other module may import it, and it imports nothing of Strata's.
 """
 
 from __future__ import annotations
@@ -154,7 +154,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
                           f"not {endpoint!r}")
     lock_url = env.get("STRATA_LOCK_URL") or None
     if lock_url is not None and not lock_url.startswith(("postgresql://", "postgres://")):
-        raise ConfigError(f"STRATA_LOCK_URL must be a postgresql:// URL (advisory locks), not {lock_url.split(':')[0]!r}")
+        raise ConfigError("STRATA_LOCK_URL must be a postgresql:// URL (advisory locks), "
+                          f"not {lock_url.split(':')[0]!r}")
     wait = env.get("STRATA_LOCK_WAIT", "0")
     try:
         lock_wait = float(wait)

@@ -48,7 +48,8 @@ def materialize_cmd(
 
 @app.command("get")
 def get_cmd(
-    entity: str = typer.Argument(..., metavar="ENTITY=ID", help="user=RAW_USER_ID, tenant=ID or model_version=MODEL@VERSION."),
+    entity: str = typer.Argument(..., metavar="ENTITY=ID",
+                                 help="user=RAW_USER_ID, tenant=ID or model_version=MODEL@VERSION."),
     features: list[str] | None = typer.Option(None, "--features", "-f", help="Features to show (default: all)."),
     pseudonymized: bool = typer.Option(False, "--pseudonym", help="The user id given is already the pseudonym."),
 ) -> None:

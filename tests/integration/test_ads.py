@@ -271,7 +271,8 @@ def test_a_rebuild_replaces_exactly_its_day(built: tuple[Settings, dict, Path], 
 
 
 def test_late_labels_reach_the_marts_of_earlier_days_in_the_next_daily_build(tmp_path: Path) -> None:
-    settings = load_settings({"STRATA_HOME": str(tmp_path / "home"), "STRATA_PSEUDONYM_KEY": "test-key-0123456789abcdef"})
+    settings = load_settings({"STRATA_HOME": str(tmp_path / "home"),
+                              "STRATA_PSEUDONYM_KEY": "test-key-0123456789abcdef"})
     landing = tmp_path / "landing"
     generate(landing, days=2, requests_per_day=400, seed=5, start=START, fault_rate=0.0)
     pipeline.load_prices(settings, landing / "prices.csv")

@@ -117,8 +117,9 @@ def test_training_and_scoring_on_an_s3_lake(tmp_path: Path, settings: Settings) 
     assert scored.counts["entities"] == scores.height == users.get_column("user_pseudonym").drop_nulls().n_unique()
     assert ADS_USER_RISK_SCORES.uri(settings).startswith("s3://")
     # The busiest user of the scored day: their score is in the table and online.
-    users_of_day = Counter(re.findall(rb'"user_id": ?"(u_[0-9a-f]+)"', b"".join(
-        gzip.decompress(f.read_bytes()) for f in (tmp_path / "gen" / "requests" / f"date={days[3]}").rglob("*.jsonl.gz"))))
+    day_files = (tmp_path / "gen" / "requests" / f"date={days[3]}").rglob("*.jsonl.gz")
+    users_of_day = Counter(re.findall(rb'"user_id": ?"(u_[0-9a-f]+)"',
+                                      b"".join(gzip.decompress(f.read_bytes()) for f in day_files)))
     user = users_of_day.most_common(1)[0][0].decode()
     mine = scores.filter(pl.col("user_pseudonym") == pseudonym(settings.require_pseudonym_key(), user))
     assert mine.height == 1 and pipeline.get_online_features(settings, "user", user)["score"] == pytest.approx(

@@ -80,7 +80,8 @@ def built(generated: tuple[Path, dict], tmp_path_factory: pytest.TempPathFactory
 def test_dwd_counts_equal_the_manifest(built: Settings, generated: tuple[Path, dict]) -> None:
     _, manifest = generated
     books = pl.from_arrow(lake.read(built, table("ops.books"))).filter(pl.col("table_name") == "dwd.request")
-    quarantine = pl.from_arrow(lake.read(built, table("dwd.quarantine"))).filter(pl.col("target_table") == "dwd.request")
+    quarantine = pl.from_arrow(lake.read(built, table("dwd.quarantine"))).filter(
+        pl.col("target_table") == "dwd.request")
     request = pl.from_arrow(lake.read(built, table("dwd.request")))
     for day in DAYS:
         truth = manifest["days"][day.isoformat()]
@@ -195,7 +196,8 @@ def test_late_events_and_late_feedback_are_picked_up_by_a_rerun(tmp_path: Path, 
     assert build(settings, "requests", day).books.dwd_rows == 3
     later = day + dt.timedelta(days=3)
     fb = _write(landing / "feedback" / "fb.jsonl", [
-        {"request_id": "r1", "ts": f"{later.isoformat()}T10:00:00Z", "kind": "review", "value": "abusive", "source": "trust"}])
+        {"request_id": "r1", "ts": f"{later.isoformat()}T10:00:00Z", "kind": "review", "value": "abusive",
+         "source": "trust"}])
     ingest(settings, [fb])
     build_day(settings, later)  # builds that day's feedback and merges it into earlier requests
     labels = pl.from_arrow(lake.read(settings, table("dwd.request"))).sort("request_id")
@@ -315,7 +317,8 @@ def test_a_file_landed_with_a_wrong_mapping_is_landed_again_with_reland(tmp_path
     assert again.skipped[0].source != again.skipped[0].landed_as
     version = lake.version(settings, table("ods.request_log_raw"))
     fixed = ingest(settings, [AZURE_SAMPLE], mapping_file=Path("azure_llm_2023_conv"), reland=True)
-    assert fixed.landed[0].replaced and lake.version(settings, table("ods.request_log_raw")) == version + 1  # one commit
+    # One commit.
+    assert fixed.landed[0].replaced and lake.version(settings, table("ods.request_log_raw")) == version + 1
     ods = pl.from_arrow(lake.read(settings, table("ods.request_log_raw")))
     assert ods.height == len(rows) + 1  # replaced, not added: the header line and every row once
     assert ods.get_column("source").unique().to_list() == [fixed.landed[0].source]

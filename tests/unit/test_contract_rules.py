@@ -159,5 +159,6 @@ def test_a_rule_that_clashes_with_a_shipped_one_is_refused() -> None:
 
 def test_a_pattern_the_row_checks_cannot_compile_is_refused_when_read() -> None:
     lookahead = NOTES.replace("maxLength: 8", "pattern: '^(?=n)'")  # Python's re has lookahead, polars' does not
-    with pytest.raises(ContractError, match=r"properties\[note\]\.logicalTypeOptions\.pattern: does not compile for po"):
+    with pytest.raises(ContractError,
+                       match=r"properties\[note\]\.logicalTypeOptions\.pattern: does not compile for po"):
         parse_contract(lookahead, source="ops.notes.yaml")

@@ -77,7 +77,8 @@ def unland(settings: Settings, files: Sequence[Path] = (), *, batch: str | None 
             dates = rows.get_column("event_date").unique()
             report.stale_dates |= record_dates(rows)
             if dates.len():
-                before, after = republish(settings, table, lambda rows, hashes=hashes: rows.filter(~pl.col("file_sha256").is_in(hashes)),
+                before, after = republish(settings, table,
+                                          lambda rows, hashes=hashes: rows.filter(~pl.col("file_sha256").is_in(hashes)),
                                           [{"event_date": d} for d in sorted(dates.to_list())])
                 report.rows[table.name] = before - after
             ledger.stamp_unlanded(settings, table, hashes, now)

@@ -106,7 +106,8 @@ class Lines:
         open_end = not self.content.endswith(b"\n") and stop == len(self)  # the last line has no terminator
         end = stop - 1 if open_end else stop
         with_terminators = pa.LargeBinaryArray.from_buffers(
-            pa.large_binary(), end - start, [None, pa.py_buffer(self.starts[start:end + 1]), pa.py_buffer(self.content)])
+            pa.large_binary(), end - start,
+            [None, pa.py_buffer(self.starts[start:end + 1]), pa.py_buffer(self.content)])
         lines = pc.binary_slice(with_terminators, 0, -1)
         if open_end:
             last = pa.array([self.content[int(self.starts[end]):]], pa.large_binary())
