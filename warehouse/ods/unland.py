@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +32,11 @@ class UnlandReport:
     rows: dict[str, int] = field(default_factory=dict)
     files: int = 0
     stale_dates: set[dt.date] = field(default_factory=set)
+
+
+def _without_files(hashes: list[str]) -> Callable[[pl.DataFrame], pl.DataFrame]:
+    """The change :func:`republish` applies to drop the rows of the files whose SHA-256 is in ``hashes``."""
+    return lambda rows: rows.filter(~pl.col("file_sha256").is_in(hashes))
 
 
 def _landed(settings: Settings, files: Sequence[Path], batch: str | None) -> pl.DataFrame:
@@ -77,8 +82,7 @@ def unland(settings: Settings, files: Sequence[Path] = (), *, batch: str | None 
             dates = rows.get_column("event_date").unique()
             report.stale_dates |= record_dates(rows)
             if dates.len():
-                before, after = republish(settings, table,
-                                          lambda rows, hashes=hashes: rows.filter(~pl.col("file_sha256").is_in(hashes)),
+                before, after = republish(settings, table, _without_files(hashes),
                                           [{"event_date": d} for d in sorted(dates.to_list())])
                 report.rows[table.name] = before - after
             ledger.stamp_unlanded(settings, table, hashes, now)
