@@ -34,7 +34,6 @@ from contracts.loader import parse_contract
 from contracts.types import is_widening
 from tests.contract_rows import synthetic
 
-UTC = UTC
 NOW = datetime(2026, 1, 2, tzinfo=UTC)
 TS = datetime(2026, 1, 1, 12, tzinfo=UTC)
 FEEDBACK = load_contract("dwd.feedback")
