@@ -218,5 +218,5 @@ def new_card(name: str, features: list[Feature], *, feature_service: str, entity
         training_window=(window[0].isoformat(), window[1].isoformat()), metrics=metrics, sha256="",
         libraries={"scikit-learn": sklearn.__version__, "skl2onnx": skl2onnx.__version__, "onnx": onnx.__version__,
                    "onnxruntime": onnxruntime.__version__},
-        threshold=threshold, created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        threshold=threshold, created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         source_table=source_table)

@@ -66,7 +66,7 @@ def open_session(model: bytes, provider: Provider = "auto", *, threads: int | No
     available = ort.get_available_providers()
     try:
         session = ort.InferenceSession(model, options, providers=[p for p in _WANTED[provider] if p in available])
-    except Exception as exc:  # noqa: BLE001 - ORT raises several types for a file that is not a model
+    except Exception as exc:  # ORT raises several types for a file that is not a model
         raise ModelError(f"model.onnx cannot be loaded by ONNX Runtime (corrupt or not an ONNX model): "
                          f"{str(exc).splitlines()[0][:300]}") from None
     used = session.get_providers()[0]

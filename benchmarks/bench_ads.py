@@ -244,7 +244,8 @@ def _baseline(lake: str, days: list[str]) -> dict[str, float]:
 #: What must agree per day between a published mart and its hand-written query.
 _SAME = {
     "ads.model_daily": "count(*), sum(requests), sum(input_tokens), sum(cost_usd), sum(errors_timeout)",
-    "ads.tenant_daily": "count(*), sum(requests), sum(total_tokens), sum(cost_usd), count(*) filter (where is_over_quota)",
+    "ads.tenant_daily": ("count(*), sum(requests), sum(total_tokens), sum(cost_usd), "
+                         "count(*) filter (where is_over_quota)"),
     "ads.latency_breakdown": "count(*), sum(requests), sum(staged_requests)",
     "ads.retry_storms": "count(*), sum(retries), sum(first_attempts)",
     "ads.version_mix": "count(*), sum(requests), sum(versions_serving)",
@@ -301,8 +302,9 @@ def run(workdir: Path) -> list[Measurement]:
         Measurement("dbt fixed start-up, first build (import dbt, parse, connect)", startup[0], "s",
                     "the day's models + publishing", sum(ours[0]["models"].values()) + sum(ours[0]["publish"].values()),
                     higher_is_better=False),
-        Measurement("dbt fixed start-up, later builds (parse, connect), mean", sum(startup[1:]) / max(len(startup) - 1, 1),
-                    "s", "a day's models + publishing, mean", ours_s / len(days), higher_is_better=False),
+        Measurement("dbt fixed start-up, later builds (parse, connect), mean",
+                    sum(startup[1:]) / max(len(startup) - 1, 1), "s",
+                    "a day's models + publishing, mean", ours_s / len(days), higher_is_better=False),
         Measurement("dbt data and unit tests, per build (mean)", sum(day["tests_s"] for day in ours) / len(days), "s",
                     "a day's models + publishing, mean", ours_s / len(days), higher_is_better=False),
         Measurement("wall time of the week's builds (everything)", sum(day["wall_s"] for day in ours), "s",

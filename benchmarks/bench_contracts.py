@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +29,7 @@ COLUMNS = ["request_id", "trace_id", "ts", "duration_ms", "tenant_id", "operatio
 def frame(rows: int, seed: int = 0) -> pl.DataFrame:
     """``rows`` request rows in the ten benchmark columns, ~1 % breaking a rule."""
     rng = np.random.default_rng(seed)
-    start = int(datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp() * 1_000_000)
+    start = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1_000_000)
     ids = pl.int_range(rows, eager=True).cast(pl.String)
     ops = ["chat", "completion", "embeddings", "rerank", "classify", "detect", "ocr", "dance"]
     df = pl.DataFrame({
@@ -54,7 +54,7 @@ def run(workdir: Path) -> list[Measurement]:
     full = load_contract("dwd.request")
     contract = dataclasses.replace(full, columns=tuple(full.column(c) for c in COLUMNS))
     df = frame(ROWS)
-    now = datetime(2026, 1, 2, tzinfo=timezone.utc)
+    now = datetime(2026, 1, 2, tzinfo=UTC)
     split_rows(df.head(10_000), contract, now=now)  # warm up
     times = []
     for _ in range(3):

@@ -44,7 +44,8 @@ def high_water_kb(pid="self"):
     with open(f"/proc/{pid}/status") as status:
         return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
 print(json.dumps({"seconds": seconds, "peak_kb": high_water_kb(), "worker_kb": high_water_kb(worker) if worker else 0,
-                  "rows": {n: r.published for n, r in runs.items()}, "requests": runs["dws.user_features"].counts.records}))
+                  "rows": {n: r.published for n, r in runs.items()},
+                  "requests": runs["dws.user_features"].counts.records}))
 """
 
 _BASELINE = """
@@ -76,7 +77,7 @@ def baseline_sql(day: dt.date) -> str:
     from warehouse.dws.transform import HOUR_US, WINDOWS, day_bounds
 
     lo, hi = day_bounds(day)
-    start = int(dt.datetime.combine(day, dt.time(), dt.timezone.utc).timestamp()) * 1_000_000
+    start = int(dt.datetime.combine(day, dt.time(), dt.UTC).timestamp()) * 1_000_000
     offsets = ", ".join(f"({HOUR_US * (1 + w)})" for w in (0, *WINDOWS.values()))
     aggs = {"request_count": "count(one)", "error_rate": "avg(err)", "retry_rate": "avg(rty)",
             "timeout_share": "avg(tmo)", "rate_limited_share": "avg(rl)",
@@ -183,7 +184,8 @@ def run(workdir: Path) -> list[Measurement]:
     compared = _compare(settings, workdir / "baseline.parquet") if theirs else 0
     requests = ours["requests"]
     peak_mb = (ours["peak_kb"] + ours["worker_kb"]) / 1024
-    print(f"  peak RSS: build process {ours['peak_kb'] / 1024:,.0f} MB, GX audit worker {ours['worker_kb'] / 1024:,.0f} MB")
+    print(f"  peak RSS: build process {ours['peak_kb'] / 1024:,.0f} MB, "
+          f"GX audit worker {ours['worker_kb'] / 1024:,.0f} MB")
     note = "" if theirs else f" (did not finish in {CAP_S:.0f}s: lower bound)"
     print(f"  ours: {ours['seconds']:.1f}s for {requests:,} requests read, rows {ours['rows']}, "
           f"peak RSS {peak_mb:,.0f} MB (process + audit worker); DuckDB user table: {baseline_s:.1f}s{note}; "

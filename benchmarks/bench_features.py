@@ -28,8 +28,8 @@ import yaml
 from benchmarks.harness import Measurement
 
 DAY = dt.date(2026, 3, 2)
-START = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
-END = dt.datetime(2026, 3, 4, tzinfo=dt.timezone.utc)
+START = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
+END = dt.datetime(2026, 3, 4, tzinfo=dt.UTC)
 VIEW = "bench_features"
 FEATURES = 20
 SMALL, LARGE = 100_000, 1_000_000
@@ -69,14 +69,13 @@ def _child(workdir: Path, env: dict[str, str], *args: str, cap: int | None = Non
         if cap:
             resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
-    log = open(workdir / "child.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_features", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=log, preexec_fn=limit)
-    assert proc.stdout is not None
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    log.close()
+    with open(workdir / "child.log", "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_features", *args], env=env,
+                                stdout=subprocess.PIPE, stderr=log, preexec_fn=limit)
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
     lines = [line for line in out.decode().splitlines() if line.startswith("{")]
     answer = json.loads(lines[-1]) if lines else {}
     return answer, answer.get("hwm_mb", usage.ru_maxrss / 1024), proc.returncode
@@ -179,8 +178,8 @@ def child_lookups(repeats: int = 2000) -> dict:
     answer = {}
     for n in (1, 100):
         ours = timed(lambda b: reader(settings).read(view, b), n)
-        sdk = timed(lambda b: store.get_online_features(features=refs, entity_rows=[{view.key: k} for k in b]).to_dict(),
-                    n if n == 1 else n)
+        sdk = timed(lambda b: store.get_online_features(
+            features=refs, entity_rows=[{view.key: k} for k in b]).to_dict(), n)
         for name, samples in (("ours", ours), ("sdk", sdk)):
             answer[f"{name}_{n}"] = [float(np.percentile(samples, 50)) * 1e3, float(np.percentile(samples, 99)) * 1e3]
     return answer

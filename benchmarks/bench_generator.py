@@ -35,7 +35,7 @@ def _baseline(workdir: Path, lines: int) -> float:
               ("yolo-det-l", "detect", "inhouse")]
     start = time.perf_counter()
     per_hour = lines // 24
-    base = dt.datetime(2024, 3, 1, tzinfo=dt.timezone.utc)
+    base = dt.datetime(2024, 3, 1, tzinfo=dt.UTC)
     for hour in range(24):
         path = workdir / f"baseline/requests-{hour:02d}.jsonl.gz"
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -202,8 +202,8 @@ def run(workdir: Path) -> list[Measurement]:
                     "DuckDB read_json → Parquet", baseline_cpu_s, higher_is_better=False),
     ]
     dwd_s = ours["dwd_s"]
-    results.append(Measurement("locks of a day's DWD build, file backend (share of the build)", _lock_cost(workdir, None),
-                               "s", "the DWD build itself", dwd_s, higher_is_better=False))
+    results.append(Measurement("locks of a day's DWD build, file backend (share of the build)",
+                               _lock_cost(workdir, None), "s", "the DWD build itself", dwd_s, higher_is_better=False))
     pg = os.environ.get("STRATA_BENCH_LOCK_URL", "postgresql://postgres@127.0.0.1:5432/test")
     try:
         results.append(Measurement("locks of a day's DWD build, Postgres advisory locks", _lock_cost(workdir, pg),

@@ -75,7 +75,7 @@ def _bare(settings, provider: str, out: Path) -> tuple[float, int, str]:
     names = [f.name for f in model.card.features]
     entities = active_entities(settings, DAY, "user_pseudonym", range(16))
     reader = read_as_of(settings, table("dws.user_features"), "user_pseudonym", names, entities,
-                        dt.datetime(2026, 3, 3, tzinfo=dt.timezone.utc), dt.timedelta(days=8), BATCH)
+                        dt.datetime(2026, 3, 3, tzinfo=dt.UTC), dt.timedelta(days=8), BATCH)
     rows = 0
     with pq.ParquetWriter(out, pa.schema([("user_pseudonym", pa.string()), ("score", pa.float32())])) as writer:
         for batch in reader:

@@ -29,7 +29,7 @@ def feature_rows(table: Table, keys: pl.Series, day: dt.date, seed: int = 0) -> 
     """One row of ``table`` (a table served as features) per key, its timestamps within ``day``."""
     rng = np.random.default_rng(seed)
     n = len(keys)
-    first_hour_us = int(dt.datetime.combine(day, dt.time(1), dt.timezone.utc).timestamp() * 1_000_000)
+    first_hour_us = int(dt.datetime.combine(day, dt.time(1), dt.UTC).timestamp() * 1_000_000)
     columns: dict[str, object] = {}
     for column in table.contract.columns:
         kind = column.arrow_type
@@ -55,7 +55,7 @@ def feature_rows(table: Table, keys: pl.Series, day: dt.date, seed: int = 0) -> 
 def request_rows(keys: pl.Series, day: dt.date) -> pl.DataFrame:
     """One ``dwd.request`` row per key on ``day``: the users active that day."""
     n = len(keys)
-    ts = dt.datetime.combine(day, dt.time(12), dt.timezone.utc)
+    ts = dt.datetime.combine(day, dt.time(12), dt.UTC)
     return pl.DataFrame({
         "request_id": pl.Series(np.arange(n)).cast(pl.String).str.replace("^", "req-"),
         "ts": pl.Series([ts] * n).dt.cast_time_unit("us"), "tenant_id": ["t1"] * n, "user_pseudonym": keys,
@@ -78,7 +78,7 @@ def dwd_requests(first: dt.date, days: int, per_day: int, *, users: int = 60_000
 
     rng = np.random.default_rng(seed)
     n = per_day * days
-    t0 = int(dt.datetime.combine(first, dt.time(), dt.timezone.utc).timestamp() * 1_000_000)
+    t0 = int(dt.datetime.combine(first, dt.time(), dt.UTC).timestamp() * 1_000_000)
     ts = np.sort(t0 + rng.integers(0, days * 86_400_000_000, n))
     weights = rng.lognormal(0.0, 1.2, users)  # a long tail of heavy users, none a large share of traffic
     user = rng.choice(users, n, p=weights / weights.sum())
@@ -101,7 +101,8 @@ def dwd_requests(first: dt.date, days: int, per_day: int, *, users: int = 60_000
         "tenant_id": pl.Series(user % tenants).cast(pl.String).str.replace("^", "tenant-"),
         "user_pseudonym": keys.gather(user),
         "operation": pl.Series(np.where(chat, "chat", "rerank")),
-        "model": pl.Series([x for x, _ in models]).gather(m), "model_version": pl.Series([v for _, v in models]).gather(m),
+        "model": pl.Series([x for x, _ in models]).gather(m),
+        "model_version": pl.Series([v for _, v in models]).gather(m),
         "input_tokens": rng.integers(0, 4000, n), "output_tokens": rng.integers(0, 1000, n),
         "status_code": status, "error_type": error_type, "cache_hit": rng.random(n) < 0.2,
         "cost_usd": rng.random(n) * 0.01, "is_error": status >= 400, "is_retry": rng.random(n) < 0.05,

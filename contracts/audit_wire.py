@@ -172,13 +172,13 @@ def exception(data: dict[str, Any]) -> Exception:
     if isinstance(known, type) and issubclass(known, Exception) and data.get("args") is not None:
         try:
             exc = known(*decode(data["args"]))
-        except Exception:  # noqa: BLE001 - arguments it does not take: the fallback below
+        except Exception:  # arguments it does not take: the fallback below
             exc = None
     if exc is None:
         cls = base if isinstance(base, type) and issubclass(base, Exception) else RuntimeError
         try:
             exc = cls(f"{name}: {data.get('message')}")
-        except Exception:  # noqa: BLE001 - a built-in type that needs more arguments
+        except Exception:  # a built-in type that needs more arguments
             exc = RuntimeError(f"{name}: {data.get('message')}")
     exc.add_note(f"raised in the GX audit worker:\n{data.get('traceback', '')}".rstrip())
     return exc

@@ -237,7 +237,7 @@ class _Worker:
                 raise ValueError(f"not a GX audit worker request: {header.get('op')!r}")
             contract, now = audit_wire.contract_from(header["contract"]), audit_wire.decode(header["now"])
             return {"result": audit_wire.encode(gx_audit(table, contract, now=now))}
-        except Exception as exc:  # noqa: BLE001 - handed back to the caller
+        except Exception as exc:  # handed back to the caller
             return {"error": audit_wire.error(exc)}
 
 
@@ -267,7 +267,7 @@ def _serve_shared(address: str) -> None:
     while worker.busy or time.monotonic() - worker.last < IDLE_S:
         try:
             conn, _ = listener.accept()
-        except socket.timeout:
+        except TimeoutError:
             continue
         if _peer_uid(conn) != os.getuid():  # only this user's processes are answered
             conn.close()

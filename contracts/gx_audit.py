@@ -199,7 +199,7 @@ def _context() -> Any:
     return context
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _batch_definition(table: str) -> Any:
     """A whole-dataframe batch definition on one in-memory pandas asset per table."""
     context = _context()

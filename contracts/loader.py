@@ -12,9 +12,10 @@ import functools
 import json
 import os
 import re
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -62,7 +63,7 @@ def contract_path(name: str, directory: Path | None = None) -> Path:
                 CONTRACTS_DIR / f"{name}.yaml")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_contract(name: str) -> Contract:
     """The contract of table ``name`` (``layer.table``), read once per process."""
     path = contract_path(name)

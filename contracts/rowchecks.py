@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import polars as pl
@@ -291,7 +291,7 @@ def _message(contract: Contract, rule: str) -> str:
 
 def _check_time(now: datetime | None) -> datetime:
     if now is None:
-        return datetime.now(timezone.utc)
+        return datetime.now(UTC)
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware (e.g. datetime.now(timezone.utc))")
     return now

@@ -3,8 +3,9 @@
 A contract names each column's physical type with Arrow's own spelling (``int64``,
 ``timestamp[us, tz=UTC]``, ``list<string>``, ``decimal128(18, 9)``) so the Arrow schema is
 read straight off the file. Decimals hold money: sums of them are exact, so parts add up to
-their total to the last digit, which floats do not promise. Everything else — polars dtypes for row checks, DuckDB types for dbt, pandas dtypes
-for the GX audit — is derived from the Arrow type here, in one place.
+their total to the last digit, which floats do not promise. Everything else — polars dtypes
+for row checks, DuckDB types for dbt, pandas dtypes for the GX audit — is derived from the
+Arrow type here, in one place.
 """
 
 from __future__ import annotations

@@ -20,8 +20,7 @@ import polars as pl
 
 from features.materialize import watermarks
 from features.online import View, reader
-from features.repo.definitions import (SERVED, TTL, feature_names, feature_tables, join_key, timestamp_column,
-                                       view_name)
+from features.repo.definitions import SERVED, TTL, feature_names, feature_tables, join_key, timestamp_column, view_name
 from features.store import applied_store
 from warehouse.progress import Progress
 from warehouse.settings import Settings
@@ -154,7 +153,7 @@ def moved_on(settings: Settings, day: dt.date) -> dt.datetime | None:
     times = [dt.datetime.fromisoformat(mark["as_of"]) for t in feature_tables() if t.name not in SERVED
              if (mark := marks.get(view_name(t))) and mark.get("as_of")]
     latest = max(times, default=None)
-    return latest if latest is not None and latest.astimezone(dt.timezone.utc).date() > day else None
+    return latest if latest is not None and latest.astimezone(dt.UTC).date() > day else None
 
 
 def check_consistency(settings: Settings, day: dt.date | None = None, *, sample: int = SAMPLE, seed: int = 0,
@@ -172,7 +171,7 @@ def check_consistency(settings: Settings, day: dt.date | None = None, *, sample:
     marks = watermarks(settings)
     if not any(mark.get("as_of") for mark in marks.values()):  # nothing materialized yet: nothing to compare
         log.info("nothing materialized yet: nothing to check")
-        return ConsistencyReport(day or dt.datetime.now(dt.timezone.utc).date(), [])
+        return ConsistencyReport(day or dt.datetime.now(dt.UTC).date(), [])
     store, _ = applied_store(settings)
     sources = [t for t in feature_tables() if (marks.get(view_name(t)) or {}).get("as_of")]
     checks = []
@@ -184,7 +183,7 @@ def check_consistency(settings: Settings, day: dt.date | None = None, *, sample:
         checks.append(check)
         if progress is not None:
             progress("views", len(checks), len(sources))
-    day = day or max((c.as_of.date() for c in checks), default=dt.datetime.now(dt.timezone.utc).date())
+    day = day or max((c.as_of.date() for c in checks), default=dt.datetime.now(dt.UTC).date())
     report = ConsistencyReport(day, checks)
     if publish_rows and checks:
         report.version = _publish(settings, report)
@@ -193,7 +192,7 @@ def check_consistency(settings: Settings, day: dt.date | None = None, *, sample:
 
 def rows(settings: Settings, report: ConsistencyReport) -> pl.DataFrame:
     """The report as ``ads.feature_consistency`` rows."""
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     out = []
     for check in report.views:
         counts = [*check.mismatches.items(), ("*", check.entities_mismatched)]
@@ -202,8 +201,10 @@ def rows(settings: Settings, report: ConsistencyReport) -> pl.DataFrame:
             out.append({"event_date": report.day, "feature_view": check.view, "feature": feature,
                         "as_of": check.as_of, "checked_at": now, "online_store": settings.online_store,
                         "entities_sampled": n, "mismatches": mismatches, "missing": check.missing,
-                        "mismatch_rate": mismatches / n if n else None, "missing_rate": check.missing / n if n else None})
-    return pl.DataFrame(out, schema_overrides={"as_of": pl.Datetime("us", "UTC"), "checked_at": pl.Datetime("us", "UTC"),
+                        "mismatch_rate": mismatches / n if n else None,
+                        "missing_rate": check.missing / n if n else None})
+    return pl.DataFrame(out, schema_overrides={"as_of": pl.Datetime("us", "UTC"),
+                                               "checked_at": pl.Datetime("us", "UTC"),
                                                "mismatch_rate": pl.Float64, "missing_rate": pl.Float64})
 
 

@@ -74,7 +74,7 @@ def _forget_redis(settings: Settings, store: str, key: bytes) -> int:
     client = redis_client(redis_url(settings, store))
     try:
         return int(client.delete(key + PROJECT.encode()))
-    except Exception as exc:  # noqa: BLE001 - any client error: say which store and what to do
+    except Exception as exc:  # any client error: say which store and what to do
         raise StoreUnreachable(
             f"the online store {store} (configured, or materialized to before) could not be reached "
             f"({type(exc).__name__}: {exc}); "

@@ -14,8 +14,9 @@ with a 4xx that says why. The lookups themselves are Feast's: the same protocol 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, MutableMapping, TypeAlias
+from typing import Any, TypeAlias
 
 from contracts import load_feast
 
@@ -107,8 +108,12 @@ def build_app(store: Any, *, allow_writes: bool = False, limits: Limits = Limits
     """Feast's feature-server app over ``store``, with only the allowed routes, behind the limits."""
     load_feast()
     from feast.feature_server import get_app
-    from feast.permissions.server.utils import (ServerType, init_auth_manager, init_security_manager,
-                                                str_to_auth_manager_type)
+    from feast.permissions.server.utils import (
+        ServerType,
+        init_auth_manager,
+        init_security_manager,
+        str_to_auth_manager_type,
+    )
 
     auth_type = str_to_auth_manager_type(store.config.auth_config.type)  # as Feast's own start_server
     init_security_manager(auth_type=auth_type, fs=store)

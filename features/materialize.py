@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 
@@ -138,10 +139,10 @@ def latest_rows(settings: Settings, table: Table, *, partitions: set[str] | None
         params += [first, *days]
     if start is not None:
         where.append(f'"{ts}" >= ? AND event_date >= ?')
-        params += [start, start.astimezone(dt.timezone.utc).date()]
+        params += [start, start.astimezone(dt.UTC).date()]
     if end is not None:
         where.append(f'"{ts}" < ? AND event_date <= ?')
-        params += [end, end.astimezone(dt.timezone.utc).date()]
+        params += [end, end.astimezone(dt.UTC).date()]
     con = lake_reader(settings, ordered=False)
     # A grouped max joined back (both spill to disk) rather than a window, which must hold it all.
     rows = f'SELECT {columns} FROM {source} WHERE {" AND ".join(where)}'
@@ -244,7 +245,7 @@ def _materialize(settings: Settings, start: dt.datetime | None, end: dt.datetime
             write_view(settings, table, latest_rows(settings, table, partitions=partitions), run, progress)
         run.removed = prune(settings, table)
         marks[view] = {"version": version, "table": table.uri(settings), "as_of": _as_of(settings, table),
-                       "at": dt.datetime.now(dt.timezone.utc).isoformat()}
+                       "at": dt.datetime.now(dt.UTC).isoformat()}
         _save_state(settings, state)
     return MaterializeReport(runs, store_id(settings))
 
@@ -253,4 +254,4 @@ def _as_of(settings: Settings, table: Table) -> str | None:
     """The latest timestamp (``feature_ts``) of the table: the instant the online store now reflects."""
     con = lake_reader(settings)
     row = con.execute(f"SELECT max(\"{timestamp_column(table)}\") FROM delta_scan('{table.uri(settings)}')").fetchone()
-    return row[0].astimezone(dt.timezone.utc).isoformat() if row and row[0] is not None else None
+    return row[0].astimezone(dt.UTC).isoformat() if row and row[0] is not None else None

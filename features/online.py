@@ -11,8 +11,9 @@ from __future__ import annotations
 import datetime as dt
 import struct
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from contracts import load_feast
 from features.online_store import connect_sqlite, mmh3_field, redis_client, table_name
@@ -79,9 +80,9 @@ def views_of(entity: str) -> list[View]:
 
 
 def _entity_key(key: str, value: str) -> bytes:
-    from features.encoding import entity_keys
-
     import pyarrow as pa
+
+    from features.encoding import entity_keys
 
     return entity_keys(key, pa.array([value]))[0]
 
@@ -115,9 +116,9 @@ class OnlineReader:
         unknown = [f for f in wanted if f not in view.features]
         if unknown:
             raise LookupError(f"feature view {view.name} has no feature(s) {unknown}")
-        from features.encoding import entity_keys
-
         import pyarrow as pa
+
+        from features.encoding import entity_keys
 
         encoded = entity_keys(view.key, pa.array(list(keys), pa.string()))
         if self.settings.online_store == "redis":
@@ -152,7 +153,7 @@ class OnlineReader:
         for key in encoded:
             entry = found.get(key)
             rows.append(entry[0] if entry else None)
-            times.append(dt.datetime.fromtimestamp(int(entry[1][0]), tz=dt.timezone.utc)
+            times.append(dt.datetime.fromtimestamp(int(entry[1][0]), tz=dt.UTC)
                          if entry else None)
         return rows, times
 
@@ -174,7 +175,7 @@ class OnlineReader:
                 continue
             rows.append([decode(v) for v in reply[:-1]])
             nanos = _nanos(reply[-1])
-            times.append(dt.datetime.fromtimestamp(nanos / 1e9, tz=dt.timezone.utc))
+            times.append(dt.datetime.fromtimestamp(nanos / 1e9, tz=dt.UTC))
         return rows, times
 
 

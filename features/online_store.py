@@ -15,9 +15,10 @@ from __future__ import annotations
 import datetime as dt
 import sqlite3
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -89,7 +90,7 @@ class SqliteWriter:
         epochs: dict[dt.datetime, int] = {}
         stamps = [epochs.get(t) or epochs.setdefault(t, sqlite_epoch(t)) for t in chunk.times]
         grid = np.empty((n, width, _COLUMNS), dtype=object)
-        grid[:, :, 0] = np.array(chunk.keys + [b""], dtype=object)[:-1, None]  # (a list of bytes stays objects)
+        grid[:, :, 0] = np.array([*chunk.keys, b""], dtype=object)[:-1, None]  # (a list of bytes stays objects)
         grid[:, :, 1] = np.array(self.features, dtype=object)[None, :]
         for j, (encoded, texts) in enumerate(chunk.columns):
             grid[:, j, 2] = encoded
@@ -121,7 +122,7 @@ def redis_timestamp(ts: dt.datetime) -> bytes:
     from google.protobuf.timestamp_pb2 import Timestamp
 
     stamp = Timestamp()
-    stamp.FromDatetime(ts if ts.tzinfo else ts.replace(tzinfo=dt.timezone.utc))
+    stamp.FromDatetime(ts if ts.tzinfo else ts.replace(tzinfo=dt.UTC))
     return stamp.SerializeToString()
 
 
@@ -142,7 +143,8 @@ def redis_client(url: str) -> Any:
 
 
 #: Reads ``_ts:{view}`` (ARGV[1]) of many entity keys in one call (false where absent).
-_READ_TIMES_LUA = "local out = {} for i, k in ipairs(KEYS) do out[i] = redis.call('HGET', k, ARGV[1]) or false end return out"
+_READ_TIMES_LUA = ("local out = {} for i, k in ipairs(KEYS) do out[i] = redis.call('HGET', k, ARGV[1]) or false end "
+                   "return out")
 #: Entities per script call and per pipelined send: bounds memory and each call's time on the server.
 REDIS_BATCH = 4_096
 

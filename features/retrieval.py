@@ -73,8 +73,9 @@ def _as_of_join(settings: Settings, entity_rows: pl.DataFrame, uri: str, key: st
     con.register("entity_rows", rows.to_arrow())
     times = rows.get_column("event_timestamp")
     first, last = cast(dt.datetime, times.min()) - ttl, cast(dt.datetime, times.max())
-    kept = ", ".join(f'CASE WHEN f._ts > e.event_timestamp - to_microseconds({int(ttl / dt.timedelta(microseconds=1))}) '
-                     f'THEN f."{c}" END AS "{c}"' for c in features)
+    ttl_us = int(ttl / dt.timedelta(microseconds=1))
+    kept = ", ".join(f'CASE WHEN f._ts > e.event_timestamp - to_microseconds({ttl_us}) THEN f."{c}" END AS "{c}"'
+                     for c in features)
     picked = ", ".join(f'"{c}"' for c in features)
     found = pl.from_arrow(con.execute(f"""
         WITH f AS (SELECT "{key}" AS _k, "{ts}" AS _ts, {picked} FROM delta_scan('{uri}')

@@ -15,7 +15,20 @@ import sys
 import typer
 from rich.markup import escape
 
-from strata.commands import airflow, build, collect, contracts, demo, docs, features, ingest, models, ops, reference, sql
+from strata.commands import (
+    airflow,
+    build,
+    collect,
+    contracts,
+    demo,
+    docs,
+    features,
+    ingest,
+    models,
+    ops,
+    reference,
+    sql,
+)
 from strata.console import console, log_level, log_shown, out
 
 app = typer.Typer(
@@ -78,7 +91,7 @@ def main() -> None:
     except KeyboardInterrupt:
         console.print("[red]interrupted[/]")
         sys.exit(130)
-    except Exception as exc:  # noqa: BLE001 - the CLI's one error boundary
+    except Exception as exc:  # the CLI's one error boundary
         if debug:
             raise
         # Escaped: a message may hold brackets (a partition "[event_date = …]", a path) that rich

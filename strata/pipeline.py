@@ -18,9 +18,10 @@ import functools
 import inspect
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, ParamSpec
+from typing import Any, Literal, ParamSpec
 
 from warehouse.progress import Progress, logged
 from warehouse.settings import Settings

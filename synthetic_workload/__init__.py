@@ -5,8 +5,8 @@ gzip JSON-lines request files, delayed feedback files, a price table, tenant quo
 manifest that states exactly what was written (counts, duplicates, fault lines, abusive users).
 """
 
-from synthetic_workload.faults import FAULT_KINDS
 from synthetic_workload.dataset import generate
+from synthetic_workload.faults import FAULT_KINDS
 from synthetic_workload.manifest import GENERATOR_VERSION
 
 __all__ = ["FAULT_KINDS", "GENERATOR_VERSION", "generate"]

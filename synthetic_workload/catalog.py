@@ -154,7 +154,7 @@ def version_weights(model: ModelSpec, day_index: int, days: int) -> np.ndarray:
 def pipeline_upgrade_at(start: dt.date, days: int) -> dt.datetime:
     """When two-version families switch pipeline: noon UTC of the middle day of the run."""
     day = start + dt.timedelta(days=days // 2)
-    return dt.datetime(day.year, day.month, day.day, 12, tzinfo=dt.timezone.utc)
+    return dt.datetime(day.year, day.month, day.day, 12, tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from warehouse.progress import Progress
 from synthetic_workload.assemble import assemble_shard, duplicate_count, plan_duplicates
 from synthetic_workload.catalog import pipeline_upgrade_at, price_rows, prices_csv
 from synthetic_workload.encode import encode_feedback
@@ -31,6 +30,7 @@ from synthetic_workload.population import build_population
 from synthetic_workload.quotas import quota_rows, quotas_csv
 from synthetic_workload.requests import epoch_us, generate_shard, plan_day
 from synthetic_workload.writer import LineBuffer, WrittenFile, gzip_bytes, write_file
+from warehouse.progress import Progress
 
 _MAX_REQUESTS_PER_DAY = 1 << 31
 _MAX_DAYS = 100_000
@@ -123,8 +123,8 @@ def generate(out: Path, *, days: int, requests_per_day: int, seed: int, start: d
 
     Layout: ``requests/date=D/hour=HH/requests-YYYYMMDDTHH.jsonl.gz`` (one file per hour),
     ``feedback/date=D/feedback-YYYYMMDD.jsonl.gz`` (by arrival day), ``prices.csv``,
-    ``quotas.csv`` (tenant quotas) and ``manifest.json``. Same arguments → byte-identical files. A previous generator output
-    in ``out`` is replaced. Raises ValueError on bad arguments.
+    ``quotas.csv`` (tenant quotas) and ``manifest.json``. Same arguments → byte-identical files.
+    A previous generator output in ``out`` is replaced. Raises ValueError on bad arguments.
     """
     _validate(out, days, requests_per_day, seed, start, fault_rate)
     out = Path(out)
@@ -216,5 +216,5 @@ def generate(out: Path, *, days: int, requests_per_day: int, seed: int, start: d
 
 
 def _iso_us(ts_us: int) -> str:
-    t = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=int(ts_us))
+    t = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=int(ts_us))
     return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")

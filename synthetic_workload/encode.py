@@ -17,7 +17,15 @@ import polars as pl
 
 from synthetic_workload import ids
 from synthetic_workload.catalog import (
-    CLIENTS, ERROR_TYPES, FAMILIES, FINISH_REASONS, MODELS, PIPELINES, SERVERS, TEMPLATES, VERSIONS,
+    CLIENTS,
+    ERROR_TYPES,
+    FAMILIES,
+    FINISH_REASONS,
+    MODELS,
+    PIPELINES,
+    SERVERS,
+    TEMPLATES,
+    VERSIONS,
 )
 from synthetic_workload.population import Population
 from synthetic_workload.requests import DayRequests

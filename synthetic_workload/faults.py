@@ -49,7 +49,7 @@ class FaultPlan:
 
 def round_half_up(x: float) -> int:
     """``x`` rounded to the nearest integer, halves up (0.5 → 1; Python's round gives 0)."""
-    return int(math.floor(x + 0.5 + 1e-9))
+    return math.floor(x + 0.5 + 1e-9)
 
 
 def kind_counts(count: int) -> list[int]:

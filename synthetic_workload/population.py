@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from synthetic_workload import ids
-from synthetic_workload.sampling import AliasTable
 from synthetic_workload.catalog import ABUSER_CLIENT_P, ABUSER_MODEL_SHARE, MODEL_INDEX, MODELS, NORMAL_CLIENT_P
+from synthetic_workload.sampling import AliasTable
 
 TENANT_ZIPF = 1.1
 USER_ZIPF = 1.0

@@ -17,8 +17,19 @@ import numpy as np
 
 from synthetic_workload import ids
 from synthetic_workload.catalog import (
-    ERR_INVALID, ERR_NONE, ERR_OOM, ERR_RATE, ERR_TIMEOUT, ERR_UPSTREAM, FAMILIES, MODELS, PIPELINES,
-    SERVER_OFFSET, TEMPLATES, VERSION_OFFSET, version_weights,
+    ERR_INVALID,
+    ERR_NONE,
+    ERR_OOM,
+    ERR_RATE,
+    ERR_TIMEOUT,
+    ERR_UPSTREAM,
+    FAMILIES,
+    MODELS,
+    PIPELINES,
+    SERVER_OFFSET,
+    TEMPLATES,
+    VERSION_OFFSET,
+    version_weights,
 )
 from synthetic_workload.population import ABUSE_TRAFFIC_SHARE, SERVICE_SHARE, Population
 from synthetic_workload.sampling import AliasTable

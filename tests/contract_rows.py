@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 import polars as pl
 import pyarrow as pa
 
-TS = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
+TS = datetime(2026, 1, 1, 12, tzinfo=UTC)
 PATTERN_EXAMPLES = {
     "^[0-9a-f]{32}$": "0123456789abcdef0123456789abcdef",
     "^[0-9a-f]{64}$": "ab" * 32,

@@ -14,7 +14,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _OPERATION_NAMES = {"completion": "text_completion"}
 # canonical field → (attribute key, AnyValue kind), written on the span
 _SPAN_KEYS: dict[str, tuple[str, str]] = {

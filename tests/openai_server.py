@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any
 
 ANSWER = "hello from the test server"
 ANSWER_TOKENS = len(ANSWER.split())

@@ -26,7 +26,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -56,16 +56,12 @@ def stop_tree(*processes: subprocess.Popen[bytes], timeout: float = 5) -> None:
         except psutil.NoSuchProcess:
             continue
     for proc in tree:
-        try:
+        with suppress(psutil.NoSuchProcess):
             proc.terminate()
-        except psutil.NoSuchProcess:
-            pass
     _, alive = psutil.wait_procs(tree, timeout=timeout)
     for proc in alive:
-        try:
+        with suppress(psutil.NoSuchProcess):
             proc.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(alive, timeout=5)
     for process in processes:
         process.poll()
@@ -85,7 +81,7 @@ def _started(process: subprocess.Popen[bytes], ready: Callable[[], object], what
         try:
             ready()
             return
-        except Exception:  # noqa: BLE001 - not up yet: whichever error the client gives
+        except Exception:  # not up yet: whichever error the client gives
             if process.poll() is not None or time.monotonic() > deadline:
                 raise _failed(what, log) from None
             time.sleep(0.05)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 Progress = Callable[[str, int, int], None]
 """``progress(what, done, total)``, called as work advances: ``what`` names the table or

@@ -3,8 +3,8 @@
 Everything Strata writes lives under ``STRATA_HOME`` (the lake, the landing zone,
 Feast state, the model registry, Airflow's home) unless a variable moves one part
 elsewhere; only what can be derived again at any time, and holds for every home (the ADS
-project's parse), goes to a per-user cache folder. This module is the bottom of the house: every other module may import it,
-and it imports nothing of Strata's.
+project's parse), goes to a per-user cache folder. This module is the bottom of the house:
+every other module may import it, and it imports nothing of Strata's.
 """
 
 from __future__ import annotations
@@ -12,14 +12,17 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Literal, Mapping, TypeAlias
+from typing import Literal, TypeAlias
 
 OnlineStore: TypeAlias = Literal["sqlite", "redis"]
 _SECRET_FIELDS = frozenset({"pseudonym_key", "s3_access_key_id", "s3_secret_access_key"})
 #: A tenant a source names for its records (``STRATA_DEFAULT_TENANT``, ``strata ingest --tenant``).
 TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+#: The default :attr:`Settings.cache_dir` (``load_settings`` reads ``STRATA_CACHE_DIR`` or ``XDG_CACHE_HOME``).
+_CACHE_DIR = Path("~/.cache/strata").expanduser()
 
 
 class ConfigError(ValueError):
@@ -45,7 +48,7 @@ class Settings:
     #: Seconds a writer waits for a lock another process holds before it fails (0: fail at once).
     lock_wait: float = 0.0
     #: The earliest plausible request time; a record before it is quarantined (``ts.floor``).
-    ts_floor: dt.datetime = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+    ts_floor: dt.datetime = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
     #: The tenant of OTLP spans that name none (``STRATA_DEFAULT_TENANT``; ``strata ingest --tenant`` wins).
     default_tenant: str | None = None
     #: Scoring runs as this many shards (one mapped Airflow task each).
@@ -57,7 +60,7 @@ class Settings:
     s3_access_key_id: str | None = None
     s3_secret_access_key: str | None = None
     #: Derived files that hold for every home (the ADS dbt project's parse): safe to delete.
-    cache_dir: Path = Path("~/.cache/strata").expanduser()
+    cache_dir: Path = _CACHE_DIR
     #: Bounds of a ``strata sql`` statement: seconds it may run, DuckDB's memory and spill limits.
     sql_timeout_s: float = 300.0
     sql_memory_limit: str = "2GB"
@@ -151,7 +154,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
                           f"not {endpoint!r}")
     lock_url = env.get("STRATA_LOCK_URL") or None
     if lock_url is not None and not lock_url.startswith(("postgresql://", "postgres://")):
-        raise ConfigError(f"STRATA_LOCK_URL must be a postgresql:// URL (advisory locks), not {lock_url.split(':')[0]!r}")
+        raise ConfigError("STRATA_LOCK_URL must be a postgresql:// URL (advisory locks), "
+                          f"not {lock_url.split(':')[0]!r}")
     wait = env.get("STRATA_LOCK_WAIT", "0")
     try:
         lock_wait = float(wait)
@@ -161,7 +165,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         raise ConfigError(f"STRATA_LOCK_WAIT must be a number of seconds >= 0, not {wait!r}")
     floor_text = env.get("STRATA_TS_FLOOR", "2000-01-01")
     try:
-        floor = dt.datetime.combine(dt.date.fromisoformat(floor_text), dt.time(), dt.timezone.utc)
+        floor = dt.datetime.combine(dt.date.fromisoformat(floor_text), dt.time(), dt.UTC)
     except ValueError:
         raise ConfigError(f"STRATA_TS_FLOOR must be a date like 2000-01-01, not {floor_text!r}") from None
     tenant = env.get("STRATA_DEFAULT_TENANT") or None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Optional
 
 import typer
 
@@ -14,7 +13,7 @@ app = typer.Typer(help="Build a layer for a logical date.", no_args_is_help=True
 
 
 @app.command("dwd")
-def build_dwd_cmd(days: list[str] = DATES, wait: Optional[float] = WAIT) -> None:
+def build_dwd_cmd(days: list[str] = DATES, wait: float | None = WAIT) -> None:
     """Publish dwd.feedback and dwd.request for event dates from ODS (idempotent), one date at a time."""
     from strata import pipeline
 
@@ -41,7 +40,7 @@ def build_dwd_cmd(days: list[str] = DATES, wait: Optional[float] = WAIT) -> None
 
 
 @app.command("dws")
-def build_dws_cmd(days: list[str] = DATES, wait: Optional[float] = WAIT) -> None:
+def build_dws_cmd(days: list[str] = DATES, wait: float | None = WAIT) -> None:
     """Publish the DWS feature tables for feature dates from dwd.request (idempotent), one date at a time.
 
     Date D reads DWD from D-8 23:00 to D 23:00. A request counts in the rows of D..D+8, so after
@@ -63,10 +62,10 @@ def build_dws_cmd(days: list[str] = DATES, wait: Optional[float] = WAIT) -> None
 @app.command("ads")
 def build_ads_cmd(
     days: list[str] = DATES,
-    storm_multiple: Optional[float] = typer.Option(
+    storm_multiple: float | None = typer.Option(
         None, "--storm-multiple", min=0.0,
         help="Retry storms: retries must exceed this multiple of first attempts (default: the project's, 1.0)."),
-    wait: Optional[float] = WAIT,
+    wait: float | None = WAIT,
 ) -> None:
     """Publish the ADS marts for event dates: dbt build in-process, then each mart as a Delta table (idempotent).
 

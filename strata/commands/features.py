@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Optional
 
 import typer
 
@@ -12,7 +11,7 @@ from strata.console import out, progress
 app = typer.Typer(help="Online features (Feast): materialize, get, serve, check-consistency.", no_args_is_help=True)
 
 
-def _instant(text: Optional[str], option: str) -> Optional[dt.datetime]:
+def _instant(text: str | None, option: str) -> dt.datetime | None:
     if text is None:
         return None
     try:
@@ -20,13 +19,13 @@ def _instant(text: Optional[str], option: str) -> Optional[dt.datetime]:
     except ValueError:
         raise typer.BadParameter(f"{text!r} is not a date or time like 2026-01-31 or 2026-01-31T12:00",
                                  param_hint=option) from None
-    return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
 
 
 @app.command("materialize")
 def materialize_cmd(
-    start: Optional[str] = typer.Option(None, "--start", help="Only rows with feature_ts at or after this (UTC)."),
-    end: Optional[str] = typer.Option(None, "--end", help="Only rows with feature_ts before this (UTC)."),
+    start: str | None = typer.Option(None, "--start", help="Only rows with feature_ts at or after this (UTC)."),
+    end: str | None = typer.Option(None, "--end", help="Only rows with feature_ts before this (UTC)."),
     full: bool = typer.Option(False, "--full", help="Read every DWS row again, not only what changed."),
 ) -> None:
     """Write each entity's latest DWS row into the online store. By default incremental: the DWS
@@ -49,8 +48,9 @@ def materialize_cmd(
 
 @app.command("get")
 def get_cmd(
-    entity: str = typer.Argument(..., metavar="ENTITY=ID", help="user=RAW_USER_ID, tenant=ID or model_version=MODEL@VERSION."),
-    features: Optional[list[str]] = typer.Option(None, "--features", "-f", help="Features to show (default: all)."),
+    entity: str = typer.Argument(..., metavar="ENTITY=ID",
+                                 help="user=RAW_USER_ID, tenant=ID or model_version=MODEL@VERSION."),
+    features: list[str] | None = typer.Option(None, "--features", "-f", help="Features to show (default: all)."),
     pseudonymized: bool = typer.Option(False, "--pseudonym", help="The user id given is already the pseudonym."),
 ) -> None:
     """Look one entity's online features up (a raw user id is pseudonymized with the configured key first)."""
@@ -101,7 +101,7 @@ def serve_cmd(
 
 @app.command("check-consistency")
 def check_consistency_cmd(
-    day: Optional[str] = typer.Option(None, "--date", help="Day to record the check under (default: the as-of day)."),
+    day: str | None = typer.Option(None, "--date", help="Day to record the check under (default: the as-of day)."),
     sample: int = typer.Option(1000, "--sample", min=1, help="Entities sampled per feature view."),
 ) -> None:
     """Compare sampled online values with Feast's offline point-in-time values; write ads.feature_consistency."""

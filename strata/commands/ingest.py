@@ -4,7 +4,6 @@ and the ledger of what landed."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.markup import escape
@@ -21,12 +20,12 @@ LISTED = 10
 def ingest_cmd(
     paths: list[Path] = typer.Argument(..., help="Files or folders to land (plain or gzip)."),
     fmt: str = typer.Option("auto", "--format", help="jsonl, csv, otlp-json or auto."),
-    mapping: Optional[Path] = typer.Option(None, "--mapping", help="Mapping file for a CSV/JSONL trace."),
+    mapping: Path | None = typer.Option(None, "--mapping", help="Mapping file for a CSV/JSONL trace."),
     reland: bool = typer.Option(False, "--reland", help="Land files again even if already landed, replacing "
                                 "their earlier rows (e.g. after fixing their mapping)."),
-    tenant: Optional[str] = typer.Option(None, "--tenant", help="Tenant of OTLP spans that name none "
+    tenant: str | None = typer.Option(None, "--tenant", help="Tenant of OTLP spans that name none "
                                          "(else STRATA_DEFAULT_TENANT, else the resource's service.name)."),
-    wait: Optional[float] = WAIT,
+    wait: float | None = WAIT,
 ) -> None:
     """Land files into ODS byte-exact; files already landed (same content hash) are skipped.
 
@@ -79,9 +78,9 @@ def ingest_cmd(
 
 @app.command("unland")
 def unland_cmd(
-    files: Optional[list[Path]] = typer.Argument(None, help="Files landed by mistake (their content or path)."),
-    batch: Optional[str] = typer.Option(None, "--batch", help="Unland every file of this ingest batch."),
-    wait: Optional[float] = WAIT,
+    files: list[Path] | None = typer.Argument(None, help="Files landed by mistake (their content or path)."),
+    batch: str | None = typer.Option(None, "--batch", help="Unland every file of this ingest batch."),
+    wait: float | None = WAIT,
 ) -> None:
     """Remove the ODS lines of files landed by mistake; the ledger remembers them (--reland lands them again)."""
     from strata import pipeline

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 from rich.markup import escape
 
@@ -26,7 +24,7 @@ def train_cmd(
     name: str = typer.Option("user_risk", "--name", help="Model name."),
     until: str = typer.Option(..., "--until", help="Last day of the training window, YYYY-MM-DD."),
     days: int = typer.Option(7, "--days", min=2, help="Days in the training window."),
-    wait: Optional[float] = WAIT,
+    wait: float | None = WAIT,
 ) -> None:
     """Train a model from a Feast training set, check ONNX parity and quality, register a new version."""
     from strata import pipeline
@@ -79,11 +77,11 @@ def show_cmd(ref: str = typer.Argument(..., help="NAME or NAME@VERSION")) -> Non
 def score_cmd(
     day: str = typer.Option(..., "--date", help="Day to score (users active on it), YYYY-MM-DD."),
     name: str = typer.Option("user_risk", "--name", help="Model name."),
-    version: Optional[str] = typer.Option(None, "--version", help="Model version (default: the latest)."),
+    version: str | None = typer.Option(None, "--version", help="Model version (default: the latest)."),
     shard: str = typer.Option("0/1", "--shard", help="i/n: score entity buckets of shard i of n (n divides 16)."),
     batch_size: int = typer.Option(65_536, "--batch-size", min=1, help="Rows per inference batch."),
     provider: str = typer.Option("auto", "--provider", help="auto (CUDA, else CPU), cuda or cpu."),
-    wait: Optional[float] = WAIT,
+    wait: float | None = WAIT,
 ) -> None:
     """Score every entity active on a day into ads.user_risk_scores (and ads.score_daily)."""
     from strata import pipeline

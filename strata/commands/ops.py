@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from strata.console import out
@@ -17,8 +15,8 @@ app.add_typer(retention_app, name="retention")
 
 @retention_app.command("apply")
 def retention_apply_cmd(
-    days: Optional[int] = typer.Option(None, "--days", min=1, help="Days to keep (default: STRATA_ODS_RETENTION_DAYS)."),
-    wait: Optional[float] = WAIT,
+    days: int | None = typer.Option(None, "--days", min=1, help="Days to keep (default: STRATA_ODS_RETENTION_DAYS)."),
+    wait: float | None = WAIT,
 ) -> None:
     """Delete raw-data partitions older than the retention, then vacuum."""
     from strata import pipeline
@@ -34,7 +32,7 @@ def retention_apply_cmd(
 
 @app.command("forget")
 def forget_cmd(user: str = typer.Option(..., "--user", help="The user id (as the AI service logs it)."),
-               wait: Optional[float] = WAIT) -> None:
+               wait: float | None = WAIT) -> None:
     """Remove one user from every table that can hold them (raw lines included) and vacuum."""
     from strata import pipeline
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -19,7 +18,7 @@ app.add_typer(quotas_app, name="quotas")
 
 @prices_app.command("load")
 def prices_load_cmd(csv_path: Path = typer.Argument(..., exists=True, dir_okay=False, help="prices.csv"),
-                    wait: Optional[float] = WAIT) -> None:
+                    wait: float | None = WAIT) -> None:
     """Load a price list (model, effective_from, prices per 1k tokens[, bills_refusals]) as a new version."""
     from strata import pipeline
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -23,7 +24,7 @@ _HELP = ("Tables are views named <layer>.<table> (ads.model_daily, dwd.request, 
          "versions. End a statement with ';'. .tables lists the tables, .quit (or Ctrl-D) leaves.")
 
 
-class Format(str, enum.Enum):
+class Format(enum.StrEnum):
     table = "table"
     csv = "csv"
     json = "json"
@@ -32,9 +33,9 @@ class Format(str, enum.Enum):
 
 @app.command("sql")
 def sql_cmd(
-    query: Optional[str] = typer.Argument(None, help="SQL to run; without it, an interactive prompt opens."),
+    query: str | None = typer.Argument(None, help="SQL to run; without it, an interactive prompt opens."),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="How to print the result."),
-    out_file: Optional[Path] = typer.Option(None, "--out", "-o", dir_okay=False,
+    out_file: Path | None = typer.Option(None, "--out", "-o", dir_okay=False,
                                             help="Write the result to this file (csv, json, parquet): written aside "
                                             "and renamed into place once whole; not inside STRATA_HOME, the lake or "
                                             "the landing zone."),
@@ -120,10 +121,8 @@ def _prompt(session: Session, settings: Settings, max_rows: int) -> None:
     from warehouse.sql.sandbox import QueryCancelled, QueryRefused
 
     history = settings.home / "sql_history"
-    try:
+    with contextlib.suppress(OSError):  # no history yet, or one it cannot read
         readline.read_history_file(history)
-    except (FileNotFoundError, OSError):
-        pass
     readline.set_history_length(1000)
     readline.set_auto_history(False)  # history holds whole statements, not their lines
     console.print(f"strata sql: {_HELP}")

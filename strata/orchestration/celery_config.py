@@ -11,9 +11,10 @@ telemetry off) whatever environment the worker was started with.
 
 from __future__ import annotations
 
-import warehouse.storage.lake  # noqa: F401 - polars, pyarrow, deltalake
-import warehouse.storage.publish  # noqa: F401 - the write–audit–publish path of every writing step
 from airflow.providers.celery.executors.default_celery import DEFAULT_CELERY_CONFIG
+
+import warehouse.storage.lake  # polars, pyarrow, deltalake
+import warehouse.storage.publish  # noqa: F401 - the write–audit–publish path of every writing step
 from warehouse.tables import all_tables
 
 all_tables()  # the contracts, parsed and checked once

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -115,7 +114,7 @@ def _cpu_s(pid: int) -> float:
 
 
 def test_ctrl_c_cancels_the_query_not_the_prompt(env: dict[str, str]) -> None:
-    prompt = subprocess.Popen(STRATA + ["sql"], env={**os.environ, **env, "STRATA_SQL_TIMEOUT_S": "60"},
+    prompt = subprocess.Popen([*STRATA, "sql"], env={**os.environ, **env, "STRATA_SQL_TIMEOUT_S": "60"},
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert prompt.stderr is not None and prompt.stdin is not None and prompt.stdout is not None
     errors: list[str] = []

@@ -14,10 +14,10 @@ import polars as pl
 import pytest
 
 from strata import pipeline
+from synthetic_workload import generate
 from warehouse.ads.build import MARTS, build
 from warehouse.ads.project import PROJECT_DIR, DbtFailed
 from warehouse.settings import Settings, load_settings
-from synthetic_workload import generate
 from warehouse.storage import lake
 from warehouse.tables import ADS_MODEL_DAILY, DWD_REQUEST, table
 
@@ -276,7 +276,8 @@ def test_a_rebuild_replaces_exactly_its_day(built: tuple[Settings, dict, Path], 
 
 
 def test_late_labels_reach_the_marts_of_earlier_days_in_the_next_daily_build(tmp_path: Path) -> None:
-    settings = load_settings({"STRATA_HOME": str(tmp_path / "home"), "STRATA_PSEUDONYM_KEY": "test-key-0123456789abcdef"})
+    settings = load_settings({"STRATA_HOME": str(tmp_path / "home"),
+                              "STRATA_PSEUDONYM_KEY": "test-key-0123456789abcdef"})
     landing = tmp_path / "landing"
     generate(landing, days=2, requests_per_day=400, seed=5, start=START, fault_rate=0.0)
     pipeline.load_prices(settings, landing / "prices.csv")

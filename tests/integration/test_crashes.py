@@ -23,12 +23,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from lake_compare import assert_no_trace, contents, differences
+
 from strata import pipeline
+from synthetic_workload import generate
 from tests.conftest import REPO
 from warehouse.settings import Settings, load_settings
-from synthetic_workload import generate
 
 DAY = dt.date(2026, 3, 2)
 KEY = "test-key-not-a-secret-0123456789"

@@ -37,15 +37,21 @@ from contracts.audit_worker import warm_up
 from strata.demo import arrive
 from strata.orchestration.dag_runs import Run, RunReport, run_dags
 from strata.orchestration.env import airflow_env
+from synthetic_workload import generate
 from tests.lake_rows import assert_same_lake, lake_rows
 from tests.services import S3_KEYS, Postgres, Redis, create_bucket, free_port, s3_server, stop_tree
 from warehouse.settings import Settings, load_settings
-from synthetic_workload import generate
 from warehouse.storage import lake
-from warehouse.tables import (ADS_SCORE_DAILY, ADS_USER_RISK_SCORES, DWD_QUARANTINE, DWD_REQUEST, OPS_AUDIT_LOG,
-                             OPS_BOOKS)
+from warehouse.tables import (
+    ADS_SCORE_DAILY,
+    ADS_USER_RISK_SCORES,
+    DWD_QUARANTINE,
+    DWD_REQUEST,
+    OPS_AUDIT_LOG,
+    OPS_BOOKS,
+)
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 #: How long a cluster may take, at most, before the test calls it hung: a guard, not a target. On a
 #: slow day of this 2-core machine one daily run took 140 s on the Celery worker (each task a fresh
 #: process, the lake behind moto), so the guards leave several times that.
@@ -225,7 +231,7 @@ class Cluster:
                     with open(self.logs / f"{'-'.join(component)}.log", "ab") as out:
                         self.processes.append(subprocess.Popen([self._bin(), *component], env=self.env, stdout=out,
                                                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
-            except BaseException as exc:  # noqa: BLE001 - reported by ready()
+            except BaseException as exc:  # reported by ready()
                 self._boot_error = exc
 
         self._booting = threading.Thread(target=run, daemon=True)
@@ -303,7 +309,7 @@ class ClusterRun:
             self.node.airflow("backfill", "create", "--dag-id", "strata_daily", "--from-date", self.days[0],
                               "--to-date", self.days[-1], "--max-active-runs", "1")
             self.runs = self.node.wait_runs("strata_daily", "backfill", len(self.days), BACKFILL_S)
-        except BaseException as exc:  # noqa: BLE001 - raised again by the test
+        except BaseException as exc:  # raised again by the test
             self.error = exc
 
 

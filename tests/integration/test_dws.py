@@ -6,19 +6,20 @@ import bisect
 import datetime as dt
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from strata import pipeline
+from synthetic_workload import generate
 from warehouse.dws import build as dws_build
 from warehouse.dws.build import affected_days, build_entity
 from warehouse.dws.transform import USER
 from warehouse.settings import Settings, load_settings
-from synthetic_workload import generate
 from warehouse.storage import lake
 from warehouse.storage.publish import republish
 from warehouse.tables import DWD_REQUEST, table
@@ -141,7 +142,7 @@ def dws(settings: Settings, name: str) -> pl.DataFrame:
 
 
 def _hours(day: dt.date) -> list[dt.datetime]:
-    start = dt.datetime.combine(day, dt.time(), dt.timezone.utc)
+    start = dt.datetime.combine(day, dt.time(), dt.UTC)
     return [start + i * HOUR for i in range(24)]
 
 
@@ -199,7 +200,7 @@ def test_the_as_of_row_holds_the_windows_at_that_instant(built: Lake, data: st.D
     key = KEYS[name]
     entities = sorted(built.requests[name])
     entity = data.draw(st.sampled_from(entities))
-    start = dt.datetime.combine(START, dt.time(), dt.timezone.utc)
+    start = dt.datetime.combine(START, dt.time(), dt.UTC)
     offset = data.draw(st.integers(0, 10 * 24 * 3600 * 10**6 - 1))
     instant = start + dt.timedelta(microseconds=offset)
     rows = _rows_of(built.settings, name, key, entity)
@@ -234,7 +235,7 @@ def test_a_rebuild_is_idempotent_and_picks_up_a_dwd_change(built: Lake, monkeypa
 
     # A late change of one user's requests of `day` (slower, and one fewer): rebuild day..day+8.
     user = before.sort("request_count_1h")["user_pseudonym"][-1]
-    gone = [r["request_id"] for r in built.requests[users.name][user] if r["ts"].date() == day][0]
+    gone = next(r["request_id"] for r in built.requests[users.name][user] if r["ts"].date() == day)
     republish(settings, DWD_REQUEST, lambda f: f.filter(pl.col("request_id") != gone).with_columns(
         duration_ms=pl.when(pl.col("user_pseudonym") == user).then(pl.col("duration_ms") * 3)
         .otherwise(pl.col("duration_ms"))), partitions=[{"event_date": day}])

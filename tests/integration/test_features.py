@@ -42,8 +42,8 @@ from warehouse.storage.publish import republish
 from warehouse.tables import table
 
 KEY = "test-key-not-a-secret-0123456789"
-START = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
-END = dt.datetime(2026, 3, 5, tzinfo=dt.timezone.utc)
+START = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
+END = dt.datetime(2026, 3, 5, tzinfo=dt.UTC)
 ALICE = pseudonym(KEY.encode(), "alice")
 BOB = pseudonym(KEY.encode(), "bob")
 
@@ -93,7 +93,7 @@ def test_batched_reader_returns_what_the_sdk_returns(world: dict) -> None:
     store, _ = applied_store(world["ours"])
     for source in feature_tables():
         view = views_of(view_name(source))[0]
-        keys = world["keys"][source.name][:40] + ["nobody-at-all"]
+        keys = [*world["keys"][source.name][:40], "nobody-at-all"]
         features = list(view.features[:20])
         sdk = store.get_online_features(features=[f"{view.name}:{f}" for f in features],
                                         entity_rows=[{view.key: k} for k in keys]).to_dict()
@@ -127,7 +127,7 @@ def test_a_rebuilt_partition_is_materialized_again_and_read_offline(world: dict)
     import pandas as pd
 
     store, _ = applied_store(settings)
-    at = pd.Timestamp(dt.datetime.combine(DAY1, dt.time(23, 59), dt.timezone.utc))
+    at = pd.Timestamp(dt.datetime.combine(DAY1, dt.time(23, 59), dt.UTC))
     frame = store.get_historical_features(
         entity_df=pd.DataFrame({"user_pseudonym": [only_day1, "nobody"], "event_timestamp": [at, at]}),
         features=["user_features:request_count_24h"]).to_df().set_index("user_pseudonym")
@@ -140,7 +140,7 @@ def test_an_older_row_never_replaces_a_newer_online_value(world: dict) -> None:
     source = table("dws.user_features")
     key = world["keys"][source.name][0]
     newest = reader(settings).read(views_of("user")[0], [key])[1][0]
-    materialize(settings, start=START, end=dt.datetime.combine(DAY2, dt.time(), dt.timezone.utc))  # day 1 only
+    materialize(settings, start=START, end=dt.datetime.combine(DAY2, dt.time(), dt.UTC))  # day 1 only
     assert reader(settings).read(views_of("user")[0], [key])[1][0] == newest
 
 
@@ -159,13 +159,13 @@ def test_redis_matches_feasts_layout_and_reads_back(world: dict, redis_server: R
         assert keys == sorted(b.keys()) and len(keys) == len(entities)
         assert all(a.hgetall(k) == b.hgetall(k) for k in keys)
         view = views_of("user")[0]
-        users = world["keys"]["dws.user_features"][:30] + ["nobody"]
+        users = [*world["keys"]["dws.user_features"][:30], "nobody"]
         ours_store, _ = applied_store(ours)
         sdk = ours_store.get_online_features(features=[f"{view.name}:{f}" for f in view.features],
                                              entity_rows=[{view.key: k} for k in users]).to_dict()
         assert reader(ours).read(view, users)[0] == sdk
         newest = reader(ours).read(view, users[:1])[1][0]
-        materialize(ours, start=START, end=dt.datetime.combine(DAY2, dt.time(), dt.timezone.utc))  # older rows
+        materialize(ours, start=START, end=dt.datetime.combine(DAY2, dt.time(), dt.UTC))  # older rows
         assert reader(ours).read(view, users[:1])[1][0] == newest
         assert all(a.hgetall(k) == b.hgetall(k) for k in keys)
 
@@ -419,10 +419,10 @@ def test_training_sets_by_duckdb_equal_feasts(world: dict) -> None:
     """The as-of join an object-store lake uses gives what Feast's offline store gives."""
     from features.retrieval import historical_features
 
-    keys = world["keys"]["dws.user_features"][:40] + ["nobody"]
-    instants = [dt.datetime.combine(DAY1, dt.time(12), dt.timezone.utc),
-                dt.datetime.combine(DAY2, dt.time(23, 59), dt.timezone.utc),
-                dt.datetime.combine(DAY2 + dt.timedelta(days=9), dt.time(6), dt.timezone.utc)]  # past the TTL
+    keys = [*world["keys"]["dws.user_features"][:40], "nobody"]
+    instants = [dt.datetime.combine(DAY1, dt.time(12), dt.UTC),
+                dt.datetime.combine(DAY2, dt.time(23, 59), dt.UTC),
+                dt.datetime.combine(DAY2 + dt.timedelta(days=9), dt.time(6), dt.UTC)]  # past the TTL
     rows = pl.DataFrame({"user_pseudonym": [k for k in keys for _ in instants],
                          "event_timestamp": [t for _ in keys for t in instants]})
     feast = historical_features(world["ours"], rows, "user_risk_v1", engine="feast")

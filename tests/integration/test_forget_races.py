@@ -25,15 +25,15 @@ from pathlib import Path
 import polars as pl
 import psutil
 import pytest
-
 from lake_compare import assert_no_trace
-from tests.services import Postgres, Redis
+
 from strata import pipeline
+from synthetic_workload import generate
+from tests.services import Postgres, Redis
+from warehouse.ops.forget import searched_tables
 from warehouse.privacy import pseudonym
 from warehouse.settings import Settings, load_settings
-from synthetic_workload import generate
 from warehouse.storage import lake, locks
-from warehouse.ops.forget import searched_tables
 from warehouse.tables import table
 
 DAYS = [dt.date(2026, 3, 1), dt.date(2026, 3, 2)]
@@ -92,7 +92,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, redis_server: Redis):
         scored = set(lake.read_frame(settings, table("ads.user_risk_scores")).get_column("user_pseudonym"))
         victim = next(u for u in _raw_users(settings.landing_dir) if pseudonym(KEY.encode(), u) in scored)
         client = redis.Redis.from_url(redis_url)
-        dump = {k: client.dump(k) for k in client.keys()}
+        dump = {k: client.dump(k) for k in client.keys()}  # noqa: SIM118 - Redis KEYS, not a dict
         yield {"root": root, "base": base, "victim": victim, "redis": redis_url, "dump": dump}
 
 
@@ -124,7 +124,7 @@ def _assert_nowhere(home: Path, redis_url: str, texts: list[str]) -> None:
 
     client = redis.Redis.from_url(redis_url)
     held = b"".join(k + (b"".join(client.hgetall(k).values()) if client.type(k) == b"hash" else client.dump(k) or b"")
-                    for k in client.keys())
+                    for k in client.keys())  # noqa: SIM118 - Redis KEYS, not a dict
     for text in texts:
         assert_no_trace(home, text)  # the lake, the landing zone, the online SQLite file, scratch
         assert text.encode() not in held, f"{text!r} is still in Redis"
@@ -148,9 +148,8 @@ def _race(world: dict, step: str, home: Path, lock_env: dict[str, str]) -> None:
         _stopped(runner, step)
         # Paused after its first read, the step holds a lock forget needs: a forget now has to wait.
         settings = load_settings({**_env(home, **lock_env), "STRATA_LOCK_WAIT": "0"})
-        with pytest.raises(locks.LockHeld):
-            with locks.hold(settings, write=[(t, None) for t in searched_tables()]):
-                pass
+        with pytest.raises(locks.LockHeld), locks.hold(settings, write=[(t, None) for t in searched_tables()]):
+            pass
         forget = subprocess.Popen([*cli, "forget", "--user", world["victim"]], env=env, text=True,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         runner.send_signal(18)  # SIGCONT

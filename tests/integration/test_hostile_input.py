@@ -14,15 +14,13 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import SHIPPED_AZURE_MAPPING
 from warehouse.dwd.build import build, build_day
 from warehouse.ods.ingest import ingest
-from warehouse.ods.unland import unland
 from warehouse.ops.forget import forget_user
 from warehouse.ops.retention import apply_retention
 from warehouse.settings import ConfigError, load_settings
 from warehouse.storage import lake
-from warehouse.tables import DWD_QUARANTINE, DWD_REQUEST, OPS_AUDIT_LOG, OPS_LANDED_FILES, ODS_REQUESTS, all_tables
+from warehouse.tables import DWD_QUARANTINE, DWD_REQUEST, ODS_REQUESTS, OPS_AUDIT_LOG, OPS_LANDED_FILES, all_tables
 
 DAY = dt.date(2026, 3, 1)
 STRATA = [sys.executable, "-m", "strata.cli"]
@@ -92,7 +90,7 @@ def test_a_mapping_is_checked_before_anything_is_written_and_kept_only_when_line
     escaping = tmp_path / "escape.yaml"
     escaping.write_text('name: "../../../../tmp/strata-escape"\nformat: jsonl\nfields: {request_id: id, ts: t}\n'
                         "timestamp: {unit: ms}\nconstants: {tenant_id: t, model: m}\n")
-    with pytest.raises(ValueError, match="escape.yaml: name:"):
+    with pytest.raises(ValueError, match=r"escape\.yaml: name:"):
         ingest(settings, [sample], mapping_file=escaping)
     assert not Path(settings.lake_uri).exists() and not Path("/tmp/strata-escape.yaml").exists()
 

@@ -18,12 +18,12 @@ import pyarrow.fs as pafs
 import pytest
 
 from strata import pipeline
+from synthetic_workload import generate
 from tests.conftest import AZURE_SAMPLE, SHIPPED_AZURE_MAPPING
 from tests.services import S3_KEYS, create_bucket, s3_server
 from warehouse.privacy import pseudonym
 from warehouse.settings import Settings, load_settings
 from warehouse.sql.sandbox import QueryRefused, Session
-from synthetic_workload import generate
 from warehouse.storage import lake
 from warehouse.storage.duck import connect
 from warehouse.storage.objectstore import configure_duckdb, filesystem
@@ -117,8 +117,9 @@ def test_training_and_scoring_on_an_s3_lake(tmp_path: Path, settings: Settings) 
     assert scored.counts["entities"] == scores.height == users.get_column("user_pseudonym").drop_nulls().n_unique()
     assert ADS_USER_RISK_SCORES.uri(settings).startswith("s3://")
     # The busiest user of the scored day: their score is in the table and online.
-    users_of_day = Counter(re.findall(rb'"user_id": ?"(u_[0-9a-f]+)"', b"".join(
-        gzip.open(f).read() for f in (tmp_path / "gen" / "requests" / f"date={days[3]}").rglob("*.jsonl.gz"))))
+    day_files = (tmp_path / "gen" / "requests" / f"date={days[3]}").rglob("*.jsonl.gz")
+    users_of_day = Counter(re.findall(rb'"user_id": ?"(u_[0-9a-f]+)"',
+                                      b"".join(gzip.decompress(f.read_bytes()) for f in day_files)))
     user = users_of_day.most_common(1)[0][0].decode()
     mine = scores.filter(pl.col("user_pseudonym") == pseudonym(settings.require_pseudonym_key(), user))
     assert mine.height == 1 and pipeline.get_online_features(settings, "user", user)["score"] == pytest.approx(

@@ -76,9 +76,11 @@ def _release(proc: subprocess.Popen[str]) -> None:
 def test_a_second_writer_of_a_partition_fails_naming_the_holder(backend: str) -> None:
     holder = _holding("2026-03-01")
     try:
-        with pytest.raises(locks.LockHeld) as err:
-            with locks.hold(load_settings(), write=[(DWD_REQUEST, {"event_date": "2026-03-01"})]):
-                pass
+        with (
+            pytest.raises(locks.LockHeld) as err,
+            locks.hold(load_settings(), write=[(DWD_REQUEST, {"event_date": "2026-03-01"})]),
+        ):
+            pass
         assert f"pid {holder.pid}" in str(err.value) and "--wait" in str(err.value)
         # Another partition of the same table is free: writers of different dates run side by side.
         with locks.hold(load_settings(), write=[(DWD_REQUEST, {"event_date": "2026-03-02"})]):
@@ -93,9 +95,11 @@ def test_the_holder_is_named_whole_however_long_its_command_line(backend: str) -
     path = "/landing/" + "very-long-folder-name/" * 6 + "requests.jsonl"
     holder = _holding("2026-03-01", "ingest", path)
     try:
-        with pytest.raises(locks.LockHeld) as err:
-            with locks.hold(load_settings(), write=[(DWD_REQUEST, {"event_date": "2026-03-01"})]):
-                pass
+        with (
+            pytest.raises(locks.LockHeld) as err,
+            locks.hold(load_settings(), write=[(DWD_REQUEST, {"event_date": "2026-03-01"})]),
+        ):
+            pass
         assert f"pid {holder.pid} on " in str(err.value) and f"(-c 2026-03-01 ingest {path}) since " in str(err.value)
     finally:
         _release(holder)
@@ -130,9 +134,8 @@ def test_a_table_wide_writer_excludes_partition_writers_and_a_waiter_gets_its_tu
         backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     holder = _holding("2026-03-01")
     try:
-        with pytest.raises(locks.LockHeld):
-            with locks.hold(load_settings(), write=[(DWD_REQUEST, None)]):
-                pass
+        with pytest.raises(locks.LockHeld), locks.hold(load_settings(), write=[(DWD_REQUEST, None)]):
+            pass
         threading.Timer(1.0, _release, [holder]).start()  # the holder finishes while we wait
         monkeypatch.setenv("STRATA_LOCK_WAIT", "60")
         with locks.hold(load_settings(), write=[(DWD_REQUEST, None)]):
@@ -144,9 +147,11 @@ def test_a_table_wide_writer_excludes_partition_writers_and_a_waiter_gets_its_tu
 
 def test_a_holder_that_dies_releases_its_locks(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     holder = _holding("table")
-    with pytest.raises(locks.LockHeld):
-        with locks.hold(load_settings(), write=[(DWD_REQUEST, {"event_date": "2026-03-05"})]):
-            pass
+    with (
+        pytest.raises(locks.LockHeld),
+        locks.hold(load_settings(), write=[(DWD_REQUEST, {"event_date": "2026-03-05"})]),
+    ):
+        pass
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait(timeout=30)
     monkeypatch.setenv("STRATA_LOCK_WAIT", "10")  # Postgres ends the dead client's session a moment later

@@ -120,7 +120,7 @@ def test_every_step_logs_its_start_and_its_counts_at_info(captured: tuple[Settin
 
 
 def test_no_secret_raw_line_or_user_id_is_logged(captured: tuple[Settings, Path, list[str], _Everything]) -> None:
-    settings, out, pseudonyms, handler = captured
+    _, out, pseudonyms, handler = captured
     users = _users(out)
     lines = _lines(out)
     assert len(users) > 50 and len(pseudonyms) > 150 and len(lines) > 200 and len(handler.records) > 100

@@ -64,5 +64,5 @@ def test_the_scoring_task_fails_on_an_unusable_model_instead_of_waiting_for_one(
     settings = tasks.task_settings()
     register(settings, CARD, b"onnx bytes")
     _edit(settings, "v1", "[]")
-    with pytest.raises(BadCard, match="user_risk@v1: its model.json is not a model card"):
+    with pytest.raises(BadCard, match=r"user_risk@v1: its model\.json is not a model card"):
         tasks.shards("score")

@@ -9,21 +9,20 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import polars as pl
 import pytest
-
 from conftest import AZURE_FULL, AZURE_SAMPLE, SHIPPED_AZURE_MAPPING
-from warehouse.settings import Settings, load_settings
-from warehouse.tables import table
-from warehouse.storage import lake
-from warehouse.dwd.build import build, build_day
+
 from synthetic_workload import generate
-from warehouse.ods.ingest import ingest
+from warehouse.dwd.build import build, build_day
 from warehouse.dwd.prices import load_prices
+from warehouse.ods.ingest import ingest
+from warehouse.settings import Settings, load_settings
+from warehouse.storage import lake
+from warehouse.tables import table
 
 START = dt.date(2026, 1, 5)
 DAYS = [START, START + dt.timedelta(days=1)]
@@ -81,7 +80,8 @@ def built(generated: tuple[Path, dict], tmp_path_factory: pytest.TempPathFactory
 def test_dwd_counts_equal_the_manifest(built: Settings, generated: tuple[Path, dict]) -> None:
     _, manifest = generated
     books = pl.from_arrow(lake.read(built, table("ops.books"))).filter(pl.col("table_name") == "dwd.request")
-    quarantine = pl.from_arrow(lake.read(built, table("dwd.quarantine"))).filter(pl.col("target_table") == "dwd.request")
+    quarantine = pl.from_arrow(lake.read(built, table("dwd.quarantine"))).filter(
+        pl.col("target_table") == "dwd.request")
     request = pl.from_arrow(lake.read(built, table("dwd.request")))
     for day in DAYS:
         truth = manifest["days"][day.isoformat()]
@@ -118,7 +118,7 @@ def test_dwd_token_and_error_sums_per_model_equal_the_manifest(built: Settings, 
 
 
 def test_dwd_is_clean_pseudonymized_and_priced(built: Settings, generated: tuple[Path, dict]) -> None:
-    out, manifest = generated
+    out, _ = generated
     request = pl.from_arrow(lake.read(built, table("dwd.request")))
     assert request.get_column("request_id").is_unique().all()
     assert request.get_column("ts").dt.date().eq(request.get_column("event_date")).all()
@@ -196,7 +196,8 @@ def test_late_events_and_late_feedback_are_picked_up_by_a_rerun(tmp_path: Path, 
     assert build(settings, "requests", day).books.dwd_rows == 3
     later = day + dt.timedelta(days=3)
     fb = _write(landing / "feedback" / "fb.jsonl", [
-        {"request_id": "r1", "ts": f"{later.isoformat()}T10:00:00Z", "kind": "review", "value": "abusive", "source": "trust"}])
+        {"request_id": "r1", "ts": f"{later.isoformat()}T10:00:00Z", "kind": "review", "value": "abusive",
+         "source": "trust"}])
     ingest(settings, [fb])
     build_day(settings, later)  # builds that day's feedback and merges it into earlier requests
     labels = pl.from_arrow(lake.read(settings, table("dwd.request"))).sort("request_id")
@@ -269,7 +270,7 @@ def test_azure_trace_ingests_through_its_mapping(strata_env: Path) -> None:
     assert request.get_column("output_tokens").sum() == sum(int(r["GeneratedTokens"]) for r in rows)
     first = min(rows, key=lambda r: r["TIMESTAMP"])["TIMESTAMP"]
     assert request.get_column("ts").min() == dt.datetime.strptime(first[:26], "%Y-%m-%d %H:%M:%S.%f").replace(
-        tzinfo=dt.timezone.utc)
+        tzinfo=dt.UTC)
 
 
 def test_a_day_of_only_bad_lines_publishes_its_quarantine_and_books(tmp_path: Path, strata_env: Path) -> None:
@@ -316,7 +317,8 @@ def test_a_file_landed_with_a_wrong_mapping_is_landed_again_with_reland(tmp_path
     assert again.skipped[0].source != again.skipped[0].landed_as
     version = lake.version(settings, table("ods.request_log_raw"))
     fixed = ingest(settings, [AZURE_SAMPLE], mapping_file=Path("azure_llm_2023_conv"), reland=True)
-    assert fixed.landed[0].replaced and lake.version(settings, table("ods.request_log_raw")) == version + 1  # one commit
+    # One commit.
+    assert fixed.landed[0].replaced and lake.version(settings, table("ods.request_log_raw")) == version + 1
     ods = pl.from_arrow(lake.read(settings, table("ods.request_log_raw")))
     assert ods.height == len(rows) + 1  # replaced, not added: the header line and every row once
     assert ods.get_column("source").unique().to_list() == [fixed.landed[0].source]
@@ -329,7 +331,7 @@ def test_otlp_export_ingests_to_dwd(tmp_path: Path, strata_env: Path) -> None:
     from fixtures_otlp import otlp_export_line
 
     day = dt.date(2026, 2, 2)
-    records = [{**_record(f"span-{i}", day), "ts": dt.datetime(2026, 2, 2, 8, i, tzinfo=dt.timezone.utc)}
+    records = [{**_record(f"span-{i}", day), "ts": dt.datetime(2026, 2, 2, 8, i, tzinfo=dt.UTC)}
                for i in range(5)]
     path = tmp_path / "otlp" / "date=2026-02-02" / "traces-otlp.json"  # the broken line's date
     path.parent.mkdir(parents=True)
@@ -357,7 +359,7 @@ def test_an_otlp_batch_across_midnight_lands_every_span_in_its_own_day(tmp_path:
     from fixtures_otlp import otlp_export_line
 
     first, second = dt.date(2026, 2, 2), dt.date(2026, 2, 3)
-    midnight = dt.datetime(2026, 2, 3, tzinfo=dt.timezone.utc)
+    midnight = dt.datetime(2026, 2, 3, tzinfo=dt.UTC)
     records = [{**_record(f"span-{i:02d}", first), "ts": midnight + dt.timedelta(seconds=i - 34)} for i in range(69)]
     path = tmp_path / "traces.json"  # no --format, a .json name: told by its content
     path.write_bytes(otlp_export_line(records) + b"\n" + otlp_export_line(records[40:42]) + b"\n")
@@ -383,7 +385,7 @@ def test_an_otlp_batch_across_midnight_lands_every_span_in_its_own_day(tmp_path:
 
 
 def _span_record(request_id: str) -> dict:
-    return {**_record(request_id, dt.date(2026, 2, 2)), "ts": dt.datetime(2026, 2, 2, 9, tzinfo=dt.timezone.utc)}
+    return {**_record(request_id, dt.date(2026, 2, 2)), "ts": dt.datetime(2026, 2, 2, 9, tzinfo=dt.UTC)}
 
 
 def test_ingest_tells_otlp_by_content_and_names_the_files_it_does_not_read(tmp_path: Path, strata_env: Path) -> None:

@@ -13,9 +13,9 @@ from collections import Counter
 from pathlib import Path
 
 import polars as pl
-
 from collect_server import receiver_thread
 from openai_server import serve
+
 from warehouse.dwd.build import build_day
 from warehouse.dwd.prices import load_prices
 from warehouse.ods.ingest import ingest

@@ -23,15 +23,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from lake_compare import assert_no_trace, contents, differences
+
 from strata import pipeline
-from warehouse.settings import Settings, load_settings
 from synthetic_workload import generate
+from warehouse.settings import Settings, load_settings
 from warehouse.storage import audit
 from warehouse.tables import OPS_BOOKS
 
-TODAY = dt.datetime.now(dt.timezone.utc).date()
+TODAY = dt.datetime.now(dt.UTC).date()
 DAYS = [TODAY - dt.timedelta(days=3), TODAY - dt.timedelta(days=2)]  # the first one older than the retention
 KEY = "test-key-not-a-secret-0123456789"
 
@@ -128,7 +128,7 @@ def test_a_recovery_never_trips_on_the_notes_other_writers_leave_and_drop(tmp_pa
         while time.monotonic() < deadline:
             try:
                 recovered.append(audit.recover(settings))
-            except Exception as exc:  # noqa: BLE001 - collected for the assertion
+            except Exception as exc:  # collected for the assertion
                 errors.append(repr(exc))
 
     threads = [threading.Thread(target=write), threading.Thread(target=recover)]

@@ -10,18 +10,18 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import AZURE_SAMPLE, SHIPPED_AZURE_MAPPING
 from lake_compare import assert_no_trace
-from warehouse.settings import load_settings
-from warehouse.tables import table
-from warehouse.storage import lake
+
 from warehouse.dwd.build import build_day
-from warehouse.ods.ingest import ingest
-from warehouse.privacy import pseudonym
-from warehouse.ops.forget import forget_user
 from warehouse.dws.build import build as build_dws
+from warehouse.ods.ingest import ingest
+from warehouse.ops.forget import forget_user
 from warehouse.ops.retention import apply_retention
+from warehouse.privacy import pseudonym
+from warehouse.settings import load_settings
+from warehouse.storage import lake
+from warehouse.tables import table
 
 DAY = dt.date(2026, 3, 1)
 
@@ -200,7 +200,7 @@ def test_forget_redacts_the_user_in_audit_messages(tmp_path: Path, strata_env: P
     key = pseudonym(settings.require_pseudonym_key(), victim)
     ingest(settings, [_land(tmp_path, "a.jsonl", [json.dumps(r).encode() for r in _records(victim, 1, DAY, "v")],
                             DAY)])
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     audit.record(settings, attempt_id="a1", table_name="dws.user_features", partition=f"event_date={DAY}",
                  delta_version=None, status="failed", rows_in=1, rows_published=0, rows_rejected=1,
                  rules_failed=["user_pseudonym.pattern"], started_at=now, duration_ms=1.0,

@@ -90,7 +90,7 @@ def _unchanged(settings: Settings, before: int | None) -> None:
 
 
 def test_bad_models_and_inputs_stop_before_any_write(scored_lake: tuple[Settings, list[str]]) -> None:
-    settings, names = scored_lake
+    settings, _ = scored_lake
     model = get(settings, "user_risk")
     card, onnx = model.card, model.onnx_bytes()
 
@@ -104,7 +104,7 @@ def test_bad_models_and_inputs_stop_before_any_write(scored_lake: tuple[Settings
     }
     nan_version = variant(extra={"accepts_missing": False})
     before = lake.version(settings, ADS_USER_RISK_SCORES)
-    for label, (version, needle) in cases.items():
+    for version, needle in cases.values():
         with pytest.raises(ModelError, match=needle):
             score(settings, "user_risk", DAY, version=version, provider="cpu")
         _unchanged(settings, before)

@@ -35,7 +35,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, Path, dt.d
     prices = root / "prices.csv"
     prices.write_text(PRICES.format(price="0.001"))
     load_prices(settings, prices)
-    between = dt.datetime.now(dt.timezone.utc)
+    between = dt.datetime.now(dt.UTC)
     time.sleep(0.05)
     prices.write_text(PRICES.format(price="0.005"))
     load_prices(settings, prices)
@@ -105,7 +105,7 @@ def test_reading_a_file_outside_the_lake_is_refused(session: Session, lake: tupl
     _, outside, _ = lake
     for sql in (f"select * from read_csv('{outside}')", "select * from read_text('/etc/passwd')",
                 f"select * from glob('{outside.parent}/*')"):
-        with pytest.raises(QueryRefused, match="table function .* is refused"):
+        with pytest.raises(QueryRefused, match=r"table function .* is refused"):
             session.query(sql)
         # Beneath the check, DuckDB's own sandbox refuses the file too.
         with pytest.raises(duckdb.PermissionException, match="disabled by configuration"):
@@ -146,7 +146,7 @@ def test_as_of_reads_an_older_version(lake: tuple[Settings, Path, dt.datetime]) 
         Session(settings, as_of={DWD_MODEL_PRICE: 7})
     with pytest.raises(LookupError, match="did not exist at 2000-01-01"):
         Session(settings, as_of=dict([parse_as_of("dwd.model_price=2000-01-01")]))
-    with pytest.raises(LookupError, match="ads.model_daily, which does not exist"):
+    with pytest.raises(LookupError, match=r"ads\.model_daily, which does not exist"):
         Session(settings, as_of={table("ads.model_daily"): 0})
     with pytest.raises(ValueError, match="TABLE=VERSION"):
         parse_as_of("dwd.model_price")
@@ -250,7 +250,7 @@ def test_files_tables_and_strings_as_tables_are_refused(session: Session) -> Non
                 "pragma table_info('dwd.model_price')",
                 "select 1 from dwd.model_price where exists (from query('select 1'))",
                 "select " + " + ".join(["1"] * 900)):  # deeper than the check walks
-        with pytest.raises(QueryRefused, match="not a table of the lake|is refused|cannot be checked"):
+        with pytest.raises(QueryRefused, match=r"not a table of the lake|is refused|cannot be checked"):
             session.query(sql)
 
 

@@ -19,10 +19,10 @@ from sklearn.metrics import roc_auc_score
 
 from batch_inference.registry import get, list_models
 from strata import pipeline
+from synthetic_workload import generate
 from warehouse.errors import NoData
 from warehouse.privacy import pseudonym
 from warehouse.settings import load_settings
-from synthetic_workload import generate
 from warehouse.storage import lake
 from warehouse.tables import ADS_USER_RISK_SCORES
 

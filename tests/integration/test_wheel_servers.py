@@ -21,7 +21,7 @@ from warehouse.tables import DWD_REQUEST
 def test_the_wheel_servers_hold_strata_locks_and_online_features_then_leave_no_process(strata_env: Path) -> None:
     view = views_of("user")[0]
     feature = view.features[0]
-    at = dt.datetime(2026, 3, 2, 13, tzinfo=dt.timezone.utc)
+    at = dt.datetime(2026, 3, 2, 13, tzinfo=dt.UTC)
     before = {p.pid for p in psutil.Process().children(recursive=True)}  # the run's own servers, if any
     with wheel_postgres() as postgres, wheel_redis() as redis:
         started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]

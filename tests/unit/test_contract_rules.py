@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from contracts.rules import Change, Invalid, Rule, bound_change, registered, rul
 from strata.commands.contracts import app
 from warehouse.ads.models_yml import model_properties
 
-NOW = datetime(2026, 1, 2, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 2, tzinfo=UTC)
 NOTES = """
 apiVersion: v3.1.0
 kind: DataContract
@@ -153,12 +153,12 @@ def test_a_rule_that_clashes_with_a_shipped_one_is_refused() -> None:
     class Pattern2(MaxLength):
         name = "pattern"
 
-    with pytest.raises(ValueError, match="clashes with 'pattern'"):
-        with registered(Pattern2()):
-            pass
+    with pytest.raises(ValueError, match="clashes with 'pattern'"), registered(Pattern2()):
+        pass
 
 
 def test_a_pattern_the_row_checks_cannot_compile_is_refused_when_read() -> None:
     lookahead = NOTES.replace("maxLength: 8", "pattern: '^(?=n)'")  # Python's re has lookahead, polars' does not
-    with pytest.raises(ContractError, match=r"properties\[note\]\.logicalTypeOptions\.pattern: does not compile for po"):
+    with pytest.raises(ContractError,
+                       match=r"properties\[note\]\.logicalTypeOptions\.pattern: does not compile for po"):
         parse_contract(lookahead, source="ops.notes.yaml")

@@ -20,12 +20,13 @@ from contracts import (
     load_contract,
     write_lock,
 )
-from strata.commands.contracts import app
 from contracts.loader import CONTRACTS_DIR, MAX_CONTRACT_BYTES, parse_contract, read_contract, read_directory
+from strata.commands.contracts import app
 
 TABLES = {
     "ods.request_log_raw", "ods.feedback_raw", "dwd.request", "dwd.feedback", "dwd.quarantine",
-    "ops.audit_log", "ops.books", "ops.landed_files", "dwd.model_price", "dws.user_features", "dws.tenant_features", "dws.model_features",
+    "ops.audit_log", "ops.books", "ops.landed_files", "dwd.model_price", "dws.user_features", "dws.tenant_features",
+    "dws.model_features",
     "dwd.tenant_quota", "ads.model_daily", "ads.tenant_daily", "ads.latency_breakdown", "ads.retry_storms",
     "ads.version_mix", "ads.data_quality", "ads.user_risk_scores", "ads.score_daily", "ads.feature_consistency",
 }
@@ -99,7 +100,7 @@ def test_arrow_schema_follows_the_contract() -> None:
 
 
 def test_unknown_table_names_the_known_ones() -> None:
-    with pytest.raises(ContractError, match="dwd.request"):
+    with pytest.raises(ContractError, match=r"dwd\.request"):
         load_contract("dwd.nope")
 
 
@@ -243,7 +244,8 @@ def test_lock_wants_a_bump_for_compatible_changes_and_tracks_removed_tables(tmp_
     shutil.copytree(CONTRACTS_DIR, tables)
     lock = write_lock(tmp_path / "contracts.lock.json", read_directory(tables))
     path = tables / "dwd.request.yaml"
-    path.write_text(edited(request_yaml(), COLUMN_BLOCK, COLUMN_BLOCK + COLUMN_BLOCK.replace("finish_reason", "region")))
+    path.write_text(edited(request_yaml(), COLUMN_BLOCK,
+                           COLUMN_BLOCK + COLUMN_BLOCK.replace("finish_reason", "region")))
     (problem,) = check_lock(read_directory(tables), lock)
     assert "without a version bump" in problem.reason
     path.write_text(edited(path.read_text(), VERSION_LINE, "version: 1.9.0"))

@@ -10,7 +10,6 @@ import ast
 import json
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -49,13 +48,15 @@ facts = {}
 for dag_id, dag in bag.dags.items():
     facts[dag_id] = {
         "fileloc": Path(dag.fileloc).name, "timetable": type(dag.timetable).__name__,
-        "periodic": coerce_to_core_timetable(dag.timetable).periodic, "catchup": dag.catchup, "max_active_runs": dag.max_active_runs,
+        "periodic": coerce_to_core_timetable(dag.timetable).periodic, "catchup": dag.catchup,
+        "max_active_runs": dag.max_active_runs,
         "tags": sorted(dag.tags), "doc": dag.doc_md or "", "start_date": str(dag.start_date),
         "tasks": {t.task_id: {"outlets": [a.name for a in t.outlets], "retries": t.retries,
                               "retry_delay": t.retry_delay.total_seconds(),
                               "backoff": t.retry_exponential_backoff, "max_retry_delay": str(t.max_retry_delay),
                               "mapped": isinstance(t, MappedOperator),
-                              "upstream": sorted(t.upstream_task_ids), "trigger_rule": getattr(t.trigger_rule, "value", t.trigger_rule)}
+                              "upstream": sorted(t.upstream_task_ids),
+                              "trigger_rule": getattr(t.trigger_rule, "value", t.trigger_rule)}
                   for t in dag.tasks},
     }
 print("FACTS " + json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "timings": timings,
@@ -139,7 +140,8 @@ def test_library_code_and_the_cli_never_import_airflow() -> None:
     """Importing Airflow reconfigures a process's logging: only the dag.test() child and the Celery
     configuration Airflow's workers read may (DESIGN §8)."""
     root = DAGS.parent
-    allowed = {root / "strata" / "orchestration" / "dag_runs.py", root / "strata" / "orchestration" / "celery_config.py"}
+    orchestration = root / "strata" / "orchestration"
+    allowed = {orchestration / "dag_runs.py", orchestration / "celery_config.py"}
     found = []
     for package in ("strata", "features", "batch_inference", "warehouse", "contracts"):
         for path in sorted((root / package).rglob("*.py")):

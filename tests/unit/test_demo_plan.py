@@ -18,7 +18,7 @@ def test_the_plan_builds_each_day_then_trains_then_runs_the_last_day_whole() -> 
         ("strata_train", "2026-01-02", None),  # trained up to the day before the last day of traffic
         ("strata_daily", "2026-01-03", None),  # that last day again, whole, now with its scores
     ]
-    assert all(r.at.tzinfo == dt.timezone.utc for r in plan)
+    assert all(r.at.tzinfo == dt.UTC for r in plan)
     assert [r.dag_id for r in daily_plan(days, "2026-01-02", trained=False)].count("strata_train") == 0
 
 

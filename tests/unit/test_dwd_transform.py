@@ -17,12 +17,12 @@ import pytest
 
 from warehouse.dwd.transform import DwdTransform, RequestInputs, key_columns, repeats
 from warehouse.ods.rows import ods_frame, per_line
+from warehouse.sources.canonical import fields_for
 from warehouse.sources.files import LandedFile
 from warehouse.sources.jsonl import parse_json_lines
-from warehouse.sources.canonical import fields_for
 
 DAY = dt.date(2026, 2, 1)
-ARRIVED = dt.datetime(2026, 2, 1, 23, 0, tzinfo=dt.timezone.utc)
+ARRIVED = dt.datetime(2026, 2, 1, 23, 0, tzinfo=dt.UTC)
 KEY = b"unit-test-key-0123456789"
 
 
@@ -125,7 +125,7 @@ def test_rows_are_pseudonymized_priced_flagged_and_labelled_with_the_latest_feed
     batch = ods_batch(lines(request("r1"), request("r2", status_code=429, error_type="rate_limited",
                                                   retry_of="r1", attempt=2), request("r3", model="unpriced")))
     late = pl.DataFrame({"request_id": ["r1"], "feedback_kind": ["review"], "feedback_value": ["abusive"],
-                         "feedback_ts": [dt.datetime(2026, 2, 3, tzinfo=dt.timezone.utc)]})
+                         "feedback_ts": [dt.datetime(2026, 2, 3, tzinfo=dt.UTC)]})
     out = transform_for([batch], labels=late)(batch)
     rows = {r["request_id"]: r for r in out.rows.iter_rows(named=True)}
     assert "user_id" not in out.rows.columns and len(rows["r1"]["user_pseudonym"]) == 32

@@ -8,10 +8,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from warehouse.dws.transform import MODEL, TENANT, USER, LARGE_WINDOW, features, prepare, window_quantiles
+from warehouse.dws.transform import LARGE_WINDOW, MODEL, TENANT, USER, features, prepare, window_quantiles
 
 DAY = dt.date(2026, 3, 10)
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def at(day: dt.date, hour: int, minute: int = 0, second: int = 0) -> dt.datetime:

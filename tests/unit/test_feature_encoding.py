@@ -54,7 +54,7 @@ def test_redis_field_names_and_times_equal_feasts() -> None:
     from features.online_store import mmh3_field, redis_timestamp
 
     assert mmh3_field("user_features", "error_rate_1h") == _mmh3("user_features:error_rate_1h")
-    ts = dt.datetime(2026, 3, 2, 13, 0, 0, 250_000, tzinfo=dt.timezone.utc)
+    ts = dt.datetime(2026, 3, 2, 13, 0, 0, 250_000, tzinfo=dt.UTC)
     stamp = Timestamp()
     stamp.FromDatetime(ts)
     assert redis_timestamp(ts) == stamp.SerializeToString()

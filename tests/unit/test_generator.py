@@ -23,7 +23,7 @@ import pytest
 from synthetic_workload import FAULT_KINDS, generate
 
 START = dt.date(2024, 2, 28)  # the run crosses a leap day
-UTC = dt.timezone.utc
+UTC = dt.UTC
 _RID = re.compile(rb'"request_id":"(req_[0-9a-f]{16})"')
 REQUIRED = ("request_id", "ts", "tenant_id", "model")
 ERROR_STATUS = {"invalid_request": {400}, "rate_limited": {429}, "oom": {500}, "upstream_error": {502, 503},

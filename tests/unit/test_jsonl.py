@@ -54,7 +54,8 @@ def test_line_checks_keep_input_order_on_large_batches(tmp_path: Path) -> None:
     scratch().execute("SET threads = 4")  # however many cores this machine has
     try:
         # Both ways of parsing: the file reader, and line by line (the fallback).
-        for parsed in (parse_json_lines(chunked, ("request_id", "ts"), folder=tmp_path), _by_path(scratch(), chunked, ("request_id",))):
+        for parsed in (parse_json_lines(chunked, ("request_id", "ts"), folder=tmp_path),
+                       _by_path(scratch(), chunked, ("request_id",))):
             assert parsed.get_column("request_id").to_list() == expected
             assert parsed.get_column("parse_error").is_not_null().sum() == n // 1000
     finally:

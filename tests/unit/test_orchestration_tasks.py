@@ -14,7 +14,7 @@ from strata import pipeline
 from strata.orchestration import tasks
 from strata.pipeline import StepResult
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 DAY = {"data_interval_start": dt.datetime(2026, 1, 4, tzinfo=UTC),
        "data_interval_end": dt.datetime(2026, 1, 5, tzinfo=UTC)}
 WEEK = {"data_interval_start": dt.datetime(2026, 1, 5, tzinfo=UTC),
@@ -94,12 +94,12 @@ def test_the_interval_becomes_each_steps_date(calls: list[tuple[tuple[Any, ...],
 def test_prices_load_only_when_a_price_list_is_there_and_changed(strata_env: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     prices = strata_env / "landing" / "prices.csv"
-    with pytest.raises(tasks.Skip, match="no prices.csv at"):
+    with pytest.raises(tasks.Skip, match=r"no prices\.csv at"):
         tasks.run_step("load_prices", DAY)
     prices.parent.mkdir(parents=True)
     prices.write_text("model,effective_from,input_price_per_1k,output_price_per_1k\nm1,2026-01-01,0.5,1.5\n")
     assert tasks.run_step("load_prices", DAY)["versions"] == {"dwd.model_price": 0}
-    with pytest.raises(tasks.Skip, match="has not changed since dwd.model_price version 0"):
+    with pytest.raises(tasks.Skip, match=r"has not changed since dwd\.model_price version 0"):
         tasks.run_step("load_prices", DAY)
     prices.write_text("model,effective_from,input_price_per_1k,output_price_per_1k\nm1,2026-01-01,0.6,1.5\n")
     assert tasks.run_step("load_prices", DAY)["versions"] == {"dwd.model_price": 1}
@@ -107,7 +107,7 @@ def test_prices_load_only_when_a_price_list_is_there_and_changed(strata_env: Pat
 
 def test_scoring_waits_for_a_registered_model_then_shards_come_from_the_settings(
         calls: list[tuple[tuple[Any, ...], dict[str, Any]]], strata_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(tasks.Skip, match="no model 'user_risk' is registered .* until strata_train registers one"):
+    with pytest.raises(tasks.Skip, match=r"no model 'user_risk' is registered .* until strata_train registers one"):
         tasks.shards("score")
     settings = tasks.task_settings()
     register(settings, ModelCard(
@@ -148,6 +148,6 @@ def test_a_step_whose_input_is_not_there_yet_is_a_skip(monkeypatch: pytest.Monke
 
 def test_the_real_dwd_step_of_a_date_without_data_is_a_skip_saying_so(strata_env: Path) -> None:
     # A scheduler meets such days (today, before its files arrive); the CLI refuses them instead.
-    with pytest.raises(tasks.Skip, match="^build_dwd for 2026-01-04: no ODS rows with event_date 2026-01-04: "
-                                         "nothing to build .*ingest that day's files first"):
+    with pytest.raises(tasks.Skip, match=r"^build_dwd for 2026-01-04: no ODS rows with event_date 2026-01-04: "
+                                         r"nothing to build .*ingest that day's files first"):
         tasks.run_step("build_dwd", DAY)

@@ -9,13 +9,13 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 import pytest
-
 from fixtures_otlp import any_value, key_value, nanos, otlp_export_line
+
 from warehouse.sources.canonical import REQUEST_FIELDS
 from warehouse.sources.otlp import parse_otlp_lines
 from warehouse.sources.timestamps import parse_ts
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 _FLOAT_FIELDS = {"duration_ms", "ttft_ms", "queue_ms", "preprocess_ms", "inference_ms", "postprocess_ms"}
 
 

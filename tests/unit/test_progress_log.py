@@ -32,8 +32,8 @@ def test_start_each_tenth_at_most_every_ten_seconds_and_the_end_at_info(caplog: 
     info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     request = [f"build_dwd 2026-01-05: dwd.request {n:,} of 100,000 ({n // 1000}%)"
                for n in (1_000, *range(11_000, 100_000, 10_000), 100_000)]
-    assert info == request + ["build_dwd 2026-01-05: dwd.feedback 1 of 5 (20%)",  # 20 % a call, but no 10 s
-                              "build_dwd 2026-01-05: dwd.feedback 5 of 5 (100%)"]
+    assert info == [*request, "build_dwd 2026-01-05: dwd.feedback 1 of 5 (20%)",  # 20 % a call, but no 10 s
+                    "build_dwd 2026-01-05: dwd.feedback 5 of 5 (100%)"]
     assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 105 - len(info)
     assert len(forwarded) == 105 and forwarded[0] == ("dwd.request", 1_000, 100_000)
 

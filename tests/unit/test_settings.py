@@ -53,7 +53,7 @@ def test_bad_settings_say_which_variable(tmp_path: Path, env: dict[str, str], me
 
 
 def test_a_table_without_a_contract_is_refused_naming_the_known_ones() -> None:
-    with pytest.raises(ContractError, match="dwd.request"):
+    with pytest.raises(ContractError, match=r"dwd\.request"):
         table("../etc/passwd")
 
 

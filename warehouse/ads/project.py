@@ -89,7 +89,7 @@ def new_run(settings: Settings, label: str) -> RunDir:
     for old in root.iterdir():
         if old.is_dir() and old.stat().st_mtime < cutoff:
             shutil.rmtree(old, ignore_errors=True)
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
     path = root / f"{label}-{stamp}-{os.getpid()}-{secrets.token_hex(3)}"
     path.mkdir()
     return RunDir(path)

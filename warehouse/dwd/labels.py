@@ -39,7 +39,8 @@ def merge_labels(settings: Settings, feedback_day: dt.date) -> int:
     with locks.hold(settings, write=[(DWD_REQUEST, None)], read=[DWD_FEEDBACK]):
         if lake.open_table(settings, DWD_REQUEST) is None:
             return 0
-        fb = lake.read_frame(settings, DWD_FEEDBACK, columns=["request_id"], filters=[("event_date", "=", feedback_day)])
+        fb = lake.read_frame(settings, DWD_FEEDBACK, columns=["request_id"],
+                             filters=[("event_date", "=", feedback_day)])
         labels = latest_labels(settings, fb.get_column("request_id").unique())
         if labels.is_empty():
             return 0

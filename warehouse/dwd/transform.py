@@ -14,8 +14,9 @@ For every record the transform decides exactly one fate, which keeps the books::
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, TypeAlias
+from typing import TypeAlias
 
 import polars as pl
 

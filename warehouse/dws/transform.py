@@ -27,8 +27,9 @@ values that left and plus those that entered.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -86,7 +87,7 @@ def day_bounds(day: dt.date) -> tuple[dt.datetime, dt.datetime]:
     leaves the 7-day window at D 00:00, which makes a row of D. A request from D 23:00 on
     counts from D+1 00:00.
     """
-    start = dt.datetime.combine(day, dt.time(), dt.timezone.utc)
+    start = dt.datetime.combine(day, dt.time(), dt.UTC)
     return start - dt.timedelta(days=7, hours=1), start + dt.timedelta(hours=23)
 
 
@@ -123,7 +124,7 @@ def features(requests: pl.DataFrame, entity: Entity, day: dt.date) -> pl.DataFra
         from contracts import arrow_schema
 
         return pl.from_arrow(arrow_schema(entity.target.contract).empty_table())  # type: ignore[return-value]
-    start_h = int(dt.datetime.combine(day, dt.time(), dt.timezone.utc).timestamp()) // 3600
+    start_h = int(dt.datetime.combine(day, dt.time(), dt.UTC).timestamp()) // 3600
     r = requests.with_columns(
         kid=(pl.col("k") != pl.col("k").shift()).fill_null(True).cum_sum().cast(pl.Int64) - 1,
         hr=pl.col("t") // HOUR_US - (start_h - _FIRST_HOUR))  # hours since D-8 23:00: 0 … 191
@@ -147,7 +148,7 @@ def features(requests: pl.DataFrame, entity: Entity, day: dt.date) -> pl.DataFra
         if seen is not None:
             out[f"distinct_models_{name}"] = _distinct_models(seen, pkid, pfh, wh)
     keys = r.group_by("kid", maintain_order=True).first().select("kid", "k", *[n for n, _ in entity.extra])
-    feature_ts = pl.Series(((pfh + start_h - _FIRST_HOUR) * HOUR_US)).cast(pl.Datetime("us", "UTC"))
+    feature_ts = pl.Series((pfh + start_h - _FIRST_HOUR) * HOUR_US).cast(pl.Datetime("us", "UTC"))
     rows = pl.DataFrame({"kid": pkid}).join(keys, on="kid", how="left", maintain_order="left")
     rows = rows.select(pl.col("k").alias(entity.key), *[n for n, _ in entity.extra]).with_columns(
         feature_ts=feature_ts, event_date=feature_ts.dt.date(), **{k: pl.Series(k, v) for k, v in out.items()})

@@ -19,9 +19,10 @@ import datetime as dt
 import hashlib
 import logging
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Literal, TypeAlias
+from typing import Literal, TypeAlias
 
 import numpy as np
 import polars as pl
@@ -260,7 +261,7 @@ class _Landing:
                     _refuse_erased(item.path, int(earlier["lines"]), kept.get(item.sha256, 0))
                 result = FileResult(item.path, table, "landed", len(lines), source=item.source,
                                     replaced=earlier is not None)
-                ingested_at = dt.datetime.now(dt.timezone.utc)
+                ingested_at = dt.datetime.now(dt.UTC)
                 yield from self._chunks(item, file, lines, result, ingested_at)
                 log.debug("%s: %d lines, %d malformed (read as %s)", item.path, result.lines, result.malformed,
                           item.source)

@@ -28,7 +28,7 @@ from warehouse.sources.timestamps import parse_ts
 #: Lenient request id of a line that does not parse (truncated, bad bytes elsewhere).
 _REQUEST_ID = r'"request_id"\s*:\s*"(?P<request_id>[^"\\]{1,256})"'
 #: The default earliest plausible time (``STRATA_TS_FLOOR``).
-FLOOR = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+FLOOR = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 
 
 def salvage_request_ids(raw: pa.Array, parsed: pl.DataFrame) -> pl.Series:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import polars as pl
 
@@ -32,6 +32,11 @@ class UnlandReport:
     rows: dict[str, int] = field(default_factory=dict)
     files: int = 0
     stale_dates: set[dt.date] = field(default_factory=set)
+
+
+def _without_files(hashes: list[str]) -> Callable[[pl.DataFrame], pl.DataFrame]:
+    """The change :func:`republish` applies to drop the rows of the files whose SHA-256 is in ``hashes``."""
+    return lambda rows: rows.filter(~pl.col("file_sha256").is_in(hashes))
 
 
 def _landed(settings: Settings, files: Sequence[Path], batch: str | None) -> pl.DataFrame:
@@ -67,7 +72,7 @@ def unland(settings: Settings, files: Sequence[Path] = (), *, batch: str | None 
     with locks.hold(settings, write=[(t, None) for t in ODS_TABLES.values()] + [(OPS_LANDED_FILES, None)]):
         found = _landed(settings, files, batch)
         report.files = found.height
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         for table in ODS_TABLES.values():
             hashes = found.filter(pl.col("table_name") == table.name).get_column("file_sha256").to_list()
             if not hashes or lake.open_table(settings, table) is None:
@@ -77,7 +82,7 @@ def unland(settings: Settings, files: Sequence[Path] = (), *, batch: str | None 
             dates = rows.get_column("event_date").unique()
             report.stale_dates |= record_dates(rows)
             if dates.len():
-                before, after = republish(settings, table, lambda rows: rows.filter(~pl.col("file_sha256").is_in(hashes)),
+                before, after = republish(settings, table, _without_files(hashes),
                                           [{"event_date": d} for d in sorted(dates.to_list())])
                 report.rows[table.name] = before - after
             ledger.stamp_unlanded(settings, table, hashes, now)

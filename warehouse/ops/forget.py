@@ -23,8 +23,8 @@ No predicate naming the user is ever written to a Delta log.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import polars as pl
 import pyarrow as pa

@@ -13,8 +13,8 @@ itself the next time the file is seen.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
-from typing import Collection, Sequence
 
 import polars as pl
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import pyarrow as pa
-from isal import igzip
 import pyarrow.compute as pc
+from isal import igzip
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _DATE_IN_PATH = re.compile(r"(?:^|[/_=-])(\d{4}-\d{2}-\d{2})(?:[/_.]|$)")
@@ -106,7 +106,8 @@ class Lines:
         open_end = not self.content.endswith(b"\n") and stop == len(self)  # the last line has no terminator
         end = stop - 1 if open_end else stop
         with_terminators = pa.LargeBinaryArray.from_buffers(
-            pa.large_binary(), end - start, [None, pa.py_buffer(self.starts[start:end + 1]), pa.py_buffer(self.content)])
+            pa.large_binary(), end - start,
+            [None, pa.py_buffer(self.starts[start:end + 1]), pa.py_buffer(self.content)])
         lines = pc.binary_slice(with_terminators, 0, -1)
         if open_end:
             last = pa.array([self.content[int(self.starts[end]):]], pa.large_binary())

@@ -11,19 +11,20 @@ every line is checked and extracted one by one, which is slower but always right
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from warehouse.storage.duck import SCRATCH_THREADS, scratch
 from warehouse.sources.canonical import MAX_LINE_BYTES
+from warehouse.storage.duck import SCRATCH_THREADS, scratch
 
 if TYPE_CHECKING:
     from duckdb import DuckDBPyConnection
@@ -114,11 +115,11 @@ def _read_objects(con: DuckDBPyConnection, lines: pa.Array, fields: Sequence[str
     # One file per parsing thread, cut at line boundaries: the reader parses a file per thread.
     cuts = [int(offsets[np.searchsorted(offsets, offsets[-1] * k // SCRATCH_THREADS)])
             for k in range(SCRATCH_THREADS + 1)]
-    parts = [data.slice(low, high - low) for low, high in zip(cuts, cuts[1:]) if high > low]
+    parts = [data.slice(low, high - low) for low, high in itertools.pairwise(cuts) if high > low]
     try:
         with _files(folder, *parts) as paths:
             frame = _read(con, paths, fields, lenient=False, largest=int(np.diff(offsets).max()))
-    except Exception:  # noqa: BLE001 - the reader refused a line the checks passed: fall back
+    except Exception:  # the reader refused a line the checks passed: fall back
         return None
     return frame if _lines_up(con, lines, frame, fields) else None
 
@@ -148,7 +149,7 @@ def _read_lines(con: DuckDBPyConnection, raw: pa.Array, fields: Sequence[str],
     try:
         with _files(folder, ndjson) as paths:
             read = _read(con, paths, fields, lenient=True, largest=int(lengths[read_rows].max(initial=0)))
-    except Exception:  # noqa: BLE001 - fall back to line-by-line checks
+    except Exception:  # fall back to line-by-line checks
         return None
     if read.height != len(placed):
         return None

@@ -169,7 +169,8 @@ def parse_mapping(text: str, origin: str = "<mapping>") -> Mapping:
     for where, keys in (("fields", fields_), ("constants", constants)):
         wrong = sorted(set(keys) - canonical)
         if wrong:
-            raise fail(f"{where}.{wrong[0]}", f"not a canonical {kind} field (see docs/design.md §2: {sorted(canonical)})")
+            raise fail(f"{where}.{wrong[0]}",
+                       f"not a canonical {kind} field (see docs/design.md §2: {sorted(canonical)})")
     request_id = doc.get("request_id")
     if request_id not in (None, "derive"):
         raise fail("request_id", f"the only value is 'derive', not {request_id!r}")

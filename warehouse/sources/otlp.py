@@ -114,15 +114,16 @@ import binascii
 import datetime as dt
 import json
 import re
+from collections.abc import Iterator
 from decimal import Decimal
-from typing import Any, Iterator
+from typing import Any
 
 import polars as pl
 import pyarrow as pa
 
 from warehouse.sources.canonical import REQUEST_FIELDS
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _FIXED64_MAX = (1 << 64) - 1
 _HEX = re.compile(r"[0-9a-fA-F]+")
 _UINT = re.compile(r"[0-9]+")

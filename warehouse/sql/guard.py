@@ -116,6 +116,6 @@ class _Walk:
                 shown = ".".join(p for p in (catalog, schema, name) if p)
                 raise QueryRefused(f"{shown!r} is not a table of the lake: strata sql reads the views <layer>.<table> "
                                    f"(.tables lists them), not files or other tables{self.unknown_hint}")
-        elif kind == "SHOW_REF" and node.get("query") is None:
-            if str(node.get("table_name", "")).strip('"').lower() not in _SHOWN:
-                raise QueryRefused(f"SHOW {node.get('table_name')} is refused")
+        elif (kind == "SHOW_REF" and node.get("query") is None
+              and str(node.get("table_name", "")).strip('"').lower() not in _SHOWN):
+            raise QueryRefused(f"SHOW {node.get('table_name')} is refused")

@@ -34,7 +34,6 @@ import shutil
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -90,7 +89,7 @@ def parse_as_of(text: str) -> tuple[Table, int | dt.datetime]:
         moment = dt.datetime.fromisoformat(when)
     except ValueError:
         raise ValueError(f"--as-of {text!r}: {when!r} is neither a version number nor an ISO 8601 time") from None
-    return target, moment if moment.tzinfo else moment.replace(tzinfo=dt.timezone.utc)
+    return target, moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
 
 
 class Session:
@@ -283,7 +282,7 @@ def _pinned_version(t: Table, delta: Any, when: int | dt.datetime) -> int:
     at_ms = when.timestamp() * 1000
     versions = [version for version, stamp in history if stamp <= at_ms]
     if not versions:
-        first = dt.datetime.fromtimestamp(history[0][1] / 1000, dt.timezone.utc)
+        first = dt.datetime.fromtimestamp(history[0][1] / 1000, dt.UTC)
         raise LookupError(f"{t} did not exist at {when.isoformat()} (its first version is from {first.isoformat()})")
     return max(versions)
 
