@@ -145,7 +145,7 @@ def _run(settings: Settings, target: Table, transform: Transform, batches: Itera
                      invariants=[balance] if books else [])
     rules: dict[str, int] = {}
     if quarantine:
-        empty = pl.from_arrow(arrow_schema(DWD_QUARANTINE.contract).empty_table())
+        empty = pl.DataFrame(arrow_schema(DWD_QUARANTINE.contract).empty_table())
         held = pl.concat(set_aside, how="vertical_relaxed") if set_aside else empty
         # The quarantine is where refused rows go, so no expectation gate may refuse it in turn:
         # its rows are still conformed and checked against its contract.

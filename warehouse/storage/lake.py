@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from urllib.parse import unquote
-from typing import Iterable, Literal, Sequence
+from typing import Callable, Iterable, Iterator, Literal, Sequence
 
 import polars as pl
 import pyarrow as pa
@@ -235,6 +235,7 @@ def commit(
     partitions: Iterable[dict[str, object]] = (),
     description: str | None = None,
     attempt: str | None = None,
+    check: Callable[[], None] | None = None,
 ) -> int:
     """Commit ``data`` as one Delta version and return that version.
 
@@ -242,7 +243,9 @@ def commit(
     ``data`` (a re-run of a logical date replaces that date and nothing else; a re-landed
     ODS file replaces that file's lines); ``append`` adds rows;
     ``overwrite`` replaces the whole table. ``attempt`` is stamped on the commit
-    (``strata.attempt``), so the audit log can find it after a crash.
+    (``strata.attempt``), so the audit log can find it after a crash. ``check`` runs after the
+    last batch, just before the log entry (after :func:`~warehouse.storage.locks.verify`): what it
+    raises — an audit's refusal — aborts the write, and is what the caller sees.
     """
     location, options = table.uri(settings), storage_options(settings)
     delta = open_table(settings, table)
@@ -262,28 +265,47 @@ def commit(
             raise ValueError(f"replace_partitions on {table} needs at least one partition")
         # The writer refuses rows outside the predicate, so a partition never leaks into another.
         kwargs["predicate"] = " OR ".join(f"({partition_predicate(p)})" for p in parts)
-    lost: list[locks.LockLost] = []
-
-    def batches() -> Iterable[pa.RecordBatch]:
-        yield from (data.to_batches() if isinstance(data, pa.Table) else data)
-        try:  # the last batch is in: only the last file and the log entry are left to write
-            locks.verify(settings, table)
-        except locks.LockLost as exc:
-            lost.append(exc)
-            raise  # aborts the write: nothing commits
-
+    feed = _Feed(data, [lambda: locks.verify(settings, table), *([check] if check is not None else [])])
     # Handed the table it has just opened, the writer reads the log once and updates it in place.
     try:
         write_deltalake(delta if delta is not None else location,  # type: ignore[call-overload]
-                        pa.RecordBatchReader.from_batches(data.schema, batches()),
-                        mode="append" if mode == "append" else "overwrite", **kwargs)
+                        feed.reader(), mode="append" if mode == "append" else "overwrite", **kwargs)
     except Exception:
-        if lost:  # the writer wraps it in a DeltaError: raise the caller's own error
-            raise lost[0] from None
+        feed.raise_own()
         raise
     version = (delta if delta is not None else DeltaTable(location, storage_options=options)).version()
     passed(f"commit {table.name}")
     return version
+
+
+class _Feed:
+    """The batches a Delta write consumes, then its last checks: the one place where a write is
+    stopped from inside its stream.
+
+    Whatever the data or a check raises aborts the write — nothing commits — and the writer wraps
+    it in a ``DeltaError`` ("C Data interface error"); :meth:`raise_own` raises the original.
+    """
+
+    def __init__(self, data: pa.Table | pa.RecordBatchReader, checks: Sequence[Callable[[], None]]) -> None:
+        self.data, self.checks = data, checks
+        self.error: BaseException | None = None
+
+    def reader(self) -> pa.RecordBatchReader:
+        return pa.RecordBatchReader.from_batches(self.data.schema, self._batches())
+
+    def _batches(self) -> Iterator[pa.RecordBatch]:
+        try:
+            yield from (self.data.to_batches() if isinstance(self.data, pa.Table) else self.data)
+            for check in self.checks:  # the last batch is in: only the last file and the log entry are left
+                check()
+        except BaseException as exc:
+            self.error = exc
+            raise
+
+    def raise_own(self) -> None:
+        """Raise the error the stream or a check raised, if either did."""
+        if self.error is not None:
+            raise self.error.with_traceback(self.error.__traceback__) from None
 
 
 def _set_properties(delta: DeltaTable) -> None:
