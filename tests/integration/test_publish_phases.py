@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from warehouse.storage import audit, lake
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import (AuditFailed, AuditGate, InvariantFailure, Stream, Tally, audit_verdict,
                                        commit_audited, conform_and_check, record_failed)
 from warehouse.tables import DWD_FEEDBACK, OPS_BOOKS
@@ -62,11 +63,11 @@ def test_commit_audited_commits_nothing_when_the_gate_refuses(strata_env: Path) 
     stream = Stream(DWD_FEEDBACK.contract, checked=False, now=None, sample=False)
     gate = AuditGate("dwd.feedback", "(all)", stream, [lambda t: InvariantFailure("r.one", "no")], None)
     with pytest.raises(AuditFailed):  # the gate's own error, not the writer's DeltaError
-        commit_audited(settings, DWD_FEEDBACK, stream.batches(feedback(4)), gate, mode="replace_partitions",
+        commit_audited(Lake(settings), DWD_FEEDBACK, stream.batches(feedback(4)), gate, mode="replace_partitions",
                        partitions=[{"event_date": DAY}], attempt="a1")
     assert lake.open_table(settings, DWD_FEEDBACK) is None
     assert stream.tally.rows_published == 4  # the whole stream passed before the gate
-    version = commit_audited(settings, DWD_FEEDBACK, Stream(DWD_FEEDBACK.contract, checked=False, now=None,
+    version = commit_audited(Lake(settings), DWD_FEEDBACK, Stream(DWD_FEEDBACK.contract, checked=False, now=None,
                                                             sample=False).batches(feedback(4)), lambda: None,
                              mode="replace_partitions", partitions=[{"event_date": DAY}], attempt="a2")
     assert version == 0 and lake.read(settings, DWD_FEEDBACK).num_rows == 4

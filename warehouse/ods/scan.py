@@ -10,24 +10,16 @@ import datetime as dt
 from typing import Iterator
 
 import polars as pl
-import pyarrow.compute as pc
+from deltalake import DeltaTable
 
-from warehouse.ods import ODS_TABLES
-from warehouse.settings import Settings
-from warehouse.sources.canonical import Kind
-from warehouse.storage import lake
-from warehouse.storage.objectstore import filesystem
+from warehouse.storage.lake import Lake
 
 #: ODS rows per batch of a DWD build: bounds memory on large days.
 BATCH_ROWS = 100_000
 
 
-def ods_files(settings: Settings, kind: Kind, day: dt.date) -> list[str]:
-    """URIs of the Parquet files holding one event date of ODS, in arrival order."""
-    table = ODS_TABLES[kind]
-    delta = lake.open_table(settings, table)
-    if delta is None:
-        raise FileNotFoundError(f"{table} does not exist: run `strata ingest` first")
+def ods_files(delta: DeltaTable, day: dt.date) -> list[str]:
+    """URIs of the Parquet files of the opened ODS table that hold one event date, in arrival order."""
     actions = pl.DataFrame(delta.get_add_actions(flatten=True))
     # Arrival order: a writer streams rows in order and cuts files as it goes, so the files
     # sort by their first row's (ingested_at, source_file, line_no).
@@ -37,7 +29,7 @@ def ods_files(settings: Settings, kind: Kind, day: dt.date) -> list[str]:
     return [f"{root}/{path}" for path in paths]
 
 
-def ods_batches(settings: Settings, files: list[str], day: dt.date) -> Iterator[pl.DataFrame]:
+def ods_batches(lake: Lake, files: list[str], day: dt.date) -> Iterator[pl.DataFrame]:
     """ODS rows of one event date, batch by batch, read with pyarrow alone.
 
     Plain pyarrow (not deltalake) because the batches feed a Delta write that is running.
@@ -45,7 +37,7 @@ def ods_batches(settings: Settings, files: list[str], day: dt.date) -> Iterator[
     import pyarrow.parquet as pq
 
     for uri in files:
-        fs, path = filesystem(settings, uri)
+        fs, path = lake.filesystem(uri)
         with fs.open_input_file(path) as handle:
             for batch in pq.ParquetFile(handle).iter_batches(batch_size=BATCH_ROWS):
                 if batch.num_rows:
@@ -54,22 +46,16 @@ def ods_batches(settings: Settings, files: list[str], day: dt.date) -> Iterator[
                     yield frame.with_columns(event_date=pl.lit(day))
 
 
-def read_columns(settings: Settings, files: list[str], columns: list[str]) -> pl.DataFrame:
+def read_columns(lake: Lake, files: list[str], columns: list[str]) -> pl.DataFrame:
     """A few columns of the ODS files, read with pyarrow alone (a cheap first pass over a day)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     parts = []
     for uri in files:
-        fs, path = filesystem(settings, uri)
+        fs, path = lake.filesystem(uri)
         with fs.open_input_file(path) as handle:
             parts.append(pq.read_table(handle, columns=columns))
     frame = pl.from_arrow(pa.concat_tables(parts)) if parts else pl.DataFrame()
     assert isinstance(frame, pl.DataFrame)
     return frame
-
-
-def ods_row_count(settings: Settings, kind: Kind, day: dt.date) -> int:
-    """ODS rows of one kind with this event date (0 when the table does not exist)."""
-    delta = lake.open_table(settings, ODS_TABLES[kind])
-    return 0 if delta is None else delta.to_pyarrow_dataset().count_rows(filter=pc.field("event_date") == day)

@@ -27,7 +27,8 @@ import pyarrow.compute as pc
 
 from contracts.model import Contract
 from warehouse.settings import Settings
-from warehouse.storage import audit, lake, locks
+from warehouse.storage import audit
+from warehouse.storage.lake import Lake, partition_predicate
 from warehouse.storage.memory import detach
 from warehouse.tables import Table
 
@@ -218,7 +219,7 @@ def _arrow(piece: Piece) -> pa.Table:
 
 
 def publish(
-    settings: Settings,
+    where: Lake | Settings,
     table: Table,
     data: Data,
     *,
@@ -242,18 +243,19 @@ def publish(
     when that verdict is clean, :func:`record_published` / :func:`record_failed` write the
     attempt's row in ``ops.audit_log``.
     """
-    audit.recover(settings)  # attempts a crash cut short get their row first
+    lake = Lake.of(where)
+    audit.recover_once(lake)  # attempts a crash cut short get their row first
     if expectations:
         from contracts.audit_worker import warm_up
 
         warm_up()  # GX imports in the worker while the data streams
-    label = ", ".join(sorted(lake.partition_predicate(p) for p in partitions)) or "(all)"
-    attempt = audit.Attempt(settings, table, label).begin()
+    label = ", ".join(sorted(partition_predicate(p) for p in partitions)) or "(all)"
+    attempt = audit.Attempt(lake, table, label).begin()
     stream = Stream(table.contract, checked=checked, now=now, sample=expectations)
     gate = AuditGate(table.name, label, stream, invariants, now)
     try:
-        with _locked(settings, table, mode, partitions):
-            version = commit_audited(settings, table, stream.batches(data), gate, mode=mode, partitions=partitions,
+        with _locked(lake, table, mode, partitions):
+            version = commit_audited(lake, table, stream.batches(data), gate, mode=mode, partitions=partitions,
                                      attempt=attempt.id)
     except Exception as exc:
         record_failed(attempt, stream.tally, exc)
@@ -363,12 +365,12 @@ class AuditGate:
             raise AuditFailed(self.table, self.partition, self.verdict.failures)
 
 
-def commit_audited(settings: Settings, table: Table, batches: pa.RecordBatchReader, gate: Callable[[], None], *,
+def commit_audited(lake: Lake, table: Table, batches: pa.RecordBatchReader, gate: Callable[[], None], *,
                    mode: Mode, partitions: Sequence[dict[str, object]], attempt: str) -> int:
     """Phase 3, commit: one Delta version of ``batches``, made only if ``gate`` — run after the
     last batch, before the log entry — returns; its error (:class:`AuditFailed`) is raised as is."""
     contract = table.contract
-    return lake.commit(settings, table, batches, mode=mode, partitions=partitions,
+    return lake.commit(table, batches, mode=mode, partitions=partitions,
                        partition_by=contract.partition_columns, description=contract.description, attempt=attempt,
                        check=gate)
 
@@ -394,7 +396,7 @@ def record_failed(attempt: audit.Attempt, tally: Tally, error: Exception) -> Non
                        f"{log_error}")
 
 
-def republish(settings: Settings, table: Table, change: Callable[[pl.DataFrame], pl.DataFrame],
+def republish(where: Lake | Settings, table: Table, change: Callable[[pl.DataFrame], pl.DataFrame],
               partitions: Sequence[dict[str, object]] = ()) -> tuple[int, int]:
     """Rewrite ``partitions`` of ``table`` (the whole table when none are named) through
     ``change``, one batch of its current rows at a time, as one commit; (rows before, after).
@@ -404,15 +406,16 @@ def republish(settings: Settings, table: Table, change: Callable[[pl.DataFrame],
     (a Delta delete or MERGE would rewrite them with types of its own), and logged — and the
     files the commit added are checked to carry exactly those types.
     """
+    lake = Lake.of(where)
     mode: Mode = "replace_partitions" if partitions else "overwrite"
-    with _locked(settings, table, mode, partitions):
-        where = None
+    with _locked(lake, table, mode, partitions):
+        selected = None
         for partition in partitions:
             term = None
             for column, value in partition.items():
                 term = (pc.field(column) == value) if term is None else term & (pc.field(column) == value)
-            where = term if where is None else where | term
-        batches = lake.snapshot(settings, table).to_batches(filter=where, batch_size=REWRITE_ROWS)
+            selected = term if selected is None else selected | term
+        batches = lake.snapshot(table).to_batches(filter=selected, batch_size=REWRITE_ROWS)
         counts = [0, 0]
 
         def changed() -> Iterator[pl.DataFrame]:
@@ -424,9 +427,9 @@ def republish(settings: Settings, table: Table, change: Callable[[pl.DataFrame],
                 counts[1] += after.height
                 yield after
 
-        result = publish(settings, table, changed(), partitions=partitions, mode=mode, expectations=False,
+        result = publish(lake, table, changed(), partitions=partitions, mode=mode, expectations=False,
                          checked=True)
-        lake.check_file_types(settings, table, result.version)
+        lake.check_file_types(table, result.version)
     return counts[0], counts[1]
 
 
@@ -435,17 +438,17 @@ REWRITE_ROWS = 128 * 1024
 
 
 @contextmanager
-def _locked(settings: Settings, table: Table, mode: Mode, partitions: Sequence[dict[str, object]]) -> Iterator[None]:
-    """The locks of one write (re-entrant: a build already holds its partitions). The first
-    write of a table is serialized on its own lock, so two writers never both create it."""
+def _locked(lake: Lake, table: Table, mode: Mode, partitions: Sequence[dict[str, object]]) -> Iterator[None]:
+    """The locks of one write, those the step did not take already (a build holds its partitions).
+    The first write of a table is serialized on its own lock, so two writers never both create it."""
     write: list[tuple[Table, dict[str, object] | None]] = []
     if mode == "overwrite":
         write.append((table, None))
     elif mode == "replace_partitions":
         write += [(table, partition) for partition in partitions]
-    with locks.hold(settings, write=write, read=[table]):
-        if lake.open_table(settings, table) is not None:
+    with lake.hold(write=write, read=[table]):
+        if lake.open_table(table) is not None:
             yield
             return
-        with locks.hold(settings, write=[(table, {"_": "create"})]):
+        with lake.hold(write=[(table, {"_": "create"})]):
             yield
