@@ -23,7 +23,7 @@ import polars as pl
 from warehouse.ops.books import Books, record_books
 from warehouse.progress import Progress
 from warehouse.settings import Settings
-from warehouse.storage import locks
+from warehouse.storage.lake import Lake
 from warehouse.storage.memory import detach
 from warehouse.storage.publish import InvariantFailure, Tally, keeps_every_row, publish
 from warehouse.tables import DWD_QUARANTINE, OPS_BOOKS, Table
@@ -76,7 +76,7 @@ class RunResult:
     rules: dict[str, int]
 
 
-def claim(settings: Settings, target: Table, day: dt.date, *, reads: Sequence[Table] = (), books: bool = True,
+def claim(where: Lake | Settings, target: Table, day: dt.date, *, reads: Sequence[Table] = (), books: bool = True,
           quarantine: bool = True) -> AbstractContextManager[None]:
     """The locks of one build, to hold from its first read to its last commit: the day's
     partitions of the target, of the quarantine and of the books, and the tables it reads."""
@@ -85,11 +85,11 @@ def claim(settings: Settings, target: Table, day: dt.date, *, reads: Sequence[Ta
         write.append((DWD_QUARANTINE, {"event_date": day, "target_table": target.name}))
     if books:
         write.append((OPS_BOOKS, {"event_date": day, "table_name": target.name}))
-    return locks.hold(settings, write=write, read=reads)
+    return Lake.of(where).hold(write=write, read=reads)
 
 
 def run(
-    settings: Settings,
+    lake: Lake,
     target: Table,
     transform: Transform,
     batches: Iterable[pl.DataFrame],
@@ -100,25 +100,16 @@ def run(
     now: dt.datetime | None = None,
     books: bool = True,
     quarantine: bool = True,
-    reads: Sequence[Table] = (),
 ) -> RunResult:
     """Stream ``batches`` through ``transform`` into ``target``'s partition for ``day``.
 
     ``total`` is the number of input rows, for progress. With ``books`` the books must
     balance before anything is published, and are recorded in ``ops.books``. With
     ``quarantine`` the rows the transform set aside replace the day's quarantine rows for
-    ``target`` (a transform that sets nothing aside passes ``quarantine=False``). The
-    build's locks (:func:`claim`) are held throughout; a caller that reads before it runs
-    takes them first, with the tables it ``reads``.
+    ``target`` (a transform that sets nothing aside passes ``quarantine=False``). The caller
+    holds the build's locks (:func:`claim`) on ``lake`` from its first read: the writes here
+    find them taken.
     """
-    with claim(settings, target, day, reads=reads, books=books, quarantine=quarantine):
-        return _run(settings, target, transform, batches, day=day, total=total, progress=progress, now=now,
-                    books=books, quarantine=quarantine)
-
-
-def _run(settings: Settings, target: Table, transform: Transform, batches: Iterable[pl.DataFrame], *,
-         day: dt.date, total: int, progress: Progress | None, now: dt.datetime | None, books: bool,
-         quarantine: bool) -> RunResult:
     from contracts import arrow_schema
 
     counts = Counts()
@@ -143,21 +134,21 @@ def _run(settings: Settings, target: Table, transform: Transform, batches: Itera
         return InvariantFailure("books.balance", f"records {kept.ods_rows} ≠ published {kept.dwd_rows} + duplicates "
                                 f"{kept.duplicates} + quarantined {kept.quarantined} + malformed {kept.malformed}")
 
-    result = publish(settings, target, rows(), partitions=[{"event_date": day}], now=now, checked=True,
+    result = publish(lake, target, rows(), partitions=[{"event_date": day}], now=now, checked=True,
                      invariants=[balance] if books else [])
     rules: dict[str, int] = {}
     if quarantine:
-        empty = pl.from_arrow(arrow_schema(DWD_QUARANTINE.contract).empty_table())
+        empty = pl.DataFrame(arrow_schema(DWD_QUARANTINE.contract).empty_table())
         held = pl.concat(set_aside, how="vertical_relaxed") if set_aside else empty
         # The quarantine is where refused rows go, so no expectation gate may refuse it in turn:
         # its rows are still conformed and checked against its contract.
-        publish(settings, DWD_QUARANTINE, held, partitions=[{"event_date": day, "target_table": target.name}],
+        publish(lake, DWD_QUARANTINE, held, partitions=[{"event_date": day, "target_table": target.name}],
                 expectations=False, invariants=[keeps_every_row("quarantine.keeps_every_row")])
         per_rule = held.get_column("rules").explode().value_counts()
         rules = dict(zip(per_rule[:, 0].to_list(), per_rule[:, 1].to_list()))
     kept = _books(target, day, counts, result.rows_published) if books else None
     if kept is not None:
-        record_books(settings, kept)
+        record_books(lake, kept)
     return RunResult(target, result.version, result.rows_published, counts, kept, rules)
 
 

@@ -40,7 +40,8 @@ from warehouse.ads.project import PROJECT_DIR, DbtRun, RunDir, invoke, new_run
 from warehouse.errors import NoData
 from warehouse.progress import Progress
 from warehouse.settings import Settings
-from warehouse.storage import boundaries, lake, locks
+from warehouse.storage import boundaries, lake
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import keeps_every_row, publish
 from warehouse.tables import (
     ADS_DATA_QUALITY, ADS_LATENCY_BREAKDOWN, ADS_MODEL_DAILY, ADS_RETRY_STORMS, ADS_TENANT_DAILY, ADS_VERSION_MIX,
@@ -109,17 +110,18 @@ def build(
         raise RuntimeError("the marts' dbt properties differ from their contracts (regenerate them with "
                            "`python -m warehouse.ads.models_yml`):\n  " + "\n  ".join(drift))
     # The days' partitions of every mart, and the tables dbt reads, from the first read to the last commit.
-    with locks.hold(settings, write=[(mart, {"event_date": d}) for mart in MARTS for d in built], read=SOURCES):
-        if lake.open_table(settings, DWD_REQUEST) is None:
+    step = Lake(settings)
+    with step.hold(write=[(mart, {"event_date": d}) for mart in MARTS for d in built], read=SOURCES):
+        if step.open_table(DWD_REQUEST) is None:
             raise FileNotFoundError(f"{DWD_REQUEST} does not exist: build DWD first (strata build dwd --date D)")
-        missing = sorted(set(built) - _dwd_days(settings, built))
+        missing = sorted(set(built) - _dwd_days(step, built))
         if missing:
             raise NoData(f"DWD was never built for {', '.join(map(str, missing))}: build it first "
                               "(strata build dwd --date D)")
         if any(needs_expectations(mart) for mart in MARTS):
             warm_up()  # the audit worker imports Great Expectations while dbt runs
         run = new_run(settings, f"build-{built[0]}" + (f"-{built[-1]}" if len(built) > 1 else ""))
-        sources, empty = read_sources(settings)
+        sources, empty = read_sources(step)
         variables: dict[str, object] = {"days": [d.isoformat() for d in built],
                                         "freshness_sla_hours": freshness_sla_hours(), "empty_sources": empty}
         if storm_multiple is not None:
@@ -129,7 +131,7 @@ def build(
         dbt_run = invoke(settings, ["build", "--no-write-json"], run, variables, sources=sources,
                          project_dir=project_dir, progress=progress)
         boundaries.first_read("build ads")
-        published = [_publish(settings, run, mart, built, progress, i) for i, mart in enumerate(MARTS)]
+        published = [_publish(step, run, mart, built, progress, i) for i, mart in enumerate(MARTS)]
         run.remove()
         return AdsBuild(built, dbt_run, published)
 
@@ -168,11 +170,11 @@ def _written_at(settings: Settings, table: Table, first: dt.date, last: dt.date)
     return dict(zip(newest.column(0).to_pylist(), newest.column(1).to_pylist()))
 
 
-def _dwd_days(settings: Settings, days: Sequence[dt.date]) -> set[dt.date]:
+def _dwd_days(step: Lake, days: Sequence[dt.date]) -> set[dt.date]:
     """Those of ``days`` that a DWD build has kept the books of (requests, feedback, or both)."""
-    if lake.open_table(settings, OPS_BOOKS) is None:
+    if step.open_table(OPS_BOOKS) is None:
         return set()
-    kept = lake.read(settings, OPS_BOOKS, filters=[("event_date", "in", list(days))], columns=["event_date"])
+    kept = step.read(OPS_BOOKS, filters=[("event_date", "in", list(days))], columns=["event_date"])
     return set(kept.column("event_date").to_pylist())
 
 
@@ -182,12 +184,12 @@ def freshness_sla_hours() -> dict[str, float]:
             for t in all_tables() if t.contract.freshness is not None}
 
 
-def read_sources(settings: Settings) -> tuple[list[Table], dict[str, dict[str, str]]]:
+def read_sources(where: Lake | Settings) -> tuple[list[Table], dict[str, dict[str, str]]]:
     """The sources dbt reads: those that exist (attached to its connection), and the optional ones
     that do not exist yet with their contract's columns and DuckDB types (read as empty relations)."""
     from contracts import dbt_columns
 
-    present = [t for t in SOURCES if lake.open_table(settings, t) is not None]
+    present = [t for t in SOURCES if lake.open_table(where, t) is not None]
     empty = {t.name: {c["name"]: c["data_type"] for c in dbt_columns(t.contract)}
              for t in SOURCES if t != DWD_REQUEST and t not in present}
     return present, empty
@@ -198,7 +200,7 @@ def needs_expectations(mart: Table) -> bool:
     return any(c.tolerances for c in mart.contract.columns)
 
 
-def _publish(settings: Settings, run: RunDir, mart: Table, days: tuple[dt.date, ...], progress: Progress | None,
+def _publish(step: Lake, run: RunDir, mart: Table, days: tuple[dt.date, ...], progress: Progress | None,
              index: int) -> Published:
     """Stream one mart from the run's DuckDB file into its Delta table, replacing ``days``."""
     import duckdb
@@ -212,7 +214,7 @@ def _publish(settings: Settings, run: RunDir, mart: Table, days: tuple[dt.date, 
         def batches() -> Iterator[pa.RecordBatch]:
             yield from reader
 
-        result = publish(settings, mart, batches(), partitions=[{"event_date": d} for d in days],
+        result = publish(step, mart, batches(), partitions=[{"event_date": d} for d in days],
                          invariants=[keeps_every_row(f"{mart.name}.rows_keep_their_contract")],
                          expectations=needs_expectations(mart))
     finally:

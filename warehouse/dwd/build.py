@@ -22,82 +22,94 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from warehouse.dwd.labels import latest_labels, merge_labels
-from warehouse.errors import NoData
 from warehouse.dwd.prices import read_prices
 from warehouse.dwd.transform import TARGETS, DwdTransform, RequestInputs, key_columns, repeats
+from warehouse.errors import NoData
 from warehouse.ods import ODS_TABLES
-from warehouse.ods.scan import (borrowed_arrivals, borrowed_files, ods_batches, ods_files, ods_row_count,
-                                read_columns)
+from warehouse.ods.scan import borrowed_arrivals, borrowed_files, ods_batches, ods_files, read_columns
 from warehouse.progress import Progress
 from warehouse.runner import RunResult, claim, run
 from warehouse.settings import Settings
 from warehouse.sources.canonical import Kind
 from warehouse.sources.formats import parser_for
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import DWD_FEEDBACK, DWD_MODEL_PRICE
 
 log = logging.getLogger(f"strata.{__name__}")
 
 
-def build(settings: Settings, kind: Kind, day: dt.date, progress: Progress | None = None) -> RunResult:
+def build(where: Lake | Settings, kind: Kind, day: dt.date, progress: Progress | None = None) -> RunResult:
     """Build one event date of ``dwd.request`` or ``dwd.feedback`` from ODS (idempotent).
 
     Streams the day's ODS rows batch by batch: memory stays bounded however large the day.
     """
+    result = _build_locked(Lake.for_step(where), kind, day, progress, require=True)
+    if result is None:
+        raise NoData(f"no ODS {kind} rows with event_date {day}: nothing to build "
+                     f"(check the date, or ingest that day's files first)")
+    return result
+
+
+def _build_locked(lake: Lake, kind: Kind, day: dt.date, progress: Progress | None, *,
+                  require: bool) -> RunResult | None:
+    """:func:`build` under the build's locks, taken once; None when ODS holds no such rows (or,
+    unless ``require``, no such table)."""
     from contracts.audit_worker import warm_up
 
-    key = settings.require_pseudonym_key() if kind == "requests" else b""
-    warm_up()  # GX imports in its worker while this process reads ODS keys (one core is idle then)
+    key = lake.settings.require_pseudonym_key() if kind == "requests" else b""
     target, ods_table = TARGETS[kind], ODS_TABLES[kind]
     reads = [ods_table, DWD_FEEDBACK, DWD_MODEL_PRICE] if kind == "requests" else [ods_table]
-    with claim(settings, target, day, reads=reads):
-        return _build(settings, kind, day, key, progress)
-
-
-def _build(settings: Settings, kind: Kind, day: dt.date, key: bytes, progress: Progress | None) -> RunResult:
-    ods_table = ODS_TABLES[kind]
-    delta = lake.open_table(settings, ods_table)
-    if delta is None:
-        raise FileNotFoundError(f"{ods_table} does not exist: run `strata ingest` first")
-    own = delta.to_pyarrow_dataset().to_table(columns=["ingested_at"], filter=pc.field("event_date") == day).column(0)
-    borrowed = borrowed_files(settings, kind, day)
-    arrivals = pa.concat_arrays([own.combine_chunks(), borrowed_arrivals(settings, borrowed, day).to_arrow()])
-    if len(arrivals) == 0:
-        raise LookupError(f"no ODS {kind} rows with event_date {day}: nothing to build "
-                          f"(check the date, or ingest that day's files first)")
-    files = ods_files(settings, kind, day)
-    requests = None
-    if kind == "requests":
-        requests = RequestInputs(key, read_prices(settings), latest_labels(settings))
-    transform = DwdTransform(
-        kind, day, lambda source, kind: parser_for(settings, source, kind, checked_ok=True),
-        repeats=repeats(read_columns(settings, files, key_columns(kind)), kind), now=pc.max(arrivals).as_py(),
-        requests=requests, floor=settings.ts_floor)
-    log.info("%s %s: %s ODS records from %d file(s)", transform.target.name, day, f"{len(arrivals):,}", len(files))
-    result = run(settings, transform.target, transform, ods_batches(settings, files, day, borrowed), day=day,
-                 total=len(arrivals), progress=progress, now=transform.now)
+    with claim(lake, target, day, reads=reads):
+        ods = lake.open_table(ods_table)  # the build's one open of its ODS table, under its lock
+        if ods is None and not require:
+            return None
+        if ods is None:
+            raise FileNotFoundError(f"{ods_table} does not exist: run `strata ingest` first")
+        own = ods.to_pyarrow_dataset().to_table(columns=["ingested_at"], filter=pc.field("event_date") == day).column(0)
+        borrowed = borrowed_files(lake, ods, day)
+        arrivals = pa.concat_arrays([own.combine_chunks(), borrowed_arrivals(lake, borrowed, day).to_arrow()])
+        if len(arrivals) == 0:
+            return None
+        warm_up()  # GX imports in its worker while this process reads ODS keys (one core is idle then)
+        files = ods_files(ods, day)
+        keys, batches = read_columns(lake, files, key_columns(kind)), ods_batches(lake, files, day, borrowed)
+        requests = RequestInputs(key, read_prices(lake), latest_labels(lake)) if kind == "requests" else None
+        transform = DwdTransform(
+            kind, day, lambda source, kind: parser_for(lake.settings, source, kind, checked_ok=True),
+            repeats=repeats(keys, kind), now=pc.max(arrivals).as_py(), requests=requests, floor=lake.settings.ts_floor)
+        log.info("%s %s: %s ODS records from %d file(s)", target.name, day, f"{len(arrivals):,}",
+                 len(files) + len(borrowed))
+        result = run(lake, transform.target, transform, batches, day=day, total=len(arrivals), progress=progress,
+                     now=transform.now)
     if result.rules:
         log.info("%s %s: quarantined %s", result.table.name, day,
                  ", ".join(f"{n:,} {rule}" for rule, n in sorted(result.rules.items())))
     return result
 
 
-def build_day(settings: Settings, day: dt.date, progress: Progress | None = None) -> dict[Kind, RunResult]:
-    """Build D's feedback (merging its labels into earlier requests), then D's requests.
+#: Feedback first: its labels reach the requests built next.
+_DAY_ORDER: tuple[Kind, ...] = ("feedback", "requests")
+
+
+def build_day(lake: Lake | Settings, day: dt.date, progress: Progress | None = None) -> dict[Kind, RunResult]:
+    """Build D's feedback (merging its labels into earlier requests), then D's requests, on one
+    handle of the lake: each input table is opened once, each lock taken once.
 
     A day may hold only feedback (reviews arrive after the traffic they judge). The
     configuration is checked before anything is read or written.
     """
-    settings.require_pseudonym_key()
-    counts = {kind: ods_row_count(settings, kind, day) for kind in ODS_TABLES}
-    if not any(counts.values()):
-        raise NoData(f"no ODS rows with event_date {day}: nothing to build "
-                          f"(check the date, or ingest that day's files first)")
+    lake = Lake.for_step(lake)
+    lake.settings.require_pseudonym_key()
     reports: dict[Kind, RunResult] = {}
-    if counts["feedback"]:
-        reports["feedback"] = build(settings, "feedback", day, progress)
-        merged = merge_labels(settings, day)
-        log.info("%s: labels of %s earlier request(s) merged into dwd.request", day, f"{merged:,}")
-    if counts["requests"]:
-        reports["requests"] = build(settings, "requests", day, progress)
+    for kind in _DAY_ORDER:
+        result = _build_locked(lake, kind, day, progress, require=False)
+        if result is None:
+            continue
+        reports[kind] = result
+        if kind == "feedback":
+            merged = merge_labels(lake, day)
+            log.info("%s: labels of %s earlier request(s) merged into dwd.request", day, f"{merged:,}")
+    if not reports:
+        raise NoData(f"no ODS rows with event_date {day}: nothing to build "
+                     f"(check the date, or ingest that day's files first)")
     return reports

@@ -7,19 +7,18 @@ import datetime as dt
 import polars as pl
 import pyarrow.compute as pc
 
-from warehouse.settings import Settings
-from warehouse.storage import lake, locks
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import republish
 from warehouse.tables import DWD_FEEDBACK, DWD_REQUEST
 
 
-def latest_labels(settings: Settings, request_ids: pl.Series | None = None) -> pl.DataFrame:
+def latest_labels(lake: Lake, request_ids: pl.Series | None = None) -> pl.DataFrame:
     """The latest feedback per request id (kind, value, ts) from ``dwd.feedback``."""
     schema: dict[str, pl.DataType] = {"request_id": pl.String(), "feedback_kind": pl.String(),
                                       "feedback_value": pl.String(), "feedback_ts": pl.Datetime("us", "UTC")}
-    if lake.open_table(settings, DWD_FEEDBACK) is None:
+    if lake.open_table(DWD_FEEDBACK) is None:
         return pl.DataFrame(schema=schema)
-    fb = lake.read_frame(settings, DWD_FEEDBACK, columns=["request_id", "kind", "value", "ts"])
+    fb = lake.read_frame(DWD_FEEDBACK, columns=["request_id", "kind", "value", "ts"])
     if request_ids is not None:
         fb = fb.filter(pl.col("request_id").is_in(request_ids.implode()))
     return (fb.sort(["ts", "kind", "value"]).group_by("request_id").last()
@@ -27,7 +26,7 @@ def latest_labels(settings: Settings, request_ids: pl.Series | None = None) -> p
             .select(list(schema)))
 
 
-def merge_labels(settings: Settings, feedback_day: dt.date) -> int:
+def merge_labels(lake: Lake, feedback_day: dt.date) -> int:
     """Apply feedback that arrived on ``feedback_day`` to the requests it labels.
 
     Returns the number of request rows updated. The label set is the latest over all
@@ -36,16 +35,15 @@ def merge_labels(settings: Settings, feedback_day: dt.date) -> int:
     the table's exclusive lock: a request build running meanwhile either finishes first (and
     its rows are labelled here) or starts after (and reads these labels itself).
     """
-    with locks.hold(settings, write=[(DWD_REQUEST, None)], read=[DWD_FEEDBACK]):
-        if lake.open_table(settings, DWD_REQUEST) is None:
+    with lake.hold(write=[(DWD_REQUEST, None)], read=[DWD_FEEDBACK]):
+        if lake.open_table(DWD_REQUEST) is None:
             return 0
-        fb = lake.read_frame(settings, DWD_FEEDBACK, columns=["request_id"],
-                             filters=[("event_date", "=", feedback_day)])
-        labels = latest_labels(settings, fb.get_column("request_id").unique())
+        fb = lake.read_frame(DWD_FEEDBACK, columns=["request_id"], filters=[("event_date", "=", feedback_day)])
+        labels = latest_labels(lake, fb.get_column("request_id").unique())
         if labels.is_empty():
             return 0
         columns = ["request_id", "event_date", *_LABEL_COLUMNS]
-        labelled = pl.from_arrow(lake.snapshot(settings, DWD_REQUEST).to_table(
+        labelled = pl.from_arrow(lake.snapshot(DWD_REQUEST).to_table(
             columns=columns, filter=pc.field("request_id").isin(labels.get_column("request_id").to_list())))
         assert isinstance(labelled, pl.DataFrame)
         stale = labelled.join(labels, on="request_id", suffix="_new").filter(pl.any_horizontal(
@@ -60,7 +58,7 @@ def merge_labels(settings: Settings, feedback_day: dt.date) -> int:
             return rows.with_columns(pl.when(have).then(update.get_column(c)).otherwise(pl.col(c)).alias(c)
                                      for c in _LABEL_COLUMNS)
 
-        republish(settings, DWD_REQUEST, relabel, stale.select("event_date").unique().to_dicts())
+        republish(lake, DWD_REQUEST, relabel, stale.select("event_date").unique().to_dicts())
         return stale.height
 
 

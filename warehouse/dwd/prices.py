@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from warehouse.settings import Settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import DWD_MODEL_PRICE
 
 _COLUMNS = {
@@ -43,11 +43,11 @@ def load_prices(settings: Settings, csv_path: Path) -> int:
     return result.version
 
 
-def read_prices(settings: Settings) -> pl.DataFrame:
+def read_prices(lake: Lake) -> pl.DataFrame:
     """The current price table (empty when none was loaded)."""
-    if lake.open_table(settings, DWD_MODEL_PRICE) is None:
+    if lake.open_table(DWD_MODEL_PRICE) is None:
         return pl.DataFrame(schema=_COLUMNS)
-    prices = lake.read_frame(settings, DWD_MODEL_PRICE)
+    prices = lake.read_frame(DWD_MODEL_PRICE)
     # A price table loaded before a column was added reads that column as null.
     return prices.with_columns(pl.lit(None, _COLUMNS[c]).alias(c) for c in _COLUMNS if c not in prices.columns
                                ).select(list(_COLUMNS))

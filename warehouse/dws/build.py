@@ -26,7 +26,8 @@ from warehouse.errors import NoData
 from warehouse.progress import Progress
 from warehouse.runner import Batch, Counts, RunResult, claim, run
 from warehouse.settings import Settings
-from warehouse.storage import boundaries, lake
+from warehouse.storage import boundaries
+from warehouse.storage.lake import Lake
 from warehouse.tables import DWD_REQUEST
 
 log = logging.getLogger(f"strata.{__name__}")
@@ -58,30 +59,33 @@ def affected_days(day: dt.date) -> list[dt.date]:
     return [day + dt.timedelta(days=i) for i in range(AFFECTED_DAYS + 1)]
 
 
-def build(settings: Settings, day: dt.date, progress: Progress | None = None) -> dict[str, RunResult]:
-    """Publish D's partition of the three DWS tables from ``dwd.request`` (idempotent).
+def build(lake: Lake | Settings, day: dt.date, progress: Progress | None = None) -> dict[str, RunResult]:
+    """Publish D's partition of the three DWS tables from ``dwd.request`` (idempotent), on one
+    handle of the lake.
 
     A day without requests in its windows (D-8 to D) is refused (:class:`NoData`), as DWD and
     ADS refuse a day without data, rather than published empty. A day with none of its own but
     some in the days before is built: its rows are those requests leaving the windows."""
     import pyarrow.compute as pc
 
-    delta = lake.open_table(settings, DWD_REQUEST)
+    lake = Lake.for_step(lake)
+    delta = lake.open_table(DWD_REQUEST)
     if delta is None:
         raise FileNotFoundError(f"{DWD_REQUEST} does not exist: build DWD first (`strata build dwd --date …`)")
     first = day - dt.timedelta(days=AFFECTED_DAYS)
     if not delta.to_pyarrow_dataset().count_rows(filter=pc.field("event_date").isin(affected_days(first))):
         raise NoData(f"no {DWD_REQUEST} rows from {first} to {day} (the windows of {day}'s features): nothing "
                      "to build (check the date, or build those days' DWD first)")
-    return {entity.target.name: build_entity(settings, entity, day, progress) for entity in ENTITIES}
+    return {entity.target.name: build_entity(lake, entity, day, progress) for entity in ENTITIES}
 
 
-def build_entity(settings: Settings, entity: Entity, day: dt.date, progress: Progress | None = None) -> RunResult:
+def build_entity(lake: Lake | Settings, entity: Entity, day: dt.date, progress: Progress | None = None) -> RunResult:
     """Publish D's partition of one DWS table: read its requests, then stream batches of whole entities."""
-    with claim(settings, entity.target, day, reads=[DWD_REQUEST], books=False, quarantine=False):
-        with _Buckets(settings, entity, day) as buckets:
+    lake = Lake.for_step(lake)
+    with claim(lake, entity.target, day, reads=[DWD_REQUEST], books=False, quarantine=False):
+        with _Buckets(lake, entity, day) as buckets:
             boundaries.first_read("build dws")
-            return run(settings, entity.target, DwsTransform(entity, day), buckets, day=day, total=buckets.rows,
+            return run(lake, entity.target, DwsTransform(entity, day), buckets, day=day, total=buckets.rows,
                        progress=progress, books=False, quarantine=False)
 
 
@@ -94,8 +98,8 @@ class _Buckets:
     it lives under ``STRATA_HOME`` and is removed on exit). Memory: one batch and one bucket.
     """
 
-    def __init__(self, settings: Settings, entity: Entity, day: dt.date) -> None:
-        self.settings, self.entity, self.day = settings, entity, day
+    def __init__(self, lake: Lake, entity: Entity, day: dt.date) -> None:
+        self.lake, self.settings, self.entity, self.day = lake, lake.settings, entity, day
         #: Requests read (after reduction), and the number of buckets.
         self.rows, self.count = 0, 1
         self.folder: Path | None = None
@@ -107,7 +111,7 @@ class _Buckets:
         import pyarrow.compute as pc
 
         lo, hi = day_bounds(self.day)
-        delta = lake.open_table(self.settings, DWD_REQUEST)
+        delta = self.lake.open_table(DWD_REQUEST)
         assert delta is not None
         dataset = delta.to_pyarrow_dataset()
         where = (pc.field("event_date") >= lo.date()) & (pc.field("event_date") <= hi.date())

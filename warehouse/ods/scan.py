@@ -10,27 +10,19 @@ write that is already running.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import polars as pl
-import pyarrow.compute as pc
+from deltalake import DeltaTable
 
-from warehouse.ods import ODS_TABLES
-from warehouse.settings import Settings
-from warehouse.sources.canonical import Kind
-from warehouse.storage import lake
-from warehouse.storage.objectstore import filesystem
+from warehouse.storage.lake import Lake
 
 #: ODS rows per batch of a DWD build: bounds memory on large days.
 BATCH_ROWS = 100_000
 
 
-def ods_files(settings: Settings, kind: Kind, day: dt.date) -> list[str]:
-    """URIs of the Parquet files holding one event date of ODS, in arrival order."""
-    table = ODS_TABLES[kind]
-    delta = lake.open_table(settings, table)
-    if delta is None:
-        raise FileNotFoundError(f"{table} does not exist: run `strata ingest` first")
+def ods_files(delta: DeltaTable, day: dt.date) -> list[str]:
+    """URIs of the Parquet files of the opened ODS table that hold one event date, in arrival order."""
     actions = pl.DataFrame(delta.get_add_actions(flatten=True))
     # Arrival order: a writer streams rows in order and cuts files as it goes, so the files
     # sort by their first row's (ingested_at, source_file, line_no).
@@ -40,8 +32,7 @@ def ods_files(settings: Settings, kind: Kind, day: dt.date) -> list[str]:
     return [f"{root}/{path}" for path in paths]
 
 
-def ods_batches(settings: Settings, files: list[str], day: dt.date,
-                borrowed: Sequence[str] = ()) -> Iterator[pl.DataFrame]:
+def ods_batches(lake: Lake, files: list[str], day: dt.date, borrowed: Sequence[str] = ()) -> Iterator[pl.DataFrame]:
     """ODS rows of one event date, batch by batch, read with pyarrow alone: the date's own
     files, then the lines of ``borrowed`` (the files of D - 1) that list D in ``event_dates``.
 
@@ -52,7 +43,7 @@ def ods_batches(settings: Settings, files: list[str], day: dt.date,
     import pyarrow.parquet as pq
 
     for uri, own in [(f, True) for f in files] + [(f, False) for f in borrowed]:  # borrowed: D's records only
-        fs, path = filesystem(settings, uri)
+        fs, path = lake.filesystem(uri)
         with fs.open_input_file(path) as handle:
             for batch in pq.ParquetFile(handle).iter_batches(batch_size=BATCH_ROWS):
                 frame = pl.from_arrow(batch)
@@ -70,23 +61,21 @@ def _listing(frame: pl.DataFrame, day: dt.date) -> pl.DataFrame:
     return frame.filter(pl.col("event_dates").list.contains(pl.lit(day)).fill_null(False))
 
 
-def borrowed_files(settings: Settings, kind: Kind, day: dt.date) -> list[str]:
-    """The files of D - 1 that hold lines listing D in ``event_dates`` (read for D's records)."""
-    files = ods_files(settings, kind, day - dt.timedelta(days=1))
-    return [uri for uri in files if _listing(read_columns(settings, [uri], ["event_dates"], missing_ok=True),
-                                             day).height]
+def borrowed_files(lake: Lake, delta: DeltaTable, day: dt.date) -> list[str]:
+    """The files of D - 1 in the opened ODS table that hold lines listing D in ``event_dates``."""
+    files = ods_files(delta, day - dt.timedelta(days=1))
+    return [uri for uri in files if _listing(read_columns(lake, [uri], ["event_dates"], missing_ok=True), day).height]
 
 
-def borrowed_arrivals(settings: Settings, files: list[str], day: dt.date) -> pl.Series:
+def borrowed_arrivals(lake: Lake, files: list[str], day: dt.date) -> pl.Series:
     """``ingested_at`` of the borrowed lines of D (what :func:`ods_batches` yields of ``files``)."""
-    frame = read_columns(settings, files, ["ingested_at", "event_dates"], missing_ok=True)
+    frame = read_columns(lake, files, ["ingested_at", "event_dates"], missing_ok=True)
     if not frame.height:
         return pl.Series("ingested_at", [], pl.Datetime("us", "UTC"))
     return _listing(frame, day).get_column("ingested_at")
 
 
-def read_columns(settings: Settings, files: list[str], columns: list[str], *,
-                 missing_ok: bool = False) -> pl.DataFrame:
+def read_columns(lake: Lake, files: list[str], columns: list[str], *, missing_ok: bool = False) -> pl.DataFrame:
     """A few columns of the ODS files, read with pyarrow alone (a cheap first pass over a day).
 
     With ``missing_ok`` a file written before a column existed gives no rows.
@@ -96,7 +85,7 @@ def read_columns(settings: Settings, files: list[str], columns: list[str], *,
 
     parts = []
     for uri in files:
-        fs, path = filesystem(settings, uri)
+        fs, path = lake.filesystem(uri)
         with fs.open_input_file(path) as handle:
             parquet = pq.ParquetFile(handle)
             if missing_ok and not set(columns) <= set(parquet.schema_arrow.names):
@@ -105,12 +94,3 @@ def read_columns(settings: Settings, files: list[str], columns: list[str], *,
     frame = pl.from_arrow(pa.concat_tables(parts)) if parts else pl.DataFrame()
     assert isinstance(frame, pl.DataFrame)
     return frame
-
-
-def ods_row_count(settings: Settings, kind: Kind, day: dt.date) -> int:
-    """ODS rows of one kind that hold records of this date (0 when the table does not exist)."""
-    delta = lake.open_table(settings, ODS_TABLES[kind])
-    if delta is None:
-        return 0
-    own = delta.to_pyarrow_dataset().count_rows(filter=pc.field("event_date") == day)
-    return own + len(borrowed_arrivals(settings, borrowed_files(settings, kind, day), day))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from warehouse.settings import Settings
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import publish
 from warehouse.tables import OPS_BOOKS
 
@@ -29,12 +30,12 @@ class Books:
         return self.ods_rows == self.dwd_rows + self.duplicates + self.quarantined + self.malformed
 
 
-def record_books(settings: Settings, books: Books) -> None:
+def record_books(where: Lake | Settings, books: Books) -> None:
     """Replace the (table, event date) row of ``ops.books`` with this build's books."""
     frame = pl.DataFrame([{
         "table_name": books.table, "event_date": books.event_date, "ods_rows": books.ods_rows,
         "dwd_rows": books.dwd_rows, "duplicates": books.duplicates, "quarantined": books.quarantined,
         "malformed": books.malformed, "balanced": books.balanced,
     }])
-    publish(settings, OPS_BOOKS, frame, partitions=[{"event_date": books.event_date, "table_name": books.table}],
+    publish(where, OPS_BOOKS, frame, partitions=[{"event_date": books.event_date, "table_name": books.table}],
             expectations=False)

@@ -26,8 +26,8 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from warehouse.settings import Settings
-from warehouse.storage import lake
-from warehouse.storage.objectstore import filesystem, is_object_store
+from warehouse.storage.lake import Lake
+from warehouse.storage.objectstore import is_object_store
 from warehouse.tables import OPS_AUDIT_LOG, Table, table
 
 #: A note of an attempt on another machine is taken as abandoned after this long.
@@ -40,23 +40,27 @@ _STAGED = ".part"
 class Attempt:
     """One write attempt of one table, from its note to its row."""
 
-    settings: Settings
+    where: Lake | Settings
     table: Table
     partition: str
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     started_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
     _clock: float = field(default_factory=time.perf_counter)
+    lake: Lake = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.lake = Lake.of(self.where)
 
     def begin(self) -> Attempt:
         """Leave the note, before anything is written."""
-        fs, folder = _folder(self.settings)
+        fs, folder = _folder(self.lake)
         fs.create_dir(folder, recursive=True)
         note = {"id": self.id, "table": self.table.name, "partition": self.partition, "pid": os.getpid(),
                 "host": socket.gethostname(), "started_at": self.started_at.isoformat()}
         path = f"{folder}/{self.id}.json"
         # Another command's recovery may list the folder at any moment: a note appears whole. An object
         # store's PUT is visible only once complete; a local file is written aside and renamed.
-        staged = path if is_object_store(self.settings.lake_uri) else f"{path}{_STAGED}"
+        staged = path if is_object_store(self.lake.settings.lake_uri) else f"{path}{_STAGED}"
         with fs.open_output_stream(staged) as out:
             out.write(json.dumps(note).encode())
         if staged != path:
@@ -67,21 +71,21 @@ class Attempt:
             rows_rejected: int = 0, rules: list[str] | None = None, message: str = "") -> float:
         """Write the attempt's row, then drop its note; returns its duration in ms."""
         duration_ms = (time.perf_counter() - self._clock) * 1000
-        record(self.settings, attempt_id=self.id, table_name=self.table.name, partition=self.partition,
+        record(self.lake, attempt_id=self.id, table_name=self.table.name, partition=self.partition,
                delta_version=version, status=status, rows_in=rows_in, rows_published=rows_published,
                rows_rejected=rows_rejected, rules_failed=rules or [], started_at=self.started_at,
                duration_ms=duration_ms, message=message)
-        fs, folder = _folder(self.settings)
+        fs, folder = _folder(self.lake)
         fs.delete_file(f"{folder}/{self.id}.json")
         return duration_ms
 
 
-def _folder(settings: Settings) -> tuple[pafs.FileSystem, str]:
-    fs, root = filesystem(settings, settings.lake_uri)
+def _folder(lake: Lake) -> tuple[pafs.FileSystem, str]:
+    fs, root = lake.filesystem(lake.settings.lake_uri)
     return fs, f"{root.rstrip('/')}/ops/_attempts"
 
 
-def record(settings: Settings, *, attempt_id: str, table_name: str, partition: str, delta_version: int | None,
+def record(lake: Lake, *, attempt_id: str, table_name: str, partition: str, delta_version: int | None,
            status: str, rows_in: int, rows_published: int, rows_rejected: int, rules_failed: list[str],
            started_at: dt.datetime, duration_ms: float, message: str) -> None:
     """Append one row to ``ops.audit_log`` (conformed to its contract, never audited itself)."""
@@ -94,13 +98,22 @@ def record(settings: Settings, *, attempt_id: str, table_name: str, partition: s
         "rows_rejected": rows_rejected, "rules_failed": rules_failed, "started_at": started_at,
         "duration_ms": duration_ms, "message": message[:4000], "attempt_id": attempt_id,
     }], schema_overrides={"rules_failed": pl.List(pl.String), "delta_version": pl.Int64})
-    lake.commit(settings, OPS_AUDIT_LOG, conform(row, contract), mode="append",
+    lake.commit(OPS_AUDIT_LOG, conform(row, contract), mode="append",
                 partition_by=contract.partition_columns, description=contract.description)
 
 
-def recover(settings: Settings) -> int:
+def recover_once(lake: Lake) -> None:
+    """:func:`recover`, once per step's handle (each time for a following handle, which lives
+    as long as its thread)."""
+    if lake.follow or not lake.recovered:
+        recover(lake)
+
+
+def recover(where: Lake | Settings) -> int:
     """Record the attempts whose process died between their commit and their row; how many."""
-    fs, folder = _folder(settings)
+    lake = Lake.of(where)
+    lake.recovered = True
+    fs, folder = _folder(lake)
     if fs.get_file_info(folder).type == pafs.FileType.NotFound:
         return 0
     recovered = 0
@@ -117,9 +130,9 @@ def recover(settings: Settings) -> int:
             continue  # its attempt ended since the listing: the note went with its row
         if not _abandoned(note):
             continue
-        if not _recorded(settings, note["id"]):
-            version, rows = _stamped(settings, table(note["table"]), note["id"])
-            record(settings, attempt_id=note["id"], table_name=note["table"], partition=note["partition"],
+        if not _recorded(lake, note["id"]):
+            version, rows = _stamped(lake, table(note["table"]), note["id"])
+            record(lake, attempt_id=note["id"], table_name=note["table"], partition=note["partition"],
                    delta_version=version, status="published" if version is not None else "failed",
                    rows_in=rows, rows_published=rows, rows_rejected=0, rules_failed=[],
                    started_at=dt.datetime.fromisoformat(note["started_at"]), duration_ms=0.0,
@@ -148,15 +161,15 @@ def _abandoned(note: dict) -> bool:
     return False
 
 
-def _recorded(settings: Settings, attempt_id: str) -> bool:
-    if lake.open_table(settings, OPS_AUDIT_LOG) is None:
+def _recorded(lake: Lake, attempt_id: str) -> bool:
+    if lake.open_table(OPS_AUDIT_LOG) is None:
         return False
-    return lake.snapshot(settings, OPS_AUDIT_LOG).count_rows(filter=pc.field("attempt_id") == attempt_id) > 0
+    return lake.snapshot(OPS_AUDIT_LOG).count_rows(filter=pc.field("attempt_id") == attempt_id) > 0
 
 
-def _stamped(settings: Settings, target: Table, attempt_id: str) -> tuple[int | None, int]:
+def _stamped(lake: Lake, target: Table, attempt_id: str) -> tuple[int | None, int]:
     """The version of the target's commit stamped with the attempt, and the rows it added."""
-    delta = lake.open_table(settings, target)
+    delta = lake.open_table(target)
     if delta is None:
         return None, 0
     for commit in delta.history(limit=200):

@@ -22,7 +22,7 @@ def bundled_extension(name: str) -> Path:
     import duckdb
 
     package = importlib.import_module(BUNDLED[name])
-    path = Path(package.__file__).parent / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
+    path = Path(str(package.__file__)).parent / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
     if not path.is_file():
         raise RuntimeError(
             f"no {name} extension for DuckDB {duckdb.__version__} in {BUNDLED[name].replace('_', '-')} "

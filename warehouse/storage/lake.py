@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from contextlib import contextmanager
 from urllib.parse import unquote
-from typing import Iterable, Literal, Sequence
+from typing import Callable, Iterable, Iterator, Literal, Sequence
 
 import polars as pl
 import pyarrow as pa
@@ -25,7 +26,7 @@ from deltalake.exceptions import TableNotFoundError
 from warehouse.settings import Settings
 from warehouse.storage import locks
 from warehouse.storage.boundaries import passed
-from warehouse.storage.objectstore import filesystem, storage_options
+from warehouse.storage.objectstore import S3, filesystem, is_object_store, storage_options
 from warehouse.tables import Table
 
 
@@ -54,148 +55,322 @@ def writer_properties(schema: pa.Schema) -> WriterProperties:
     return WriterProperties(max_row_group_size=128 * 1024, compression="SNAPPY")
 
 
-def open_table(settings: Settings, table: Table) -> DeltaTable | None:
-    """The Delta table at its latest version, or None when it was never written.
+class Lake:
+    """One step's handle on the lake, built once from the settings and handed down.
 
-    A thread opens a table once and then brings it up to date (``update_incremental``: the commits
-    since, one listing), rather than replaying its log from the last checkpoint on every open —
-    a step opens the same tables dozens of times, ~25 requests each on object storage. It is
-    opened afresh when its log no longer holds the commit it was opened at, of the same size and
-    time (the table was removed, or made again): one file status per open. Callers get the same object: it moves on with the
-    table, a handle is never pinned to a version. Not after ``DeltaTable.is_deltatable``: that
-    reads the log too.
+    It owns what every module used to derive again from the settings: the tables' locations, the
+    storage options and filesystem, the tables opened so far, the locks this step holds, and whether
+    the attempts a crash cut short were recorded (:attr:`recovered`). A step opens each table it
+    has locked once: from its first open under the lock it reads the table as it was then, plus its
+    own commits (a commit brings the table up to date first and updates it in place); a table it
+    has not locked is brought up to date on each open. :meth:`of` gives the old call shape, a plain
+    ``Settings``: a handle per thread that follows every table to its latest commit on each open.
     """
-    uri, options = table.uri(settings), storage_options(settings)
-    handles: dict[tuple[str, str], tuple[DeltaTable, int, object]] = _opened.__dict__.setdefault("handles", {})
-    key = (uri, repr(sorted((options or {}).items())))
-    cached = handles.pop(key, None)
-    if cached is not None and _commit_stamp(settings, uri, cached[1]) == cached[2]:
-        cached[0].update_incremental()
-        handles[key] = cached  # the commit it was first opened at still tells the table apart
-        return cached[0]
-    try:
-        delta = DeltaTable(uri, storage_options=options)
-    except TableNotFoundError:
-        return None
-    handles[key] = (delta, delta.version(), _commit_stamp(settings, uri, delta.version()))
-    return delta
+
+    def __init__(self, settings: Settings, *, follow: bool = False) -> None:
+        self.settings = settings
+        self.options = storage_options(settings)
+        self.follow = follow
+        #: Whether ``ops.audit_log`` holds a row for every attempt a crashed process left (see
+        #: :func:`warehouse.storage.audit.recover`); publish makes it so once per handle.
+        self.recovered = False
+        self._tables: dict[str, tuple[DeltaTable, int, tuple[int, int] | None]] = {}
+        self._held: dict[locks.Key, bool] = {}
+        #: Names of the tables opened under a lock this handle holds: they are not opened again.
+        self._pinned: set[str] = set()
+        #: The object store's filesystem, made once (None for a lake on local disk).
+        self._s3 = filesystem(settings, settings.lake_uri)[0] if is_object_store(settings.lake_uri) else None
+
+    @staticmethod
+    def of(where: Lake | Settings) -> Lake:
+        """``where`` itself, or this thread's following handle for those settings (the old call shape)."""
+        if isinstance(where, Lake):
+            return where
+        lakes: dict[Settings, Lake] = _threads.__dict__.setdefault("lakes", {})
+        lake = lakes.get(where)
+        if lake is None:
+            lake = lakes[where] = Lake(where, follow=True)
+        return lake
+
+    @staticmethod
+    def for_step(where: Lake | Settings) -> Lake:
+        """``where`` itself, or a new handle for a step that was given only the settings."""
+        return where if isinstance(where, Lake) else Lake(where)
+
+    # ------------------------------------------------------------------ where tables live
+
+    def uri(self, table: Table) -> str:
+        return table.uri(self.settings)
+
+    def filesystem(self, uri: str) -> tuple[pafs.FileSystem, str]:
+        """A pyarrow filesystem for ``uri`` (in this lake) and the path inside it."""
+        if not is_object_store(uri):
+            return pafs.FileSystem.from_uri(uri)
+        if self._s3 is None:
+            raise ValueError(f"{uri} is on an object store, but this lake is not ({self.settings.lake_uri})")
+        return self._s3, uri.removeprefix(S3).rstrip("/")
+
+    # ------------------------------------------------------------------ open and read
+
+    def open_table(self, table: Table) -> DeltaTable | None:
+        """The Delta table, or None when it was never written.
+
+        Opened once per handle, then handed back as the same object. Under a lock this step's handle
+        holds, it is not opened again (the table as the step first saw it there, plus its own
+        commits). Otherwise it is brought up to date first (``update_incremental``: the commits
+        since, one listing), and opened afresh when its log no longer holds the commit it was
+        opened at, of the same size and time (the table was removed, or made again): one file
+        status per open. Not after ``DeltaTable.is_deltatable``: that reads the log too.
+        """
+        cached = self._tables.get(self.uri(table))
+        if cached is not None and table.name in self._pinned:
+            return cached[0]
+        delta = self._latest(table)
+        if delta is not None and not self.follow and locks.Key.of(table) in self._held:
+            self._pinned.add(table.name)
+        return delta
+
+    def _latest(self, table: Table) -> DeltaTable | None:
+        uri = self.uri(table)
+        cached = self._tables.pop(uri, None)
+        if cached is not None and self._commit_stamp(uri, cached[1]) == cached[2]:
+            cached[0].update_incremental()
+            self._tables[uri] = cached  # the commit it was first opened at still tells the table apart
+            return cached[0]
+        try:
+            delta = DeltaTable(uri, storage_options=self.options)
+        except TableNotFoundError:
+            return None
+        self._tables[uri] = (delta, delta.version(), self._commit_stamp(uri, delta.version()))
+        return delta
+
+    def _commit_stamp(self, uri: str, version: int) -> tuple[int, int] | None:
+        """Size and time of one commit file of a table: how a later open knows the log is the same."""
+        fs, root = self.filesystem(uri)
+        info = fs.get_file_info(f"{root.rstrip('/')}/_delta_log/{version:020d}.json")
+        return None if info.type == pafs.FileType.NotFound else (info.size, info.mtime_ns)
+
+    def _existing(self, table: Table) -> DeltaTable:
+        delta = self.open_table(table)
+        if delta is None:
+            raise FileNotFoundError(f"table {table} does not exist yet at {self.uri(table)}")
+        return delta
+
+    def version(self, table: Table) -> int | None:
+        """Current committed version, or None when the table does not exist."""
+        delta = self.open_table(table)
+        return None if delta is None else delta.version()
+
+    def read(self, table: Table, *, filters: Sequence[tuple[str, str, object]] | None = None,
+             columns: Sequence[str] | None = None) -> pa.Table:
+        """Read the table's current version."""
+        dataset = self._existing(table).to_pyarrow_dataset()
+        expr = None
+        for column, op, value in filters or ():
+            term = _comparison(column, op, value)
+            expr = term if expr is None else expr & term
+        return dataset.to_table(columns=list(columns) if columns else None, filter=expr)
+
+    def read_frame(self, table: Table, *, filters: Sequence[tuple[str, str, object]] | None = None,
+                   columns: Sequence[str] | None = None) -> pl.DataFrame:
+        """:meth:`read` as a polars frame."""
+        frame = pl.from_arrow(self.read(table, filters=filters, columns=columns))
+        assert isinstance(frame, pl.DataFrame)
+        return frame
+
+    def snapshot(self, table: Table) -> ds.Dataset:
+        """The files of the table's current version as a pyarrow dataset, partition values included.
+
+        Read with pyarrow alone (deltalake reads only the log, here and now), so it may feed a
+        Delta write that is running: deltalake cannot read inside its own write.
+        """
+        from contracts import arrow_schema
+
+        delta = self._existing(table)
+        actions = pa.table(delta.get_add_actions(flatten=True))
+        fs, root = self.filesystem(delta.table_uri)
+        paths = [f"{root.rstrip('/')}/{path}" for path in actions.column("path").to_pylist()]
+        values = [actions.column(f"partition.{c}").to_pylist() for c in table.partition_columns]
+        partitions = []
+        for row in zip(*values) if values else ([] for _ in paths):
+            expr = pc.scalar(True)
+            for column, value in zip(table.partition_columns, row):
+                expr = expr & (pc.field(column) == value)
+            partitions.append(expr)
+        return ds.FileSystemDataset.from_paths(paths, schema=arrow_schema(table.contract),
+                                               format=ds.ParquetFileFormat(), filesystem=fs, partitions=partitions)
+
+    def check_file_types(self, table: Table, version: int | None) -> None:
+        """Refuse a version whose new data files do not hold exactly the contract's Arrow types.
+
+        Readers compare and join on these types: a file written with others (``string_view``
+        for ``string``) breaks them later, far from the write that caused it.
+        """
+        import pyarrow.parquet as pq
+
+        from contracts import arrow_schema
+
+        delta = self.open_table(table)
+        if delta is None or version is None:
+            return
+        expected = {f.name: f.type for f in arrow_schema(table.contract) if f.name not in table.partition_columns}
+        fs, root = self.filesystem(delta.table_uri)
+        added = [unquote(action["add"]["path"]) for action in self._commit_actions(delta, version) if "add" in action]
+        for path in added:
+            with fs.open_input_file(f"{root.rstrip('/')}/{path}") as handle:
+                schema = pq.read_schema(handle)
+            found = {f.name: f.type for f in schema}
+            wrong = {name: str(found.get(name)) for name, want in expected.items() if found.get(name) != want}
+            if wrong:
+                raise TypeError(f"{table} version {version} wrote {path} with types {wrong}, not the contract's")
+
+    def commit_actions(self, table: Table, version: int) -> list[dict]:
+        """The actions (``add``, ``remove``, ``commitInfo`` …) of one commit of ``table``, from its log;
+        ``FileNotFoundError`` once the log no longer holds that commit (log retention)."""
+        delta = self.open_table(table)
+        if delta is None:
+            raise FileNotFoundError(f"{table} does not exist")
+        return self._commit_actions(delta, version)
+
+    def _commit_actions(self, delta: DeltaTable, version: int) -> list[dict]:
+        import json
+
+        fs, root = self.filesystem(delta.table_uri)
+        with fs.open_input_stream(f"{root.rstrip('/')}/_delta_log/{version:020d}.json") as stream:
+            return [json.loads(line) for line in stream.read().decode().splitlines() if line.strip()]
+
+    # ------------------------------------------------------------------ locks
+
+    @contextmanager
+    def hold(self, *, write: Iterable[tuple[Table, dict[str, object] | None]] = (),
+             read: Iterable[Table] = ()) -> Iterator[None]:
+        """Hold the locks for writing these partitions (``None``: the whole table) and reading these
+        tables until the block ends (:func:`warehouse.storage.locks.hold`), taking only those this
+        handle does not hold already: a step takes each of its locks once."""
+        write = [(t, p) for t, p in write
+                 if self._held.get(locks.Key.of(t, p)) is not True and self._held.get(locks.Key.of(t)) is not True]
+        read = [t for t in read if locks.Key.of(t) not in self._held]
+        if not write and not read:
+            yield
+            return
+        wanted = locks.wanted(write, read)
+        with locks.hold(self.settings, write=write, read=read):
+            taken = {key: exclusive for key, exclusive in wanted.items() if key not in self._held}
+            self._held |= taken
+            self._unpin(taken)  # read from here on as the lock finds them
+            try:
+                yield
+            finally:
+                for key in taken:
+                    del self._held[key]
+                self._unpin(taken)
+
+    def _unpin(self, keys: Iterable[locks.Key]) -> None:
+        self._pinned -= {key.name for key in keys}
+
+    def verify(self, table: Table) -> None:
+        """:func:`warehouse.storage.locks.verify`: this process still holds the locks of ``table``."""
+        locks.verify(self.settings, table)
+
+    # ------------------------------------------------------------------ commit
+
+    def commit(self, table: Table, data: pa.Table | pa.RecordBatchReader, *,
+               mode: Literal["append", "replace_partitions", "overwrite"], partition_by: Sequence[str] = (),
+               partitions: Iterable[dict[str, object]] = (), description: str | None = None,
+               attempt: str | None = None, check: Callable[[], None] | None = None) -> int:
+        """Commit ``data`` as one Delta version and return that version.
+
+        ``replace_partitions`` swaps exactly the rows matching the listed column values for
+        ``data`` (a re-run of a logical date replaces that date and nothing else; a re-landed
+        ODS file replaces that file's lines); ``append`` adds rows;
+        ``overwrite`` replaces the whole table. ``attempt`` is stamped on the commit
+        (``strata.attempt``), so the audit log can find it after a crash. ``check`` runs after the
+        last batch, just before the log entry (after :meth:`verify`): what it raises — an audit's
+        refusal — aborts the write, and is what the caller sees.
+        """
+        delta = self._latest(table)  # a write goes on from the table's latest commit
+        kwargs: dict[str, object] = {"partition_by": list(partition_by) or None,
+                                     "writer_properties": writer_properties(data.schema),
+                                     "target_file_size": TARGET_FILE_BYTES}
+        if attempt is not None:
+            kwargs["commit_properties"] = CommitProperties(custom_metadata={"strata.attempt": attempt})
+        if delta is None:
+            kwargs |= {"description": description, "configuration": TABLE_PROPERTIES,
+                       "storage_options": self.options}
+        else:  # a compatible contract change (a column added) reaches a table written before it
+            kwargs["schema_mode"] = "merge"
+            _set_properties(delta)
+        if mode == "replace_partitions":
+            parts = list(partitions)
+            if not parts:
+                raise ValueError(f"replace_partitions on {table} needs at least one partition")
+            # The writer refuses rows outside the predicate, so a partition never leaks into another.
+            kwargs["predicate"] = " OR ".join(f"({partition_predicate(p)})" for p in parts)
+        feed = _Feed(data, [lambda: self.verify(table), *([check] if check is not None else [])])
+        # Handed the table it has just opened, the writer reads the log once and updates it in place.
+        try:
+            write_deltalake(delta if delta is not None else self.uri(table),  # type: ignore[call-overload]
+                            feed.reader(), mode="append" if mode == "append" else "overwrite", **kwargs)
+        except Exception:
+            feed.raise_own()
+            raise
+        if delta is None:
+            delta = self._latest(table)
+            assert delta is not None
+        passed(f"commit {table.name}")
+        return delta.version()
 
 
-#: Per thread: (table URI, storage options) → the open table, the version it was opened at, that
-#: commit's stamp.
-_opened = threading.local()
+#: Per thread: settings → the following handle of the old call shape (:meth:`Lake.of`).
+_threads = threading.local()
 
 
-def _commit_stamp(settings: Settings, uri: str, version: int) -> tuple[int, int] | None:
-    """Size and time of one commit file of a table: how a later open knows the log is the same."""
-    fs, root = filesystem(settings, uri)
-    info = fs.get_file_info(f"{root.rstrip('/')}/_delta_log/{version:020d}.json")
-    return None if info.type == pafs.FileType.NotFound else (info.size, info.mtime_ns)
+# The old call shape: a function of the settings (or a handle), for callers not yet handed a Lake.
+
+def open_table(where: Lake | Settings, table: Table) -> DeltaTable | None:
+    """:meth:`Lake.open_table`."""
+    return Lake.of(where).open_table(table)
 
 
-def version(settings: Settings, table: Table) -> int | None:
-    """Current committed version, or None when the table does not exist."""
-    dt_ = open_table(settings, table)
-    return None if dt_ is None else dt_.version()
+def version(where: Lake | Settings, table: Table) -> int | None:
+    """:meth:`Lake.version`."""
+    return Lake.of(where).version(table)
 
 
-def read(
-    settings: Settings,
-    table: Table,
-    *,
-    filters: Sequence[tuple[str, str, object]] | None = None,
-    columns: Sequence[str] | None = None,
-) -> pa.Table:
-    """Read the table's current version."""
-    dt_ = open_table(settings, table)
-    if dt_ is None:
-        raise FileNotFoundError(f"table {table} does not exist yet at {table.uri(settings)}")
-    dataset = dt_.to_pyarrow_dataset()
-    expr = None
-    for column, op, value in filters or ():
-        term = _comparison(column, op, value)
-        expr = term if expr is None else expr & term
-    return dataset.to_table(columns=list(columns) if columns else None, filter=expr)
+def read(where: Lake | Settings, table: Table, *, filters: Sequence[tuple[str, str, object]] | None = None,
+         columns: Sequence[str] | None = None) -> pa.Table:
+    """:meth:`Lake.read`."""
+    return Lake.of(where).read(table, filters=filters, columns=columns)
 
 
-def snapshot(settings: Settings, table: Table) -> ds.Dataset:
-    """The files of the table's current version as a pyarrow dataset, partition values included.
-
-    Read with pyarrow alone (deltalake reads only the log, here and now), so it may feed a
-    Delta write that is running: deltalake cannot read inside its own write.
-    """
-    from contracts import arrow_schema
-
-    delta = open_table(settings, table)
-    if delta is None:
-        raise FileNotFoundError(f"table {table} does not exist yet at {table.uri(settings)}")
-    actions = pa.table(delta.get_add_actions(flatten=True))
-    fs, root = filesystem(settings, delta.table_uri)
-    paths = [f"{root.rstrip('/')}/{path}" for path in actions.column("path").to_pylist()]
-    values = [actions.column(f"partition.{c}").to_pylist() for c in table.partition_columns]
-    partitions = []
-    for row in zip(*values) if values else ([] for _ in paths):
-        expr = pc.scalar(True)
-        for column, value in zip(table.partition_columns, row):
-            expr = expr & (pc.field(column) == value)
-        partitions.append(expr)
-    return ds.FileSystemDataset.from_paths(paths, schema=arrow_schema(table.contract), format=ds.ParquetFileFormat(),
-                                           filesystem=fs, partitions=partitions)
+def read_frame(where: Lake | Settings, table: Table, *, filters: Sequence[tuple[str, str, object]] | None = None,
+               columns: Sequence[str] | None = None) -> pl.DataFrame:
+    """:meth:`Lake.read_frame`."""
+    return Lake.of(where).read_frame(table, filters=filters, columns=columns)
 
 
-def check_file_types(settings: Settings, table: Table, version: int | None) -> None:
-    """Refuse a version whose new data files do not hold exactly the contract's Arrow types.
-
-    Readers compare and join on these types: a file written with others (``string_view``
-    for ``string``) breaks them later, far from the write that caused it.
-    """
-    import pyarrow.parquet as pq
-
-    from contracts import arrow_schema
-
-    delta = open_table(settings, table)
-    if delta is None or version is None:
-        return
-    expected = {f.name: f.type for f in arrow_schema(table.contract) if f.name not in table.partition_columns}
-    fs, root = filesystem(settings, delta.table_uri)
-    added = [unquote(action["add"]["path"]) for action in _commit_actions(settings, delta, version) if "add" in action]
-    for path in added:
-        with fs.open_input_file(f"{root.rstrip('/')}/{path}") as handle:
-            schema = pq.read_schema(handle)
-        found = {f.name: f.type for f in schema}
-        wrong = {name: str(found.get(name)) for name, want in expected.items() if found.get(name) != want}
-        if wrong:
-            raise TypeError(f"{table} version {version} wrote {path} with types {wrong}, not the contract's")
+def snapshot(where: Lake | Settings, table: Table) -> ds.Dataset:
+    """:meth:`Lake.snapshot`."""
+    return Lake.of(where).snapshot(table)
 
 
-def commit_actions(settings: Settings, table: Table, version: int) -> list[dict]:
-    """The actions (``add``, ``remove``, ``commitInfo`` …) of one commit of ``table``, from its log;
-    ``FileNotFoundError`` once the log no longer holds that commit (log retention)."""
-    delta = open_table(settings, table)
-    if delta is None:
-        raise FileNotFoundError(f"{table} does not exist")
-    return _commit_actions(settings, delta, version)
+def check_file_types(where: Lake | Settings, table: Table, version: int | None) -> None:
+    """:meth:`Lake.check_file_types`."""
+    Lake.of(where).check_file_types(table, version)
 
 
-def _commit_actions(settings: Settings, delta: DeltaTable, version: int) -> list[dict]:
-    import json
-
-    fs, root = filesystem(settings, delta.table_uri)
-    with fs.open_input_stream(f"{root.rstrip('/')}/_delta_log/{version:020d}.json") as stream:
-        return [json.loads(line) for line in stream.read().decode().splitlines() if line.strip()]
+def commit_actions(where: Lake | Settings, table: Table, version: int) -> list[dict]:
+    """:meth:`Lake.commit_actions`."""
+    return Lake.of(where).commit_actions(table, version)
 
 
-def read_frame(
-    settings: Settings,
-    table: Table,
-    *,
-    filters: Sequence[tuple[str, str, object]] | None = None,
-    columns: Sequence[str] | None = None,
-) -> pl.DataFrame:
-    """:func:`read` as a polars frame."""
-    frame = pl.from_arrow(read(settings, table, filters=filters, columns=columns))
-    assert isinstance(frame, pl.DataFrame)
-    return frame
+def commit(where: Lake | Settings, table: Table, data: pa.Table | pa.RecordBatchReader, *,
+           mode: Literal["append", "replace_partitions", "overwrite"], partition_by: Sequence[str] = (),
+           partitions: Iterable[dict[str, object]] = (), description: str | None = None,
+           attempt: str | None = None, check: Callable[[], None] | None = None) -> int:
+    """:meth:`Lake.commit`."""
+    return Lake.of(where).commit(table, data, mode=mode, partition_by=partition_by, partitions=partitions,
+                                 description=description, attempt=attempt, check=check)
 
 
 def present_columns(settings: Settings, table: Table, columns: Sequence[str]) -> list[str]:
@@ -233,65 +408,34 @@ def partition_predicate(partition: dict[str, object]) -> str:
     return " AND ".join(f"{col} = {sql_literal(val)}" for col, val in sorted(partition.items()))
 
 
-def commit(
-    settings: Settings,
-    table: Table,
-    data: pa.Table | pa.RecordBatchReader,
-    *,
-    mode: Literal["append", "replace_partitions", "overwrite"],
-    partition_by: Sequence[str] = (),
-    partitions: Iterable[dict[str, object]] = (),
-    description: str | None = None,
-    attempt: str | None = None,
-) -> int:
-    """Commit ``data`` as one Delta version and return that version.
+class _Feed:
+    """The batches a Delta write consumes, then its last checks: the one place where a write is
+    stopped from inside its stream.
 
-    ``replace_partitions`` swaps exactly the rows matching the listed column values for
-    ``data`` (a re-run of a logical date replaces that date and nothing else; a re-landed
-    ODS file replaces that file's lines); ``append`` adds rows;
-    ``overwrite`` replaces the whole table. ``attempt`` is stamped on the commit
-    (``strata.attempt``), so the audit log can find it after a crash.
+    Whatever the data or a check raises aborts the write — nothing commits — and the writer wraps
+    it in a ``DeltaError`` ("C Data interface error"); :meth:`raise_own` raises the original.
     """
-    location, options = table.uri(settings), storage_options(settings)
-    delta = open_table(settings, table)
-    kwargs: dict[str, object] = {"partition_by": list(partition_by) or None,
-                                 "writer_properties": writer_properties(data.schema),
-                                 "target_file_size": TARGET_FILE_BYTES}
-    if attempt is not None:
-        kwargs["commit_properties"] = CommitProperties(custom_metadata={"strata.attempt": attempt})
-    if delta is None:
-        kwargs |= {"description": description, "configuration": TABLE_PROPERTIES, "storage_options": options}
-    else:  # a compatible contract change (a column added) reaches a table written before it
-        kwargs["schema_mode"] = "merge"
-        _set_properties(delta)
-    if mode == "replace_partitions":
-        parts = list(partitions)
-        if not parts:
-            raise ValueError(f"replace_partitions on {table} needs at least one partition")
-        # The writer refuses rows outside the predicate, so a partition never leaks into another.
-        kwargs["predicate"] = " OR ".join(f"({partition_predicate(p)})" for p in parts)
-    lost: list[locks.LockLost] = []
 
-    def batches() -> Iterable[pa.RecordBatch]:
-        yield from (data.to_batches() if isinstance(data, pa.Table) else data)
-        try:  # the last batch is in: only the last file and the log entry are left to write
-            locks.verify(settings, table)
-        except locks.LockLost as exc:
-            lost.append(exc)
-            raise  # aborts the write: nothing commits
+    def __init__(self, data: pa.Table | pa.RecordBatchReader, checks: Sequence[Callable[[], None]]) -> None:
+        self.data, self.checks = data, checks
+        self.error: BaseException | None = None
 
-    # Handed the table it has just opened, the writer reads the log once and updates it in place.
-    try:
-        write_deltalake(delta if delta is not None else location,  # type: ignore[call-overload]
-                        pa.RecordBatchReader.from_batches(data.schema, batches()),
-                        mode="append" if mode == "append" else "overwrite", **kwargs)
-    except Exception:
-        if lost:  # the writer wraps it in a DeltaError: raise the caller's own error
-            raise lost[0] from None
-        raise
-    version = (delta if delta is not None else DeltaTable(location, storage_options=options)).version()
-    passed(f"commit {table.name}")
-    return version
+    def reader(self) -> pa.RecordBatchReader:
+        return pa.RecordBatchReader.from_batches(self.data.schema, self._batches())
+
+    def _batches(self) -> Iterator[pa.RecordBatch]:
+        try:
+            yield from (self.data.to_batches() if isinstance(self.data, pa.Table) else self.data)
+            for check in self.checks:  # the last batch is in: only the last file and the log entry are left
+                check()
+        except BaseException as exc:
+            self.error = exc
+            raise
+
+    def raise_own(self) -> None:
+        """Raise the error the stream or a check raised, if either did."""
+        if self.error is not None:
+            raise self.error.with_traceback(self.error.__traceback__) from None
 
 
 def _set_properties(delta: DeltaTable) -> None:

@@ -273,26 +273,34 @@ def _backend(settings: Settings) -> _Backend:
     return backend
 
 
+def wanted(write: Iterable[tuple[Table, dict[str, object] | None]] = (),
+           read: Iterable[Table] = ()) -> dict[Key, bool]:
+    """The keys (→ exclusive?) of writing these partitions (``None``: the whole table) and reading
+    these tables: a partition's own key exclusive, its table's shared."""
+    keys: dict[Key, bool] = {}
+    for table, partition in write:
+        if partition:
+            keys.setdefault(Key.of(table), False)
+            keys[Key.of(table, partition)] = True
+        else:
+            keys[Key.of(table)] = True
+    for table in read:
+        keys.setdefault(Key.of(table), False)
+    return keys
+
+
 @contextmanager
 def hold(settings: Settings, *, write: Iterable[tuple[Table, dict[str, object] | None]] = (),
          read: Iterable[Table] = ()) -> Iterator[None]:
     """Hold the locks for writing these partitions (``None``: the whole table) and reading these
     tables, until the block ends. Waits up to ``settings.lock_wait`` seconds for each."""
-    wanted: dict[Key, bool] = {}
-    for table, partition in write:
-        if partition:
-            wanted.setdefault(Key.of(table), False)
-            wanted[Key.of(table, partition)] = True
-        else:
-            wanted[Key.of(table)] = True
-    for table in read:
-        wanted.setdefault(Key.of(table), False)
+    wanted_ = wanted(write, read)
     backend = _backend(settings)
     taken: list[Key] = []
     try:
         with _held.lock:
-            for key in sorted(wanted):  # one global order: no two steps wait on each other in a circle
-                exclusive = wanted[key]
+            for key in sorted(wanted_):  # one global order: no two steps wait on each other in a circle
+                exclusive = wanted_[key]
                 mine = _held.keys.get(key)
                 if mine is not None:
                     if exclusive and not mine[0]:

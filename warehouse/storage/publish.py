@@ -25,8 +25,10 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from contracts.model import Contract
 from warehouse.settings import Settings
-from warehouse.storage import audit, lake, locks
+from warehouse.storage import audit
+from warehouse.storage.lake import Lake, partition_predicate
 from warehouse.storage.memory import detach
 from warehouse.tables import Table
 
@@ -56,6 +58,12 @@ class Tally:
     @property
     def rows_rejected(self) -> int:
         return sum(r.height for r in self.rejected)
+
+    def rejected_frame(self) -> pl.DataFrame:
+        """The refused rows in one frame (their input columns and ``rules``)."""
+        if not self.rejected:
+            return pl.DataFrame(schema={"rules": pl.List(pl.String)})
+        return pl.concat(self.rejected, how="diagonal_relaxed")
 
 
 Invariant: TypeAlias = Callable[[Tally], "InvariantFailure | None"]
@@ -211,12 +219,12 @@ def _arrow(piece: Piece) -> pa.Table:
 
 
 def publish(
-    settings: Settings,
+    where: Lake | Settings,
     table: Table,
     data: Data,
     *,
     partitions: Sequence[Mapping[str, object]] = (),
-    mode: Literal["replace_partitions", "append", "overwrite"] = "replace_partitions",
+    mode: Mode = "replace_partitions",
     invariants: Sequence[Invariant] = (),
     now: dt.datetime | None = None,
     expectations: bool = True,
@@ -229,82 +237,166 @@ def publish(
     caller has run the row checks already (a build transform does, to quarantine as it
     goes): the rows are only conformed to the schema. Raises :class:`AuditFailed` when the
     audit refuses.
-    """
-    from contracts import arrow_schema, conform, split_rows
 
-    audit.recover(settings)  # attempts a crash cut short get their row first
+    The phases, each its own function: :func:`conform_and_check` streams the rows,
+    :func:`audit_verdict` judges them once the stream ends, :func:`commit_audited` commits only
+    when that verdict is clean, :func:`record_published` / :func:`record_failed` write the
+    attempt's row in ``ops.audit_log``.
+    """
+    lake = Lake.of(where)
+    audit.recover_once(lake)  # attempts a crash cut short get their row first
     if expectations:
         from contracts.audit_worker import warm_up
 
         warm_up()  # GX imports in the worker while the data streams
-    contract = table.contract
-    schema = arrow_schema(contract)
-    label = ", ".join(sorted(lake.partition_predicate(p) for p in partitions)) or "(all)"
-    attempt = audit.Attempt(settings, table, label).begin()
-    tally = Tally()
-    sample = _Sample(AUDIT_SAMPLE_ROWS)
-    outcome: dict[str, object] = {}
-
-    def conformed(piece: Piece) -> pa.Table:
-        if checked:
-            return conform(_arrow(piece), contract, check_values=False)
-        split = split_rows(_frame(piece), contract, now=now)
-        if split.rejected.height:
-            tally.rejected.append(detach(split.rejected))
-        # The row checks just passed these rows: conform only casts and checks the schema.
-        return conform(split.valid, contract, check_values=False)
-
-    def stream() -> Iterator[pa.RecordBatch]:
-        try:
-            for piece in _pieces(data):
-                tally.rows_in += piece.height if isinstance(piece, pl.DataFrame) else piece.num_rows
-                rows = conformed(piece)
-                tally.rows_published += rows.num_rows
-                if expectations:
-                    sample.add(rows)
-                yield from rows.to_batches()
-            failures = _audit_failures(contract, sample.table(schema) if expectations else None, tally,
-                                       invariants, outcome, now)
-        except BaseException as exc:
-            # The Delta writer wraps whatever this generator raises in a DeltaError; keep the
-            # original so the caller sees its own error, not "C Data interface error".
-            outcome["error"] = exc
-            raise
-        if failures:
-            outcome["failed"] = AuditFailed(table.name, label, failures)
-            raise outcome["failed"]  # type: ignore[misc]  # aborts the Delta write: nothing commits
-
-    def finish(status: str, version: int | None, rules: list[str], message: str) -> float:
-        return attempt.end(status, version, rows_in=tally.rows_in, rows_rejected=tally.rows_rejected,
-                           rows_published=tally.rows_published if status == "published" else 0, rules=rules,
-                           message=message)
-
-    reader = pa.RecordBatchReader.from_batches(schema, stream())
+    label = ", ".join(sorted(partition_predicate(p) for p in partitions)) or "(all)"
+    attempt = audit.Attempt(lake, table, label).begin()
+    stream = Stream(table.contract, checked=checked, now=now, sample=expectations)
+    gate = AuditGate(table.name, label, stream, invariants, now)
     try:
-        with _locked(settings, table, mode, partitions):
-            version = lake.commit(settings, table, reader, mode=mode, partitions=partitions,
-                                  partition_by=contract.partition_columns, description=contract.description,
-                                  attempt=attempt.id)
+        with _locked(lake, table, mode, partitions):
+            version = commit_audited(lake, table, stream.batches(data), gate, mode=mode, partitions=partitions,
+                                     attempt=attempt.id)
     except Exception as exc:
-        failed = outcome.get("failed")
-        error = failed if isinstance(failed, AuditFailed) else outcome.get("error", exc)
-        try:  # every attempt leaves its row, a commit a concurrent writer refused included
-            finish("failed", None, failed.rules if isinstance(failed, AuditFailed) else [],
-                   str(error) if isinstance(failed, AuditFailed) else f"{type(error).__name__}: {error}")
-        except Exception:  # the audit log must not mask the caller's error
-            pass
-        if error is exc:
-            raise
-        raise error from None  # type: ignore[misc]
-    rejected = pl.concat(tally.rejected, how="diagonal_relaxed") if tally.rejected else pl.DataFrame(
-        schema={"rules": pl.List(pl.String)})
+        record_failed(attempt, stream.tally, exc)
+        raise
+    rejected = stream.tally.rejected_frame()
+    duration_ms = record_published(attempt, stream.tally, version, rejected)
+    verdict = gate.verdict
+    return PublishResult(table.name, label, version, stream.tally.rows_in, stream.tally.rows_published, rejected,
+                         duration_ms, verdict.result if verdict is not None else {})
+
+
+Mode = Literal["replace_partitions", "append", "overwrite"]
+#: One audit failure: (rule, message, example values).
+Failure = tuple[str, str, Sequence[object]]
+
+
+class Stream:
+    """Phase 1, conform and check: the rows as Arrow batches of the contract's schema, counted
+    (:class:`Tally`) and sampled for the audit as they pass; rows that break a row rule are set
+    aside in the tally."""
+
+    def __init__(self, contract: Contract, *, checked: bool, now: dt.datetime | None, sample: bool) -> None:
+        from contracts import arrow_schema
+
+        self.contract, self.checked, self.now = contract, checked, now
+        self.schema = arrow_schema(contract)
+        self.tally = Tally()
+        self._sample = _Sample(AUDIT_SAMPLE_ROWS) if sample else None
+
+    def batches(self, data: Data) -> pa.RecordBatchReader:
+        """``data``, piece by piece, conformed: memory follows the piece, not the table."""
+        return pa.RecordBatchReader.from_batches(self.schema, conform_and_check(
+            _pieces(data), self.contract, self.tally, self._sample, checked=self.checked, now=self.now))
+
+    def sample(self) -> pa.Table | None:
+        """The even sample of the published rows for the expectation suite (None: no suite)."""
+        return None if self._sample is None else self._sample.table(self.schema)
+
+
+def conform_and_check(pieces: Iterable[Piece], contract: Contract, tally: Tally, sample: _Sample | None, *,
+                      checked: bool = False, now: dt.datetime | None = None) -> Iterator[pa.RecordBatch]:
+    """Each piece conformed to the contract's Arrow schema, after the row checks (unless the
+    caller ran them: ``checked``); counts go to ``tally``, refused rows to ``tally.rejected``."""
+    from contracts import conform, split_rows
+
+    for piece in pieces:
+        tally.rows_in += piece.height if isinstance(piece, pl.DataFrame) else piece.num_rows
+        if checked:
+            rows = conform(_arrow(piece), contract, check_values=False)
+        else:
+            split = split_rows(_frame(piece), contract, now=now)
+            if split.rejected.height:
+                tally.rejected.append(detach(split.rejected))
+            # The row checks just passed these rows: conform only casts and checks the schema.
+            rows = conform(split.valid, contract, check_values=False)
+        tally.rows_published += rows.num_rows
+        if sample is not None:
+            sample.add(rows)
+        yield from rows.to_batches()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Phase 2's outcome: the rules the rows broke (none: publish) and the suite's own result."""
+
+    failures: list[Failure]
+    result: dict = field(default_factory=dict)
+
+
+def audit_verdict(contract: Contract, sample: pa.Table | None, tally: Tally, invariants: Sequence[Invariant] = (),
+                  now: dt.datetime | None = None) -> Verdict:
+    """Phase 2, audit: the contract's row-count bounds, its expectation suite on ``sample`` (when
+    given) and the caller's invariants, judged on the whole stream's tally."""
+    from contracts.audit_worker import audit as run_suite
+
+    failures: list[Failure] = []
+    result: dict = {}
+    low, high = contract.row_count.minimum, contract.row_count.maximum
+    if (low is not None and tally.rows_published < low) or (high is not None and tally.rows_published > high):
+        failures.append(("table.row_count", f"{tally.rows_published} rows published, expected between "
+                         f"{low} and {high}", ()))
+    if sample is not None and sample.num_rows:
+        suite = run_suite(sample, contract, now=now)
+        result = suite.result
+        failures += [(f.rule, f"{f.expectation} failed on {f.unexpected_count} sampled row(s)", f.examples)
+                     for f in suite.failures if f.rule != "table.row_count"]
+    for invariant in invariants:
+        broken = invariant(tally)
+        if broken is not None:
+            failures.append((broken.rule, broken.message, broken.examples))
+    return Verdict(failures, result)
+
+
+class AuditGate:
+    """The audit as the commit's last check: run once the stream has ended, it raises
+    :class:`AuditFailed` — the one place an audit stops a writer — and keeps its verdict."""
+
+    def __init__(self, table: str, partition: str, stream: Stream, invariants: Sequence[Invariant],
+                 now: dt.datetime | None) -> None:
+        self.table, self.partition, self.stream, self.invariants, self.now = table, partition, stream, invariants, now
+        self.verdict: Verdict | None = None
+
+    def __call__(self) -> None:
+        self.verdict = audit_verdict(self.stream.contract, self.stream.sample(), self.stream.tally, self.invariants,
+                                     self.now)
+        if self.verdict.failures:
+            raise AuditFailed(self.table, self.partition, self.verdict.failures)
+
+
+def commit_audited(lake: Lake, table: Table, batches: pa.RecordBatchReader, gate: Callable[[], None], *,
+                   mode: Mode, partitions: Sequence[dict[str, object]], attempt: str) -> int:
+    """Phase 3, commit: one Delta version of ``batches``, made only if ``gate`` — run after the
+    last batch, before the log entry — returns; its error (:class:`AuditFailed`) is raised as is."""
+    contract = table.contract
+    return lake.commit(table, batches, mode=mode, partitions=partitions,
+                       partition_by=contract.partition_columns, description=contract.description, attempt=attempt,
+                       check=gate)
+
+
+def record_published(attempt: audit.Attempt, tally: Tally, version: int, rejected: pl.DataFrame) -> float:
+    """Phase 4, record: the attempt's row for a commit; returns the attempt's duration in ms."""
     rules = sorted(set(rejected.get_column("rules").explode().drop_nulls().to_list())) if rejected.height else []
-    duration_ms = finish("published", version, rules, "")
-    return PublishResult(table.name, label, version, tally.rows_in, tally.rows_published, rejected, duration_ms,
-                         outcome.get("result", {}))  # type: ignore[arg-type]
+    return attempt.end("published", version, rows_in=tally.rows_in, rows_rejected=tally.rows_rejected,
+                       rows_published=tally.rows_published, rules=rules)
 
 
-def republish(settings: Settings, table: Table, change: Callable[[pl.DataFrame], pl.DataFrame],
+def record_failed(attempt: audit.Attempt, tally: Tally, error: Exception) -> None:
+    """Phase 4, record: the attempt's row for a write that committed nothing — a refused audit,
+    a failing stream, a commit a concurrent writer refused. Should the audit log fail too, its
+    error is added to ``error`` as a note: the caller's error is the one raised."""
+    refused = error if isinstance(error, AuditFailed) else None
+    try:
+        attempt.end("failed", None, rows_in=tally.rows_in, rows_rejected=tally.rows_rejected,
+                    rules=refused.rules if refused else [],
+                    message=str(error) if refused else f"{type(error).__name__}: {error}")
+    except Exception as log_error:  # noqa: BLE001 - reported on the error that is raised
+        error.add_note(f"ops.audit_log could not record this attempt either: {type(log_error).__name__}: "
+                       f"{log_error}")
+
+
+def republish(where: Lake | Settings, table: Table, change: Callable[[pl.DataFrame], pl.DataFrame],
               partitions: Sequence[Mapping[str, object]] = ()) -> tuple[int, int]:
     """Rewrite ``partitions`` of ``table`` (the whole table when none are named) through
     ``change``, one batch of its current rows at a time, as one commit; (rows before, after).
@@ -314,15 +406,16 @@ def republish(settings: Settings, table: Table, change: Callable[[pl.DataFrame],
     (a Delta delete or MERGE would rewrite them with types of its own), and logged — and the
     files the commit added are checked to carry exactly those types.
     """
-    mode: Literal["replace_partitions", "overwrite"] = "replace_partitions" if partitions else "overwrite"
-    with _locked(settings, table, mode, partitions):
-        where = None
+    lake = Lake.of(where)
+    mode: Mode = "replace_partitions" if partitions else "overwrite"
+    with _locked(lake, table, mode, partitions):
+        selected = None
         for partition in partitions:
             term = None
             for column, value in partition.items():
                 term = (pc.field(column) == value) if term is None else term & (pc.field(column) == value)
-            where = term if where is None else where | term
-        batches = lake.snapshot(settings, table).to_batches(filter=where, batch_size=REWRITE_ROWS)
+            selected = term if selected is None else selected | term
+        batches = lake.snapshot(table).to_batches(filter=selected, batch_size=REWRITE_ROWS)
         counts = [0, 0]
 
         def changed() -> Iterator[pl.DataFrame]:
@@ -334,9 +427,9 @@ def republish(settings: Settings, table: Table, change: Callable[[pl.DataFrame],
                 counts[1] += after.height
                 yield after
 
-        result = publish(settings, table, changed(), partitions=partitions, mode=mode, expectations=False,
+        result = publish(lake, table, changed(), partitions=partitions, mode=mode, expectations=False,
                          checked=True)
-        lake.check_file_types(settings, table, result.version)
+        lake.check_file_types(table, result.version)
     return counts[0], counts[1]
 
 
@@ -345,39 +438,17 @@ REWRITE_ROWS = 128 * 1024
 
 
 @contextmanager
-def _locked(settings: Settings, table: Table, mode: str, partitions: Sequence[dict[str, object]]) -> Iterator[None]:
-    """The locks of one write (re-entrant: a build already holds its partitions). The first
-    write of a table is serialized on its own lock, so two writers never both create it."""
+def _locked(lake: Lake, table: Table, mode: Mode, partitions: Sequence[dict[str, object]]) -> Iterator[None]:
+    """The locks of one write, those the step did not take already (a build holds its partitions).
+    The first write of a table is serialized on its own lock, so two writers never both create it."""
     write: list[tuple[Table, dict[str, object] | None]] = []
     if mode == "overwrite":
         write.append((table, None))
     elif mode == "replace_partitions":
         write += [(table, partition) for partition in partitions]
-    with locks.hold(settings, write=write, read=[table]):
-        if lake.open_table(settings, table) is not None:
+    with lake.hold(write=write, read=[table]):
+        if lake.open_table(table) is not None:
             yield
             return
-        with locks.hold(settings, write=[(table, {"_": "create"})]):
+        with lake.hold(write=[(table, {"_": "create"})]):
             yield
-
-
-def _audit_failures(contract, sample: pa.Table | None, tally: Tally, invariants: Sequence[Invariant],
-                    outcome: dict[str, object], now: dt.datetime | None = None,
-                    ) -> list[tuple[str, str, Sequence[object]]]:
-    from contracts.audit_worker import audit
-
-    failures: list[tuple[str, str, Sequence[object]]] = []
-    low, high = contract.row_count.minimum, contract.row_count.maximum
-    if (low is not None and tally.rows_published < low) or (high is not None and tally.rows_published > high):
-        failures.append(("table.row_count", f"{tally.rows_published} rows published, expected between "
-                         f"{low} and {high}", ()))
-    if sample is not None and sample.num_rows:
-        result = audit(sample, contract, now=now)
-        outcome["result"] = result.result
-        failures += [(f.rule, f"{f.expectation} failed on {f.unexpected_count} sampled row(s)", f.examples)
-                     for f in result.failures if f.rule != "table.row_count"]
-    for invariant in invariants:
-        broken = invariant(tally)
-        if broken is not None:
-            failures.append((broken.rule, broken.message, broken.examples))
-    return failures
