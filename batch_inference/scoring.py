@@ -90,7 +90,7 @@ def score(settings: Settings, name: str, day: dt.date, *, version: str | None = 
     log.info("scoring %s on %s (%s)", card.ref, session.provider, day)
     session.warm_up()
     at = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), dt.timezone.utc)
-    ttl = dt.timedelta(seconds=float(card.extra.get("ttl_seconds", DEFAULT_TTL.total_seconds())))
+    ttl = dt.timedelta(seconds=float(str(card.extra.get("ttl_seconds", DEFAULT_TTL.total_seconds()))))
     source = table(card.source_table)
     partitions = [{"event_date": day, "model_name": card.name, "model_version": card.version, "entity_bucket": b}
                   for b in buckets]

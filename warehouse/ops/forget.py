@@ -216,16 +216,16 @@ def _forget(settings: Settings, user_id: str, pseud: str, existing: list[Table])
     # The landing files they came from lose those lines first: a crash after this finds the rows again.
     report = ForgetReport()
     for table in existing:
-        found = [marked[table].lineage] if table in marked else []
+        parts = [marked[table].lineage] if table in marked else []
         if request_ids and _lineage(table) and "request_id" in table.contract:
-            found += list(_batches(lake.snapshot(settings, table), LINEAGE,
+            parts += list(_batches(lake.snapshot(settings, table), LINEAGE,
                                    pc.field("request_id").isin(sorted(request_ids))))
-        lineage = pl.concat(found, how="vertical_relaxed").unique() if found else pl.DataFrame()
+        lineage = pl.concat(parts, how="vertical_relaxed").unique() if parts else pl.DataFrame()
         if lineage.height:
             report.files += rewrite_landed(settings, table, lineage)
 
     # Second pass: rewrite every partition holding a marked row or a row of the user's requests.
-    ids = pl.Series("request_id", sorted(request_ids), pl.String).implode()
+    request_list = pl.Series("request_id", sorted(request_ids), pl.String).implode()
     for table in existing:
         linked = bool(request_ids) and "request_id" in table.contract
         mark = marked.get(table)
@@ -240,7 +240,7 @@ def _forget(settings: Settings, user_id: str, pseud: str, existing: list[Table])
 
             def kept(frame: pl.DataFrame, mark: _Marked | None = mark, linked: bool = linked) -> pl.DataFrame:
                 mask = mark(frame) if mark else pl.repeat(False, frame.height, eager=True)
-                return frame.filter(~(mask | frame.get_column("request_id").is_in(ids) if linked else mask))
+                return frame.filter(~(mask | frame.get_column("request_id").is_in(request_list) if linked else mask))
 
             before, after = republish(settings, table, kept, [p for p in partitions if p])
             if before > after:

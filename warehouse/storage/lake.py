@@ -13,7 +13,7 @@ import datetime as dt
 import threading
 from contextlib import contextmanager
 from urllib.parse import unquote
-from typing import Callable, Iterable, Iterator, Literal, Sequence
+from typing import Callable, Iterable, Iterator, Literal, Mapping, Sequence
 
 import polars as pl
 import pyarrow as pa
@@ -384,7 +384,7 @@ def present_columns(settings: Settings, table: Table, columns: Sequence[str]) ->
 def _comparison(column: str, op: str, value: object) -> pc.Expression:
     field = pc.field(column)
     if op == "in":
-        return field.isin(value)  # type: ignore[arg-type]
+        return field.isin(value)
     operators = {"=": field.__eq__, "!=": field.__ne__, "<": field.__lt__, "<=": field.__le__,
                  ">": field.__gt__, ">=": field.__ge__}
     if op not in operators:
@@ -403,7 +403,7 @@ def sql_literal(value: object) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def partition_predicate(partition: dict[str, object]) -> str:
+def partition_predicate(partition: Mapping[str, object]) -> str:
     """``col = 'value' AND …`` selecting exactly one partition."""
     return " AND ".join(f"{col} = {sql_literal(val)}" for col, val in sorted(partition.items()))
 

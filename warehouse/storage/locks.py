@@ -182,7 +182,7 @@ class _Postgres:
         return psycopg.connect(self.url, autocommit=True, application_name=f"strata: {holder}"[:63])
 
     def _execute(self, query: str, params: Sequence[object]) -> list[tuple]:
-        return self.conn.execute(self.comment + query, params).fetchall()  # type: ignore[arg-type]
+        return self.conn.execute(self.comment + query, params).fetchall()
 
     @staticmethod
     def _id(key: Key) -> int:

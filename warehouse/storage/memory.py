@@ -18,7 +18,7 @@ def detach(data: T) -> T:
     if isinstance(data, pl.Series):
         copied = pl.from_arrow(data.to_arrow(), schema_overrides=None)
         assert isinstance(copied, pl.Series)
-        return copied.alias(data.name)  # type: ignore[return-value]
+        return copied.alias(data.name)
     copied_frame = pl.from_arrow(data.to_arrow())
     assert isinstance(copied_frame, pl.DataFrame)
-    return copied_frame  # type: ignore[return-value]
+    return copied_frame

@@ -58,7 +58,7 @@ def filesystem(settings: Settings, uri: str) -> tuple[pafs.FileSystem, str]:
         kwargs["region"] = settings.s3_region
     if settings.s3_access_key_id and settings.s3_secret_access_key:
         kwargs |= {"access_key": settings.s3_access_key_id, "secret_key": settings.s3_secret_access_key}
-    return pafs.S3FileSystem(**kwargs), uri.removeprefix(S3).rstrip("/")  # type: ignore[arg-type]
+    return pafs.S3FileSystem(**kwargs), uri.removeprefix(S3).rstrip("/")
 
 
 def configure_duckdb(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:

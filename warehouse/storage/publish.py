@@ -244,6 +244,7 @@ def publish(
     attempt's row in ``ops.audit_log``.
     """
     lake = Lake.of(where)
+    owned = [dict(p) for p in partitions]  # the caller's mappings stay theirs
     audit.recover_once(lake)  # attempts a crash cut short get their row first
     if expectations:
         from contracts.audit_worker import warm_up
@@ -254,8 +255,8 @@ def publish(
     stream = Stream(table.contract, checked=checked, now=now, sample=expectations)
     gate = AuditGate(table.name, label, stream, invariants, now)
     try:
-        with _locked(lake, table, mode, partitions):
-            version = commit_audited(lake, table, stream.batches(data), gate, mode=mode, partitions=partitions,
+        with _locked(lake, table, mode, owned):
+            version = commit_audited(lake, table, stream.batches(data), gate, mode=mode, partitions=owned,
                                      attempt=attempt.id)
     except Exception as exc:
         record_failed(attempt, stream.tally, exc)
@@ -407,10 +408,11 @@ def republish(where: Lake | Settings, table: Table, change: Callable[[pl.DataFra
     files the commit added are checked to carry exactly those types.
     """
     lake = Lake.of(where)
-    mode: Mode = "replace_partitions" if partitions else "overwrite"
-    with _locked(lake, table, mode, partitions):
+    owned = [dict(p) for p in partitions]
+    mode: Mode = "replace_partitions" if owned else "overwrite"
+    with _locked(lake, table, mode, owned):
         selected = None
-        for partition in partitions:
+        for partition in owned:
             term = None
             for column, value in partition.items():
                 term = (pc.field(column) == value) if term is None else term & (pc.field(column) == value)
@@ -427,7 +429,7 @@ def republish(where: Lake | Settings, table: Table, change: Callable[[pl.DataFra
                 counts[1] += after.height
                 yield after
 
-        result = publish(lake, table, changed(), partitions=partitions, mode=mode, expectations=False,
+        result = publish(lake, table, changed(), partitions=owned, mode=mode, expectations=False,
                          checked=True)
         lake.check_file_types(table, result.version)
     return counts[0], counts[1]
