@@ -21,6 +21,7 @@ from warehouse.ops.retention import apply_retention
 from warehouse.privacy import pseudonym
 from warehouse.settings import load_settings
 from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import table
 
 DAY = dt.date(2026, 3, 1)
@@ -201,7 +202,7 @@ def test_forget_redacts_the_user_in_audit_messages(tmp_path: Path, strata_env: P
     ingest(settings, [_land(tmp_path, "a.jsonl", [json.dumps(r).encode() for r in _records(victim, 1, DAY, "v")],
                             DAY)])
     now = dt.datetime.now(dt.UTC)
-    audit.record(settings, attempt_id="a1", table_name="dws.user_features", partition=f"event_date={DAY}",
+    audit.record(Lake.of(settings), attempt_id="a1", table_name="dws.user_features", partition=f"event_date={DAY}",
                  delta_version=None, status="failed", rows_in=1, rows_published=0, rows_rejected=1,
                  rules_failed=["user_pseudonym.pattern"], started_at=now, duration_ms=1.0,
                  message=f"user_pseudonym.pattern: 1 row(s) (e.g. {key!r}, {victim!r})")  # as a failed audit says
