@@ -19,9 +19,11 @@ from __future__ import annotations
 import base64
 import json
 
-import msgspec
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -92,7 +94,7 @@ def _from_protobuf(body: bytes) -> dict[str, Any]:
 _HEX_FIELDS = frozenset({"trace_id", "span_id", "parent_span_id"})
 _INT64_TYPES = frozenset({3, 4, 6, 16, 18})  # int64, uint64, fixed64, sfixed64, sint64: decimal strings
 _MESSAGE, _BYTES, _DOUBLE, _FLOAT = 11, 12, 1, 2
-_converters: dict[Any, Any] = {}
+_converters: dict[Any, Callable[[Any], Any]] = {}
 
 
 def _message_json(message: Any) -> dict[str, Any]:
@@ -121,11 +123,13 @@ def _key_value(kv: Any) -> dict[str, Any]:
 KEY_VALUE_FIELDS = frozenset({"key", "value", "key_strindex"})
 
 
-def _converter(field: Any) -> Any:
+def _converter(field: Any) -> Callable[[Any], Any]:
+    """How a field's value is written in OTLP/JSON (a list of them for a repeated field)."""
+    one: Callable[[Any], Any]
     if field.type == _MESSAGE:
         one = _key_value if field.message_type.full_name == "opentelemetry.proto.common.v1.KeyValue" else _message_json
     elif field.type == _BYTES:
-        one = bytes.hex if field.name in _HEX_FIELDS else (lambda v: base64.b64encode(v).decode())
+        one = bytes.hex if field.name in _HEX_FIELDS else _base64
     elif field.type in _INT64_TYPES:
         one = str
     elif field.type in (_DOUBLE, _FLOAT):
@@ -133,6 +137,10 @@ def _converter(field: Any) -> Any:
     else:  # strings, bools, 32-bit integers, enums (as integers)
         return (lambda v: list(v)) if field.is_repeated else (lambda v: v)
     return (lambda v: [one(x) for x in v]) if field.is_repeated else one
+
+
+def _base64(value: bytes) -> str:
+    return base64.b64encode(value).decode()
 
 
 def _finite(value: float) -> float | str:
