@@ -86,3 +86,31 @@ def test_a_closed_segment_counts_against_the_bound_until_its_conversion_lands_it
     finally:
         release.set()
         spool.close()
+
+
+def test_a_group_is_written_while_the_one_before_it_is_still_syncing(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    syncing, most = [0], [0]
+    real = os.fdatasync
+
+    def slow_sync(fd: int) -> None:  # a sync that takes 200 ms: the next group must not wait for it
+        syncing[0] += 1
+        most[0] = max(most[0], syncing[0])
+        time.sleep(0.2)
+        real(fd)
+        syncing[0] -= 1
+
+    monkeypatch.setattr(spool_module.os, "fdatasync", slow_sync)
+    spool = Spool(tmp_path / "spool", tmp_path / "landing", segment_bytes=1 << 20, segment_seconds=3600,
+                  convert=lambda record: record)
+    spool.start()
+    try:
+        first = spool.append(b"first")
+        time.sleep(0.05)
+        second = spool.append(b"second")
+        assert not first.done() and not second.done()  # answered only once synced
+        concurrent.futures.wait([first, second], timeout=10)
+        assert most[0] == 2 and first.exception() is None and second.exception() is None
+    finally:
+        spool.close()
+    assert [p.read_bytes() for p in _landed(tmp_path / "landing")] == [b"first\nsecond\n"]

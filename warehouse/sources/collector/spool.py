@@ -34,7 +34,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,8 @@ _NEW = ".new"
 _BATCH_BYTES = 16 << 20
 #: A record's frame: magic, length, CRC-32 of the record.
 _FRAME = struct.Struct(">4sII")
+#: Threads that may sync groups at once.
+_SYNCERS = 4
 _MAGIC = b"SPR1"
 
 
@@ -53,6 +55,8 @@ class _Segment:
     fd: int
     opened: float
     size: int = 0
+    #: Its syncs in flight.
+    syncs: list[concurrent.futures.Future[None]] = field(default_factory=list)
 
 
 def frame(record: bytes) -> bytes:
@@ -84,6 +88,7 @@ class Spool:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._converter: threading.Thread | None = None
+        self._syncers: concurrent.futures.ThreadPoolExecutor | None = None
         self.landed: list[Path] = []
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -93,6 +98,7 @@ class Spool:
         self.spool_dir.mkdir(parents=True, exist_ok=True)
         self._recover()
         self._stopping = False
+        self._syncers = concurrent.futures.ThreadPoolExecutor(_SYNCERS, thread_name_prefix="strata-collect-sync")
         self._thread = threading.Thread(target=self._run, name="strata-collect-spool", daemon=True)
         self._converter = threading.Thread(target=self._convert_closed, name="strata-collect-convert", daemon=True)
         self._thread.start()
@@ -104,6 +110,8 @@ class Spool:
             self._queue.put(None)
             self._thread.join()
             self._thread = None
+        if self._syncers is not None:
+            self._syncers.shutdown()
         if self._converter is not None:
             with self._closed:
                 self._stopping = True
@@ -169,27 +177,36 @@ class Spool:
         self._roll()
 
     def _commit(self, batch: list[tuple[bytes, concurrent.futures.Future[None]]], size: int) -> None:
-        """Append and sync one group; on failure cut the segment back, and every request of it fails."""
-        error: OSError | None = None
+        """Append one group and have a sync thread sync it; a failed write is cut back and fails the group.
+
+        Groups are written in order by this thread only, but their ``fdatasync``\\s may overlap: an
+        ``fdatasync`` covers everything written to the file before it, and the file system serves
+        concurrent ones in a shared journal commit, at several times the rate of one after another.
+        """
         try:
             segment = self._segment or self._open()
             try:
-                _write_all(segment.fd, b"".join(line for line, _ in batch))
-                os.fdatasync(segment.fd)
+                _write_all(segment.fd, b"".join(framed for framed, _ in batch))
             except OSError:
                 os.ftruncate(segment.fd, segment.size)
                 raise
-            with self._lock:
-                segment.size += size
         except OSError as exc:
-            error = exc
+            with self._lock:
+                self._queued -= size
+            _settle(batch, exc)
+            return
         with self._lock:
             self._queued -= size
-        for _, future in batch:
-            if error is None:
-                future.set_result(None)
-            else:
-                future.set_exception(error)
+            segment.size += size
+        assert self._syncers is not None
+        if len(segment.syncs) > _SYNCERS:
+            segment.syncs = [f for f in segment.syncs if not f.done()]
+        segment.syncs.append(self._syncers.submit(_sync, segment.fd, batch))
+
+    def _syncs_done(self, segment: _Segment) -> None:
+        """Wait for the segment's syncs in flight (before it is closed or handed on)."""
+        concurrent.futures.wait(segment.syncs)
+        segment.syncs.clear()
 
     def _open(self) -> _Segment:
         self._seq += 1
@@ -210,6 +227,7 @@ class Spool:
         """Close the open segment (an empty one is dropped) and hand it to the converter thread."""
         segment = self._segment
         if segment is not None:
+            self._syncs_done(segment)
             with self._closed:
                 self._segment = None
                 if segment.size:
@@ -317,6 +335,25 @@ def _whole_records(path: Path) -> int:
                 break
             end = f.tell()
     return end
+
+
+def _sync(fd: int, batch: list[tuple[bytes, concurrent.futures.Future[None]]]) -> None:
+    """Sync a written group, then answer its requests. A failed sync fails them (the bytes stay in the segment:
+    a sender's retry may then land twice, which DWD counts as a duplicate, but nothing answered 200 is lost)."""
+    try:
+        os.fdatasync(fd)
+    except OSError as exc:
+        _settle(batch, exc)
+    else:
+        _settle(batch, None)
+
+
+def _settle(batch: list[tuple[bytes, concurrent.futures.Future[None]]], error: OSError | None) -> None:
+    for _, future in batch:
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
 
 
 def _write_all(fd: int, data: bytes) -> None:
