@@ -209,11 +209,12 @@ def _conversion_rate() -> float:
     return 4 * len(records) * SPANS / (time.perf_counter() - began)
 
 
-def _ours(home: Path, env: dict[str, str], segment_seconds: str) -> tuple[_Load, int]:
-    """A run of ``strata collect`` closing segments every ``segment_seconds``, and the spans it landed."""
+def _ours(home: Path, env: dict[str, str], segment_seconds: str, segment_bytes: str) -> tuple[_Load, int]:
+    """A run of ``strata collect`` with these segments, and the spans it landed."""
     port = _free_port()
-    load = _load(subprocess.Popen([sys.executable, "-m", "strata", "collect", "--port", str(port)],
-                                  env={**env, "STRATA_HOME": str(home), "STRATA_COLLECT_SEGMENT_SECONDS": segment_seconds},
+    env = {**env, "STRATA_HOME": str(home), "STRATA_COLLECT_SEGMENT_SECONDS": segment_seconds,
+           "STRATA_COLLECT_SEGMENT_BYTES": segment_bytes, "STRATA_COLLECT_SPOOL_MAX_BYTES": str(8 << 30)}
+    load = _load(subprocess.Popen([sys.executable, "-m", "strata", "collect", "--port", str(port)], env=env,
                                   stdout=subprocess.DEVNULL), port, home / "collect" / "spool")
     landed = _landed_spans(home / "landing" / "otlp")
     if landed < load.acked * SPANS:
@@ -229,9 +230,9 @@ def run(workdir: Path) -> list[Measurement]:
     base = _load(subprocess.Popen([sys.executable, "-c", _BASELINE_APP, str(baseline_file), str(port)],
                                   env={**env, "STRATA_HOME": str(workdir / "base")}), port)
     # The request path alone: no segment closes in the window, everything is converted at the stop.
-    deferred, _ = _ours(workdir / "deferred", env, "3600")
+    deferred, _ = _ours(workdir / "deferred", env, "3600", str(8 << 30))
     # Sustained: segments close every second and the converter thread shares the process (and its GIL).
-    ours, landed = _ours(workdir / "sustained", env, "1")
+    ours, landed = _ours(workdir / "sustained", env, "1", str(64 << 20))
     converts = _conversion_rate()
 
     def p99(latencies: list[float]) -> float:
