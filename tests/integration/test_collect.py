@@ -3,6 +3,7 @@ answers follow OTLP/HTTP, and nothing answered 200 is lost when the receiver is 
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import gzip
 import http.client
@@ -22,6 +23,8 @@ from fixtures_otlp import otlp_export_line
 from warehouse.dwd.build import build
 from warehouse.ods.ingest import ingest
 from warehouse.settings import load_settings
+from warehouse.sources.collector.encoding import JSON, PROTOBUF, accept, decode
+from warehouse.sources.collector.spool import frame
 from warehouse.storage import lake
 from warehouse.tables import table
 
@@ -139,19 +142,33 @@ def test_the_answers_follow_otlp_http(strata_env: Path, tmp_path: Path) -> None:
                for line in lines for rs in line["resourceSpans"])
 
 
-def test_a_restarted_receiver_lands_what_a_killed_one_left_cut_to_whole_lines(strata_env: Path) -> None:
+def test_a_restarted_receiver_converts_and_lands_what_a_killed_one_left_cut_to_whole_records(
+        strata_env: Path) -> None:
+    from google.protobuf.json_format import ParseDict
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
     settings = load_settings()
     spool = settings.home / "collect" / "spool" / "date=2026-02-02"
     spool.mkdir(parents=True)
-    (spool / "collect-gone-1-deadbeef-000001.otlp.jsonl").write_bytes(b'{"resourceSpans":[]}\n{"resourceSp')
-    (spool / "collect-gone-1-deadbeef-000002.otlp.jsonl").write_bytes(b'{"resou')  # nothing acknowledged
-    (spool / "collect-gone-1-deadbeef-000003.otlp.jsonl.new").write_bytes(b"")  # created, never named
+    line = otlp_export_line(_records("json", 1))
+    request = json.loads(otlp_export_line([{**r, "tenant_id": None} for r in _records("pb", 1)]))
+    for span in request["resourceSpans"][0]["scopeSpans"][0]["spans"]:  # protobuf's JSON mapping: base64 ids
+        span.update(traceId=base64.b64encode(b"\x01" * 16).decode(), spanId=base64.b64encode(b"\x02" * 8).decode())
+    protobuf = ParseDict(request, ExportTraceServiceRequest()).SerializeToString()
+    records = [accept(line, JSON, None).record, accept(protobuf, PROTOBUF, "acme").record]
+    acknowledged = b"".join(frame(r) for r in records if r)
+    (spool / "collect-gone-1-deadbeef-000001.otlp.spool").write_bytes(acknowledged + frame(b"Lcut off")[:-3])
+    (spool / "collect-gone-1-deadbeef-000002.otlp.spool").write_bytes(frame(b"L{}")[:5])  # nothing acknowledged
+    (spool / "collect-gone-1-deadbeef-000003.otlp.spool.new").write_bytes(b"")  # created, never named
     with receiver_thread():
         pass
     [landed] = _landed(settings)
     assert landed.relative_to(settings.landing_dir).as_posix() == \
         "otlp/date=2026-02-02/collect-gone-1-deadbeef-000001.otlp.jsonl"
-    assert landed.read_bytes() == b'{"resourceSpans":[]}\n' and not list(spool.iterdir())
+    assert landed.read_bytes().splitlines() == [line, decode(protobuf, PROTOBUF, "acme").line]
+    assert b'"strata.converted_from"' in landed.read_bytes() and not list(spool.iterdir())
 
 
 class _Sender(threading.Thread):
@@ -206,7 +223,7 @@ def test_sigkill_loses_no_span_answered_200_and_a_resent_span_is_a_duplicate(str
     stored = [span["attributes"][0]["value"]["stringValue"]
               for path in _landed(settings) for line in path.read_bytes().splitlines()
               for rs in json.loads(line)["resourceSpans"] for scope in rs["scopeSpans"] for span in scope["spans"]]
-    assert len(stored) > 1200 and not list((settings.home / "collect" / "spool").rglob("*.jsonl"))
+    assert len(stored) > 1200 and not list((settings.home / "collect" / "spool").rglob("*.otlp.spool*"))
     ingest(settings, [settings.landing_dir])
     report = build(settings, "requests", DAY)
     ids = pl.from_arrow(lake.read(settings, table("dwd.request"))).get_column("request_id")
@@ -275,7 +292,7 @@ def test_receivers_sharing_a_spool_leave_each_others_open_segments_alone(strata_
         assert _post(first, body)[0] == 200
         with receiver_thread() as second:  # its start-up recovery finds the first one's open segment, locked
             assert _post(second, body)[0] == 200
-        assert len(_landed(settings)) == 1 and len(list((settings.home / "collect" / "spool").rglob("*.jsonl"))) == 1
+        assert len(_landed(settings)) == 1 and len(list((settings.home / "collect" / "spool").rglob("*.otlp.spool"))) == 1
     landed = _landed(settings)
     assert len(landed) == 2 and len({p.name for p in landed}) == 2
     assert [p.read_bytes() for p in landed] == [body + b"\n"] * 2

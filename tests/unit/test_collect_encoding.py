@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from warehouse.settings import ConfigError, load_collect_settings
-from warehouse.sources.collector.encoding import JSON, PROTOBUF, BadData, decode, export_response
+from warehouse.sources.collector.encoding import JSON, PROTOBUF, BadData, accept, decode, export_response, line_of
 from warehouse.sources.collector.tokens import load_tokens
 
 TRACE_ID = bytes.fromhex("5b8efff798038103d269b633813fc60c")
@@ -47,6 +47,22 @@ def test_a_protobuf_body_becomes_the_otlp_json_line_with_hex_ids_and_a_conversio
     assert span["links"] == [{"traceId": TRACE_ID.hex(), "spanId": SPAN_ID.hex()}]
     assert span["kind"] == 3 and span["startTimeUnixNano"] == "1770000000000000000"  # enum int, int64 string
     assert b"\n" not in decoded.line and decoded.spans == 2 and decoded.rejected == 0
+
+
+def test_the_request_path_spools_a_protobuf_body_as_sent_and_its_line_is_made_when_it_lands() -> None:
+    body = _protobuf_request(tenant_of_span="other")
+    for tenant, counts in ((None, (2, 0)), ("acme", (2, 1)), ("other", (2, 0))):
+        accepted = accept(body, PROTOBUF, tenant)
+        assert accepted.record is not None and accepted.record.endswith(body)  # parsed, checked, not converted
+        decoded = decode(body, PROTOBUF, tenant)
+        assert (accepted.spans, accepted.rejected, accepted.message) == (decoded.spans, decoded.rejected,
+                                                                         decoded.message)
+        assert (accepted.spans, accepted.rejected) == counts and line_of(accepted.record) == decoded.line
+    assert accept(body, PROTOBUF, "nobody").record is not None
+    json_body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "a"}]}]}]}).encode()
+    assert line_of(accept(json_body, JSON, None).record or b"") == json_body
+    with pytest.raises(BadData):
+        accept(b"\x0a\xff", PROTOBUF, None)
 
 
 def test_a_json_body_is_kept_as_sent_on_one_line() -> None:

@@ -1,4 +1,9 @@
-"""OTLP/HTTP trace bodies → the OTLP/JSON line a spool segment holds, and the answers the spec defines.
+"""OTLP/HTTP trace bodies → spool records on the request path, OTLP/JSON lines when a segment lands.
+
+The request path (:func:`accept`) does only what a durable, correct answer needs: a protobuf
+body is parsed (a validity check, and the tenant check a partial success needs) and spooled
+as sent; a JSON body is decoded and spooled as the line it becomes. :func:`line_of` turns a
+record into its line when its segment is handed to the landing zone, off the request path.
 
 A JSON body is kept as sent (its line breaks, which JSON allows only as whitespace, become
 spaces) unless the receiver has to change it. A protobuf body becomes the OTLP/JSON encoding
@@ -19,9 +24,11 @@ from __future__ import annotations
 import base64
 import json
 
-import msgspec
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -49,11 +56,50 @@ class Decoded:
     message: str = ""
 
 
-def decode(body: bytes, content_type: str, tenant: str | None) -> Decoded:
-    """The spool line for a trace export body; raises :class:`BadData` for anything else."""
+@dataclass(frozen=True)
+class Accepted:
+    """What the request path makes of a body: the spool record (``None`` when no span is left), and the counts."""
+
+    record: bytes | None
+    spans: int
+    rejected: int = 0
+    message: str = ""
+
+
+#: A record's first byte: the line itself follows, or a protobuf body as sent (after its tenant).
+_LINE, _PROTOBUF_BODY = b"L", b"P"
+
+
+def accept(body: bytes, content_type: str, tenant: str | None) -> Accepted:
+    """The spool record of a trace export body, without converting it; raises :class:`BadData` as :func:`decode`."""
     if content_type == PROTOBUF:
-        request = _from_protobuf(body)
-        return _restamp(request, tenant, converted=True)
+        spans, rejected = _drop_other_tenants(_parse(body), tenant)
+        claim = (tenant or "").encode()
+        record = _PROTOBUF_BODY + len(claim).to_bytes(2, "big") + claim + body if spans > rejected else None
+        return Accepted(record, spans, rejected, _rejected_message(rejected))
+    decoded = decode(body, content_type, tenant)
+    return Accepted(None if decoded.line is None else _LINE + decoded.line, decoded.spans, decoded.rejected,
+                    decoded.message)
+
+
+def line_of(record: bytes) -> bytes | None:
+    """The OTLP/JSON line of a record :func:`accept` made (a protobuf body is converted here)."""
+    kind = record[:1]
+    if kind == _LINE:
+        return record[1:]
+    if kind != _PROTOBUF_BODY or len(record) < 3:
+        raise BadData(f"not a spool record (kind {kind!r})")
+    size = int.from_bytes(record[1:3], "big")
+    return decode(record[3 + size:], PROTOBUF, record[3:3 + size].decode() or None).line
+
+
+def decode(body: bytes, content_type: str, tenant: str | None) -> Decoded:
+    """The OTLP/JSON line for a trace export body; raises :class:`BadData` for anything else."""
+    if content_type == PROTOBUF:
+        message = _parse(body)
+        spans, rejected = _drop_other_tenants(message, tenant)
+        line = _restamp(_message_json(message), tenant, converted=True).line
+        return Decoded(line, spans, rejected, _rejected_message(rejected))
     try:
         request = msgspec.json.decode(body)
     except msgspec.DecodeError as exc:
@@ -76,7 +122,7 @@ def _claims_ours(request: dict[str, Any]) -> bool:
         raise BadData("the body is not an OTLP/JSON ExportTraceServiceRequest (broken resourceSpans)") from None
 
 
-def _from_protobuf(body: bytes) -> dict[str, Any]:
+def _parse(body: bytes) -> Any:
     from google.protobuf.message import DecodeError
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -85,14 +131,47 @@ def _from_protobuf(body: bytes) -> dict[str, Any]:
         message.ParseFromString(body)
     except DecodeError as exc:
         raise BadData(f"the body is not a protobuf ExportTraceServiceRequest: {exc}") from None
-    return _message_json(message)
+    return message
+
+
+def _drop_other_tenants(message: Any, tenant: str | None) -> tuple[int, int]:
+    """(spans, rejected) of a parsed request, the rejected spans deleted: those claiming a tenant not the token's."""
+    spans = rejected = 0
+    for resource_spans in message.resource_spans:
+        claimed = _claimed_tenant(resource_spans.resource.attributes)
+        for scope_spans in resource_spans.scope_spans:
+            spans += len(scope_spans.spans)
+            if tenant is None:
+                continue
+            if claimed is not None and claimed != tenant:
+                rejected += len(scope_spans.spans)
+                del scope_spans.spans[:]
+                continue
+            for i in reversed(range(len(scope_spans.spans))):
+                if _claimed_tenant(scope_spans.spans[i].attributes) not in (None, tenant):
+                    del scope_spans.spans[i]
+                    rejected += 1
+    return spans, rejected
+
+
+def _claimed_tenant(attributes: Any) -> str | None:
+    """:func:`_string_attr` of ``tenant.id`` on protobuf ``KeyValue``\\s: what the OTLP/JSON line would say."""
+    for kv in attributes:
+        if kv.key == _CLAIMED_TENANT and kv.HasField("value"):
+            kind = kv.value.WhichOneof("value")
+            if kind == "string_value":
+                return str(kv.value.string_value)
+            if kind == "int_value":
+                return str(kv.value.int_value)
+            return json.dumps(_message_json(kv.value), sort_keys=True)
+    return None
 
 
 #: Bytes fields OTLP/JSON writes as hex (every other bytes field is base64, as in protobuf's JSON).
 _HEX_FIELDS = frozenset({"trace_id", "span_id", "parent_span_id"})
 _INT64_TYPES = frozenset({3, 4, 6, 16, 18})  # int64, uint64, fixed64, sfixed64, sint64: decimal strings
 _MESSAGE, _BYTES, _DOUBLE, _FLOAT = 11, 12, 1, 2
-_converters: dict[Any, Any] = {}
+_converters: dict[Any, Callable[[Any], Any]] = {}
 
 
 def _message_json(message: Any) -> dict[str, Any]:
@@ -121,11 +200,13 @@ def _key_value(kv: Any) -> dict[str, Any]:
 KEY_VALUE_FIELDS = frozenset({"key", "value", "key_strindex"})
 
 
-def _converter(field: Any) -> Any:
+def _converter(field: Any) -> Callable[[Any], Any]:
+    """How a field's value is written in OTLP/JSON (a list of them for a repeated field)."""
+    one: Callable[[Any], Any]
     if field.type == _MESSAGE:
         one = _key_value if field.message_type.full_name == "opentelemetry.proto.common.v1.KeyValue" else _message_json
     elif field.type == _BYTES:
-        one = bytes.hex if field.name in _HEX_FIELDS else (lambda v: base64.b64encode(v).decode())
+        one = bytes.hex if field.name in _HEX_FIELDS else _base64
     elif field.type in _INT64_TYPES:
         one = str
     elif field.type in (_DOUBLE, _FLOAT):
@@ -133,6 +214,10 @@ def _converter(field: Any) -> Any:
     else:  # strings, bools, 32-bit integers, enums (as integers)
         return (lambda v: list(v)) if field.is_repeated else (lambda v: v)
     return (lambda v: [one(x) for x in v]) if field.is_repeated else one
+
+
+def _base64(value: bytes) -> str:
+    return base64.b64encode(value).decode()
 
 
 def _finite(value: float) -> float | str:
@@ -161,7 +246,8 @@ def _string_attr(attributes: list[Any], key: str) -> str | None:
 
 
 def _restamp(request: dict[str, Any], tenant: str | None, *, converted: bool) -> Decoded:
-    """Mark every resource (tenant, conversion) and drop the spans that claim another tenant."""
+    """Mark every resource (tenant, conversion) and drop the spans that claim another tenant (a converted
+    request's were dropped from the message already)."""
     spans = rejected = 0
     kept = []
     try:
@@ -172,7 +258,7 @@ def _restamp(request: dict[str, Any], tenant: str | None, *, converted: bool) ->
             for scope_spans in resource_spans.get("scopeSpans", ()):
                 all_spans = scope_spans.get("spans", [])
                 spans += len(all_spans)
-                if tenant is None:
+                if tenant is None or converted:
                     continue
                 if claimed is not None and claimed != tenant:
                     scope_spans["spans"] = []
@@ -191,9 +277,12 @@ def _restamp(request: dict[str, Any], tenant: str | None, *, converted: bool) ->
     except (AttributeError, TypeError):
         raise BadData("the body is not an OTLP/JSON ExportTraceServiceRequest (broken resourceSpans)") from None
     request["resourceSpans"] = kept
-    message = f"{rejected} span(s) name a tenant.id other than the token's tenant" if rejected else ""
     line = msgspec.json.encode(request) if kept else None
-    return Decoded(line, spans, rejected, message)
+    return Decoded(line, spans, rejected, _rejected_message(rejected))
+
+
+def _rejected_message(rejected: int) -> str:
+    return f"{rejected} span(s) name a tenant.id other than the token's tenant" if rejected else ""
 
 
 def export_response(content_type: str, rejected: int = 0, message: str = "") -> bytes:

@@ -2,8 +2,9 @@
 
 ``POST /v1/traces`` takes ``application/x-protobuf`` and ``application/json`` bodies, plain or
 gzip, and answers as OTLP/HTTP says: 200 with an ``ExportTraceServiceResponse`` (a partial
-success when spans were rejected) once the line is on disk; 400 for a body that is not a
-trace export; 401 without an accepted token (when tokens are configured); 404 for
+success when spans were rejected) once its spool record is on disk; 400 for a body that is not a
+trace export (a protobuf body is parsed on the request path and converted to OTLP/JSON only when
+its segment lands); 401 without an accepted token (when tokens are configured); 404 for
 ``/v1/logs`` and ``/v1/metrics``, which Strata does not take yet, and any other path; 405 for
 another method; 413 for a body over the limit (decompressed); 415 for another Content-Type or
 Content-Encoding; 503 with ``Retry-After`` while the spool holds more than its bound or the
@@ -20,7 +21,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from warehouse.settings import CollectSettings, ConfigError, Settings
-from warehouse.sources.collector.encoding import JSON, PROTOBUF, BadData, decode, export_response, status_body
+from warehouse.sources.collector.encoding import (
+    JSON,
+    PROTOBUF,
+    BadData,
+    accept,
+    decode,
+    export_response,
+    line_of,
+    status_body,
+)
 from warehouse.sources.collector.spool import Spool
 from warehouse.sources.collector.tokens import Tokens, load_tokens
 
@@ -127,9 +137,9 @@ class Receiver:
                 body = self._gunzip(body)
                 self._held += len(body)
                 held += len(body)
-            decoded = decode(body, content_type, tenant)
-            if decoded.line is not None:
-                await self.spool.write(decoded.line)
+            checked = accept(body, content_type, tenant)
+            if checked.record is not None:
+                await self.spool.write(checked.record)
         except BadData as exc:
             raise _Refused(400, str(exc)) from None
         except OSError as exc:
@@ -137,7 +147,7 @@ class Receiver:
             raise _Refused(503, "the receiver could not write its spool", RETRY_AFTER_S) from None
         finally:
             self._held -= held
-        return 200, export_response(content_type, decoded.rejected, decoded.message)
+        return 200, export_response(content_type, checked.rejected, checked.message)
 
     async def _read(self, receive: Receive) -> bytes:
         """The body as sent, counted against the body limit and the memory bound while it arrives."""
@@ -196,7 +206,7 @@ def build_receiver(settings: Settings, collect: CollectSettings) -> Receiver:
         if path is not None and not path.is_file():
             raise ConfigError(f"{name} names {path}, which is not a file")
     spool = Spool(settings.home / "collect" / "spool", settings.landing_dir,
-                  segment_bytes=collect.segment_bytes, segment_seconds=collect.segment_seconds)
+                  segment_bytes=collect.segment_bytes, segment_seconds=collect.segment_seconds, convert=line_of)
     tokens = load_tokens(collect.tokens_file) if collect.tokens_file is not None else None
     return Receiver(spool, collect.max_body_bytes, collect.spool_max_bytes, tokens)
 

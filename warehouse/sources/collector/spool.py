@@ -1,18 +1,20 @@
-"""The receiver's spool: accepted lines made durable (group commit) and handed to the landing zone.
+"""The receiver's spool: accepted records made durable (group commit), converted and handed to the landing zone.
 
-Lines go to an open segment under ``$STRATA_HOME/collect/spool/date=<day>/``; one writer thread
-appends every line that queued up meanwhile, ``fdatasync``\\s once and then wakes the requests
-that wait for it, so a request is answered only once its line is on disk and many concurrent
-requests share one sync. A segment is closed when it reaches a size or an age and only then
-moved to ``<landing>/otlp/date=<day>/`` (a rename, or a copy under a dot-name then a rename
-when the landing zone is another file system; the folder is synced after), so ingest never
-sees half a segment. Segment names carry the host, the process id, a random id and a sequence
-number: receivers sharing a landing zone never collide. They end in ``.otlp.jsonl``, which a
-folder ingest reads as OTLP/JSON.
+Records go to an open segment under ``$STRATA_HOME/collect/spool/date=<day>/``, each framed by
+its length and CRC-32; one writer thread appends every record that queued up meanwhile,
+``fdatasync``\\s once and then wakes the requests that wait for it, so a request is answered
+only once its record is on disk and many concurrent requests share one sync. A segment is
+closed when it reaches a size or an age; then a converter thread, off the request path, writes
+the OTLP/JSON line of each of its records (``convert``) to ``<landing>/otlp/date=<day>/`` under a
+dot-name, fsyncs it, renames it and syncs the folder, so ingest never sees half a file, and only
+then deletes the segment. Until then its bytes count in :meth:`Spool.pending_bytes`, the bound
+behind the receiver's backpressure. Names carry the host, the process id, a random id and a
+sequence number: receivers sharing a landing zone never collide. Landed files end in
+``.otlp.jsonl``, which a folder ingest reads as OTLP/JSON.
 
-Each open segment is locked (``flock``) by its receiver. At start a receiver lands the
-segments a killed predecessor left (unlocked ones), cut back to their last whole line: what
-follows it was never acknowledged.
+Each segment is locked (``flock``) by its receiver until it is landed. At start a receiver
+converts and lands the segments a killed predecessor left (unlocked ones), cut back to their
+last whole record: what follows it was never acknowledged.
 """
 
 from __future__ import annotations
@@ -22,19 +24,29 @@ import concurrent.futures
 import contextlib
 import datetime as dt
 import fcntl
+import logging
 import os
 import queue
-import shutil
 import socket
+import struct
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
-SUFFIX = ".otlp.jsonl"
+log = logging.getLogger(__name__)
+#: A spool segment's name ends so; a landed file's so.
+SUFFIX, LANDED_SUFFIX = ".otlp.spool", ".otlp.jsonl"
 _NEW = ".new"
 _BATCH_BYTES = 16 << 20
+#: A record's frame: magic, length, CRC-32 of the record.
+_FRAME = struct.Struct(">4sII")
+#: Threads that may sync groups at once.
+_SYNCERS = 4
+_MAGIC = b"SPR1"
 
 
 @dataclass
@@ -43,16 +55,28 @@ class _Segment:
     fd: int
     opened: float
     size: int = 0
+    #: Its syncs in flight.
+    syncs: list[concurrent.futures.Future[None]] = field(default_factory=list)
+
+
+def frame(record: bytes) -> bytes:
+    """A record as a segment holds it."""
+    return _FRAME.pack(_MAGIC, len(record), zlib.crc32(record)) + record
 
 
 class Spool:
-    """Durable appends of whole lines; :meth:`pending_bytes` is what is not yet in the landing zone."""
+    """Durable appends of whole records; :meth:`pending_bytes` is what is not yet in the landing zone.
 
-    def __init__(self, spool_dir: Path, landing_dir: Path, *, segment_bytes: int, segment_seconds: float) -> None:
+    ``convert`` makes a record the line its landed file holds (``None``: none), on the converter thread.
+    """
+
+    def __init__(self, spool_dir: Path, landing_dir: Path, *, segment_bytes: int, segment_seconds: float,
+                 convert: Callable[[bytes], bytes | None]) -> None:
         self.spool_dir = spool_dir
         self.landing_dir = landing_dir / "otlp"
         self.segment_bytes = segment_bytes
         self.segment_seconds = segment_seconds
+        self.convert = convert
         self._prefix = f"collect-{_host()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._seq = 0
         self._queue: queue.SimpleQueue[tuple[bytes, concurrent.futures.Future[None]] | None] = queue.SimpleQueue()
@@ -60,24 +84,40 @@ class Spool:
         self._segment: _Segment | None = None
         self._unlanded: list[_Segment] = []
         self._lock = threading.Lock()
+        self._closed = threading.Condition(self._lock)  # a segment was closed, or the spool stops
+        self._stopping = False
         self._thread: threading.Thread | None = None
+        self._converter: threading.Thread | None = None
+        self._syncers: concurrent.futures.ThreadPoolExecutor | None = None
         self.landed: list[Path] = []
 
     # -- life cycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Land what a killed predecessor left, then start the writer thread."""
+        """Take over what a killed predecessor left, then start the writer and the converter thread."""
         self.spool_dir.mkdir(parents=True, exist_ok=True)
         self._recover()
+        self._stopping = False
+        self._syncers = concurrent.futures.ThreadPoolExecutor(_SYNCERS, thread_name_prefix="strata-collect-sync")
         self._thread = threading.Thread(target=self._run, name="strata-collect-spool", daemon=True)
+        self._converter = threading.Thread(target=self._convert_closed, name="strata-collect-convert", daemon=True)
         self._thread.start()
+        self._converter.start()
 
     def close(self) -> None:
-        """Write what is queued, close the open segment and land it."""
+        """Write what is queued, close the open segment, and land every closed one."""
         if self._thread is not None:
             self._queue.put(None)
             self._thread.join()
             self._thread = None
+        if self._syncers is not None:
+            self._syncers.shutdown()
+        if self._converter is not None:
+            with self._closed:
+                self._stopping = True
+                self._closed.notify()
+            self._converter.join()
+            self._converter = None
 
     # -- the request side ---------------------------------------------------------------------
 
@@ -87,31 +127,30 @@ class Spool:
             open_size = self._segment.size if self._segment else 0
             return self._queued + open_size + sum(s.size for s in self._unlanded)
 
-    def append(self, line: bytes) -> concurrent.futures.Future[None]:
-        """Queue one line (no newline); the future is done once it is on disk."""
+    def append(self, record: bytes) -> concurrent.futures.Future[None]:
+        """Queue one record; the future is done once it is on disk."""
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
         if self._thread is None:
             future.set_exception(OSError("the spool is closed"))
             return future
+        framed = frame(record)
         with self._lock:
-            self._queued += len(line) + 1
-        self._queue.put((line + b"\n", future))
+            self._queued += len(framed)
+        self._queue.put((framed, future))
         return future
 
-    async def write(self, line: bytes) -> None:
+    async def write(self, record: bytes) -> None:
         """:meth:`append`, awaited."""
-        await asyncio.wrap_future(self.append(line))
+        await asyncio.wrap_future(self.append(record))
 
     # -- the writer thread --------------------------------------------------------------------
 
     def _run(self) -> None:
         stopping = False
         while not stopping:
-            timeout = None  # wake for the open segment's age, or to retry landing the closed ones
+            timeout = None  # wake for the open segment's age
             if self._segment is not None:
                 timeout = max(0.0, self._segment.opened + self.segment_seconds - time.monotonic())
-            elif self._unlanded:
-                timeout = 1.0
             try:
                 item = self._queue.get(timeout=timeout)
             except queue.Empty:
@@ -135,32 +174,39 @@ class Spool:
             if segment is not None and (segment.size >= self.segment_bytes
                                         or time.monotonic() - segment.opened >= self.segment_seconds):
                 self._roll()
-            elif self._unlanded:
-                self._land_closed()
         self._roll()
 
     def _commit(self, batch: list[tuple[bytes, concurrent.futures.Future[None]]], size: int) -> None:
-        """Append and sync one group; on failure cut the segment back, and every request of it fails."""
-        error: OSError | None = None
+        """Append one group and have a sync thread sync it; a failed write is cut back and fails the group.
+
+        Groups are written in order by this thread only, but their ``fdatasync``\\s may overlap: an
+        ``fdatasync`` covers everything written to the file before it, and the file system serves
+        concurrent ones in a shared journal commit, at several times the rate of one after another.
+        """
         try:
             segment = self._segment or self._open()
             try:
-                _write_all(segment.fd, b"".join(line for line, _ in batch))
-                os.fdatasync(segment.fd)
+                _write_all(segment.fd, b"".join(framed for framed, _ in batch))
             except OSError:
                 os.ftruncate(segment.fd, segment.size)
                 raise
-            with self._lock:
-                segment.size += size
         except OSError as exc:
-            error = exc
+            with self._lock:
+                self._queued -= size
+            _settle(batch, exc)
+            return
         with self._lock:
             self._queued -= size
-        for _, future in batch:
-            if error is None:
-                future.set_result(None)
-            else:
-                future.set_exception(error)
+            segment.size += size
+        assert self._syncers is not None
+        if len(segment.syncs) > _SYNCERS:
+            segment.syncs = [f for f in segment.syncs if not f.done()]
+        segment.syncs.append(self._syncers.submit(_sync, segment.fd, batch))
+
+    def _syncs_done(self, segment: _Segment) -> None:
+        """Wait for the segment's syncs in flight (before it is closed or handed on)."""
+        concurrent.futures.wait(segment.syncs)
+        segment.syncs.clear()
 
     def _open(self) -> _Segment:
         self._seq += 1
@@ -178,50 +224,77 @@ class Spool:
         return self._segment
 
     def _roll(self) -> None:
-        """Close the open segment (an empty one is dropped) and land every closed one."""
+        """Close the open segment (an empty one is dropped) and hand it to the converter thread."""
         segment = self._segment
         if segment is not None:
-            with self._lock:
+            self._syncs_done(segment)
+            with self._closed:
                 self._segment = None
                 if segment.size:
                     self._unlanded.append(segment)
+                    self._closed.notify()
             if not segment.size:
                 segment.path.unlink()
                 os.close(segment.fd)
-        self._land_closed()
 
-    def _land_closed(self) -> None:
-        while self._unlanded:
-            segment = self._unlanded[0]
+    # -- the converter thread -----------------------------------------------------------------
+
+    def _convert_closed(self) -> None:
+        """Land closed segments in order until the spool stops with none left (or the landing zone refuses)."""
+        while True:
+            with self._closed:
+                while not self._unlanded and not self._stopping:
+                    self._closed.wait()
+                if not self._unlanded:
+                    return
+                segment = self._unlanded[0]
             try:
-                self.landed.append(self._land(segment.path))
-            except OSError:
-                return  # the landing zone is unreachable: keep it, retry later, let backpressure build
+                landed = self._land(segment)
+            except OSError as exc:
+                log.warning("strata collect: cannot land %s yet: %s", segment.path.name, exc)
+                with self._closed:  # keep it, retry later, let backpressure build; a restart takes it over
+                    if self._stopping or self._closed.wait(1.0) and self._stopping:
+                        return
+                continue
+            if landed is not None:
+                self.landed.append(landed)
             os.close(segment.fd)  # releases the lock once the segment is gone from the spool
             with self._lock:
                 self._unlanded.pop(0)
 
-    def _land(self, path: Path) -> Path:
-        target = self.landing_dir / path.relative_to(self.spool_dir)
+    def _land(self, segment: _Segment) -> Path | None:
+        """Write the lines of a segment's records into the landing zone, then delete it (``None``: kept aside)."""
+        path = segment.path
+        name = path.name.removesuffix(SUFFIX) + LANDED_SUFFIX
+        target = self.landing_dir / path.parent.relative_to(self.spool_dir) / name
         target.parent.mkdir(parents=True, exist_ok=True)
+        part = target.with_name(f".{name}.{uuid.uuid4().hex[:8]}.part")
         try:
-            os.rename(path, target)
-        except OSError as exc:
-            if exc.errno != 18:  # EXDEV: another file system
-                raise
-            part = target.with_name(f".{target.name}.part")
-            shutil.copyfile(path, part)
-            with open(part, "rb") as copy:
-                os.fsync(copy.fileno())
-            os.rename(part, target)
-            _sync_dir(target.parent)
-            path.unlink()
+            with open(part, "wb") as out:
+                for record in _records(path, segment.size):
+                    line = self.convert(record)
+                    if line is not None:
+                        out.write(line + b"\n")
+                out.flush()
+                os.fsync(out.fileno())
+        except ValueError as exc:  # acknowledged, yet not convertible: keep it for a person, say so
+            part.unlink()
+            aside = path.with_name(path.name + ".failed")
+            os.rename(path, aside)
+            log.error("strata collect: %s holds a record that cannot be converted (%s); kept as %s", path.name, exc,
+                      aside)
+            return None
+        except BaseException:
+            part.unlink(missing_ok=True)
+            raise
+        os.rename(part, target)
         _sync_dir(target.parent)
+        path.unlink()
         _sync_dir(path.parent)
         return target
 
     def _recover(self) -> None:
-        """Land the segments nobody holds (a killed receiver's), cut back to their last whole line."""
+        """Take over the segments nobody holds (a killed receiver's), cut back to their last whole record."""
         for path in self.spool_dir.rglob(f"*{SUFFIX}{_NEW}"):
             with contextlib.suppress(BlockingIOError), open(path, "rb") as f:
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -233,7 +306,7 @@ class Spool:
             except BlockingIOError:
                 os.close(fd)  # a live receiver's open segment
                 continue
-            size = _whole_lines(path)
+            size = _whole_records(path)
             os.ftruncate(fd, size)
             os.fsync(fd)
             if size:
@@ -241,21 +314,46 @@ class Spool:
             else:
                 path.unlink()
                 os.close(fd)
-        self._land_closed()
 
 
-def _whole_lines(path: Path) -> int:
-    """Bytes up to and including the last ``\\n`` of a file."""
+def _records(path: Path, size: int) -> Iterator[bytes]:
+    """The records of a segment's first ``size`` bytes (whole records, as written and synced)."""
     with open(path, "rb") as f:
-        end = f.seek(0, os.SEEK_END)
-        while end > 0:
-            start = max(0, end - (1 << 16))
-            f.seek(start)
-            cut = f.read(end - start).rfind(b"\n")
-            if cut >= 0:
-                return start + cut + 1
-            end = start
-    return 0
+        while f.tell() < size:
+            _, length, _ = _FRAME.unpack(f.read(_FRAME.size))
+            yield f.read(length)
+
+
+def _whole_records(path: Path) -> int:
+    """Bytes up to the end of a file's last whole, intact record: where a write cut off by a kill is cut."""
+    end = 0
+    with open(path, "rb") as f:
+        while len(header := f.read(_FRAME.size)) == _FRAME.size:
+            magic, length, crc = _FRAME.unpack(header)
+            record = f.read(length)
+            if magic != _MAGIC or len(record) != length or zlib.crc32(record) != crc:
+                break
+            end = f.tell()
+    return end
+
+
+def _sync(fd: int, batch: list[tuple[bytes, concurrent.futures.Future[None]]]) -> None:
+    """Sync a written group, then answer its requests. A failed sync fails them (the bytes stay in the segment:
+    a sender's retry may then land twice, which DWD counts as a duplicate, but nothing answered 200 is lost)."""
+    try:
+        os.fdatasync(fd)
+    except OSError as exc:
+        _settle(batch, exc)
+    else:
+        _settle(batch, None)
+
+
+def _settle(batch: list[tuple[bytes, concurrent.futures.Future[None]]], error: OSError | None) -> None:
+    for _, future in batch:
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
 
 
 def _write_all(fd: int, data: bytes) -> None:
