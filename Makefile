@@ -2,7 +2,8 @@
 #   make demo   set up, then run the whole pipeline on a small generated dataset
 #   make test   set up, then lint and run the test suite (not the slow tests)
 #   make test-all   the same with the slow tests
-#   make lint   the import layers and the type checker (mypy; its cache lives under the user's cache folder)
+#   make lint   ruff (lint and format), the import layers and the type checker (mypy; its cache lives under
+#               the user's cache folder)
 # Setup happens once; a second run skips it unless pyproject.toml or uv.lock changed.
 
 PYTHON ?= python3
@@ -34,6 +35,8 @@ demo: setup
 	$(BIN)/strata demo
 
 lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy --cache-dir "$(CACHE)/mypy"
 

@@ -17,8 +17,11 @@ def to_onnx(pipeline: Any, n_features: int) -> bytes:
     from skl2onnx.common.data_types import FloatTensorType
 
     classifier = pipeline.steps[-1][1]
-    model = convert_sklearn(pipeline, initial_types=[("features", FloatTensorType([None, n_features]))],
-                            options={id(classifier): {"zipmap": False}})
+    model = convert_sklearn(
+        pipeline,
+        initial_types=[("features", FloatTensorType([None, n_features]))],
+        options={id(classifier): {"zipmap": False}},
+    )
     return model.SerializeToString()
 
 

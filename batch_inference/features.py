@@ -43,16 +43,27 @@ def active_entities(settings: Settings, day: dt.date, entity: str, buckets: rang
     if lake.open_table(settings, DWD_REQUEST) is None:
         raise LookupError("dwd.request does not exist: build DWD first (strata build dwd --date …)")
     con = lake_reader(settings)
-    rows = con.execute(f"""
+    rows = con.execute(
+        f"""
         SELECT DISTINCT {entity} AS entity FROM delta_scan('{DWD_REQUEST.uri(settings)}')
         WHERE event_date = ? AND {entity} IS NOT NULL
           AND {bucket_sql(entity)} BETWEEN ? AND ?
-        ORDER BY entity""", [day, buckets.start, buckets.stop - 1]).to_arrow_table()
+        ORDER BY entity""",
+        [day, buckets.start, buckets.stop - 1],
+    ).to_arrow_table()
     return rows.column("entity").combine_chunks() if rows.num_rows else pa.array([], pa.string())
 
 
-def read_as_of(settings: Settings, source: Table, entity: str, columns: list[str], entities: pa.Array,
-               at: dt.datetime, ttl: dt.timedelta, batch_rows: int) -> pa.RecordBatchReader:
+def read_as_of(
+    settings: Settings,
+    source: Table,
+    entity: str,
+    columns: list[str],
+    entities: pa.Array,
+    at: dt.datetime,
+    ttl: dt.timedelta,
+    batch_rows: int,
+) -> pa.RecordBatchReader:
     """``entity`` and ``columns`` for every entity (in the order given), as of ``at``."""
     if lake.open_table(settings, source) is None:
         raise LookupError(f"{source} does not exist: build it first")

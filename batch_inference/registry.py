@@ -108,9 +108,11 @@ class ModelVersion:
         data = self.onnx_path.read_bytes()
         digest = hashlib.sha256(data).hexdigest()
         if digest != self.card.sha256:
-            raise ModelError(f"{self.onnx_path}: sha256 {digest[:12]}… does not match the registered "
-                             f"{self.card.sha256[:12]}… of {self.card.ref}: the file changed after registration; "
-                             "re-train to make a new version")
+            raise ModelError(
+                f"{self.onnx_path}: sha256 {digest[:12]}… does not match the registered "
+                f"{self.card.sha256[:12]}… of {self.card.ref}: the file changed after registration; "
+                "re-train to make a new version"
+            )
         return data
 
 
@@ -133,8 +135,16 @@ def register(settings: Settings, card: ModelCard, onnx: bytes) -> ModelVersion:
     try:
         for _ in range(100):  # another training may take a number first: take the next one
             version = f"v{(_versions(folder) or [0])[-1] + 1}"
-            unsealed = ModelCard(**{**asdict(card), "version": version, "sha256": digest, "card_sha256": "",
-                                    "features": card.features, "training_window": card.training_window})
+            unsealed = ModelCard(
+                **{
+                    **asdict(card),
+                    "version": version,
+                    "sha256": digest,
+                    "card_sha256": "",
+                    "features": card.features,
+                    "training_window": card.training_window,
+                }
+            )
             final = replace(unsealed, card_sha256=unsealed.digest())
             (staging / "model.onnx").write_bytes(onnx)
             (staging / "model.json").write_text(final.to_json())
@@ -171,11 +181,15 @@ def _verified_card(path: Path, ref: str) -> ModelCard:
     except (ValueError, TypeError, KeyError, AttributeError) as exc:  # bad JSON, or not a card's fields
         raise BadCard(f"{ref}: its model.json is not a model card ({type(exc).__name__}: {exc}); {again}") from None
     if not card.card_sha256:
-        raise BadCard(f"{ref}: its model.json has no card_sha256 (registered before cards were hashed), so an edit "
-                      f"to its features or threshold could not be told; {again}")
+        raise BadCard(
+            f"{ref}: its model.json has no card_sha256 (registered before cards were hashed), so an edit "
+            f"to its features or threshold could not be told; {again}"
+        )
     if card.digest() != card.card_sha256 or card.ref != ref:
-        raise BadCard(f"{ref}: its model.json changed after registration (it no longer matches its card_sha256 "
-                      f"{card.card_sha256[:12]}…); {again}")
+        raise BadCard(
+            f"{ref}: its model.json changed after registration (it no longer matches its card_sha256 "
+            f"{card.card_sha256[:12]}…); {again}"
+        )
     return card
 
 
@@ -205,8 +219,17 @@ def list_models(settings: Settings) -> list[Listed]:
     return out
 
 
-def new_card(name: str, features: list[Feature], *, feature_service: str, entity: str, window: tuple[dt.date, dt.date],
-             metrics: dict[str, float], threshold: float, source_table: str) -> ModelCard:
+def new_card(
+    name: str,
+    features: list[Feature],
+    *,
+    feature_service: str,
+    entity: str,
+    window: tuple[dt.date, dt.date],
+    metrics: dict[str, float],
+    threshold: float,
+    source_table: str,
+) -> ModelCard:
     """A card for a model about to be registered (version and sha256 are set by :func:`register`)."""
     import onnx
     import onnxruntime
@@ -214,9 +237,21 @@ def new_card(name: str, features: list[Feature], *, feature_service: str, entity
     import sklearn
 
     return ModelCard(
-        name=name, version="", features=tuple(features), feature_service=feature_service, entity=entity,
-        training_window=(window[0].isoformat(), window[1].isoformat()), metrics=metrics, sha256="",
-        libraries={"scikit-learn": sklearn.__version__, "skl2onnx": skl2onnx.__version__, "onnx": onnx.__version__,
-                   "onnxruntime": onnxruntime.__version__},
-        threshold=threshold, created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        source_table=source_table)
+        name=name,
+        version="",
+        features=tuple(features),
+        feature_service=feature_service,
+        entity=entity,
+        training_window=(window[0].isoformat(), window[1].isoformat()),
+        metrics=metrics,
+        sha256="",
+        libraries={
+            "scikit-learn": sklearn.__version__,
+            "skl2onnx": skl2onnx.__version__,
+            "onnx": onnx.__version__,
+            "onnxruntime": onnxruntime.__version__,
+        },
+        threshold=threshold,
+        created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        source_table=source_table,
+    )

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 import polars as pl
@@ -56,31 +56,46 @@ def _check_inputs(card: ModelCard) -> None:
     source = table(card.source_table)
     missing = [f.name for f in card.features if f.name not in source.contract]
     if missing:
-        raise ModelError(f"{card.ref} needs feature(s) {missing} that {source} does not have "
-                         f"(its columns: {', '.join(source.contract.column_names)})")
+        raise ModelError(
+            f"{card.ref} needs feature(s) {missing} that {source} does not have "
+            f"(its columns: {', '.join(source.contract.column_names)})"
+        )
     for feature in card.features:
         kind = source.contract.column(feature.name).arrow_type
         if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
-            raise ModelError(f"{card.ref} takes {feature.name} as {feature.dtype}, but {source} holds it as "
-                             f"{kind}, which does not cast to a number safely")
+            raise ModelError(
+                f"{card.ref} takes {feature.name} as {feature.dtype}, but {source} holds it as "
+                f"{kind}, which does not cast to a number safely"
+            )
 
 
 def _matrix(batch: pa.RecordBatch, card: ModelCard) -> np.ndarray:
     """The batch's features as the model's float32 input (nulls as NaN). Large integers (token sums
     beyond 2**24) round to the nearest float32, as they did in training."""
-    columns = [pc.cast(batch.column(f.name), pa.float32(), safe=False).to_numpy(zero_copy_only=False)
-               for f in card.features]
+    columns = [
+        pc.cast(batch.column(f.name), pa.float32(), safe=False).to_numpy(zero_copy_only=False) for f in card.features
+    ]
     rows = np.column_stack(columns).astype(np.float32, copy=False) if columns else np.empty((batch.num_rows, 0))
     if not card.extra.get("accepts_missing", False) and np.isnan(rows).any():
         bad = card.features[int(np.argwhere(np.isnan(rows))[0][1])].name
-        raise ModelError(f"{card.ref} cannot take a missing value, and {bad} is missing for some entities "
-                         "(no feature row within the TTL); nothing was written")
+        raise ModelError(
+            f"{card.ref} cannot take a missing value, and {bad} is missing for some entities "
+            "(no feature row within the TTL); nothing was written"
+        )
     return rows
 
 
-def score(settings: Settings, name: str, day: dt.date, *, version: str | None = None,
-          shard: tuple[int, int] = (0, 1), batch_rows: int = BATCH_ROWS, provider: Provider = "auto",
-          progress: Progress | None = None) -> ScoreReport:
+def score(
+    settings: Settings,
+    name: str,
+    day: dt.date,
+    *,
+    version: str | None = None,
+    shard: tuple[int, int] = (0, 1),
+    batch_rows: int = BATCH_ROWS,
+    provider: Provider = "auto",
+    progress: Progress | None = None,
+) -> ScoreReport:
     """Score every entity active on ``day`` (in ``shard``) with ``name`` (``version``, else the latest)."""
     model = get(settings, name, version)
     card = model.card
@@ -89,28 +104,43 @@ def score(settings: Settings, name: str, day: dt.date, *, version: str | None = 
     _check_inputs(card)
     log.info("scoring %s on %s (%s)", card.ref, session.provider, day)
     session.warm_up()
-    at = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), dt.timezone.utc)
+    at = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), dt.UTC)
     ttl = dt.timedelta(seconds=float(str(card.extra.get("ttl_seconds", DEFAULT_TTL.total_seconds()))))
     source = table(card.source_table)
-    partitions = [{"event_date": day, "model_name": card.name, "model_version": card.version, "entity_bucket": b}
-                  for b in buckets]
+    partitions = [
+        {"event_date": day, "model_name": card.name, "model_version": card.version, "entity_bucket": b} for b in buckets
+    ]
     # From the first read to the commit: a forget meanwhile waits, so no user it removes is scored back.
     with locks.hold(settings, write=[(ADS_USER_RISK_SCORES, p) for p in partitions], read=[DWD_REQUEST, source]):
         entities = active_entities(settings, day, card.entity, buckets)
         if not len(entities) and not len(active_entities(settings, day, card.entity, shard_buckets((0, 1)))):
-            raise NoData(f"no {card.entity} was active on {day}: nothing to score "
-                         "(check the date, or build its DWD first)")
+            raise NoData(
+                f"no {card.entity} was active on {day}: nothing to score (check the date, or build its DWD first)"
+            )
         boundaries.first_read("score")
-        reader = read_as_of(settings, source, card.entity, [f.name for f in card.features], entities, at, ttl,
-                            batch_rows)
-        result = publish(settings, ADS_USER_RISK_SCORES,
-                         _scored(reader, card, session, day, at, progress, len(entities)), partitions=partitions)
+        reader = read_as_of(
+            settings, source, card.entity, [f.name for f in card.features], entities, at, ttl, batch_rows
+        )
+        result = publish(
+            settings,
+            ADS_USER_RISK_SCORES,
+            _scored(reader, card, session, day, at, progress, len(entities)),
+            partitions=partitions,
+        )
     return ScoreReport(card.name, card.version, day, shard, session.provider, len(entities), result.version)
 
 
-def _scored(reader: pa.RecordBatchReader, card: ModelCard, session: Session, day: dt.date, at: dt.datetime,
-            progress: Progress | None, total: int) -> Iterator[pl.DataFrame]:
+def _scored(
+    reader: pa.RecordBatchReader,
+    card: ModelCard,
+    session: Session,
+    day: dt.date,
+    at: dt.datetime,
+    progress: Progress | None,
+    total: int,
+) -> Iterator[pl.DataFrame]:
     """Score rows, batch by batch; the next batch is read and converted while this one runs."""
+
     def inputs() -> Iterator[tuple[pa.Array, np.ndarray]]:
         for batch in reader:
             yield batch.column(card.entity), _matrix(batch, card)
@@ -123,7 +153,11 @@ def _scored(reader: pa.RecordBatchReader, card: ModelCard, session: Session, day
         if progress:
             progress(ADS_USER_RISK_SCORES.name, done, total)
         yield pl.DataFrame({card.entity: pl.Series(keys), "score": scores.astype(np.float64)}).with_columns(
-            event_date=pl.lit(day), model_name=pl.lit(card.name), model_version=pl.lit(card.version),
+            event_date=pl.lit(day),
+            model_name=pl.lit(card.name),
+            model_version=pl.lit(card.version),
             entity_bucket=pl.col(card.entity).str.slice(0, 1).str.to_integer(base=16).cast(pl.Int32),
-            model_sha256=pl.lit(card.sha256), scored_at=pl.lit(at).dt.cast_time_unit("us"),
-            provider=pl.lit(session.provider))
+            model_sha256=pl.lit(card.sha256),
+            scored_at=pl.lit(at).dt.cast_time_unit("us"),
+            provider=pl.lit(session.provider),
+        )

@@ -67,12 +67,16 @@ def open_session(model: bytes, provider: Provider = "auto", *, threads: int | No
     try:
         session = ort.InferenceSession(model, options, providers=[p for p in _WANTED[provider] if p in available])
     except Exception as exc:  # ORT raises several types for a file that is not a model
-        raise ModelError(f"model.onnx cannot be loaded by ONNX Runtime (corrupt or not an ONNX model): "
-                         f"{str(exc).splitlines()[0][:300]}") from None
+        raise ModelError(
+            f"model.onnx cannot be loaded by ONNX Runtime (corrupt or not an ONNX model): "
+            f"{str(exc).splitlines()[0][:300]}"
+        ) from None
     used = session.get_providers()[0]
     if provider == "cuda" and used != _CUDA:
-        raise ModelError("--provider cuda was asked, but ONNX Runtime runs this session on "
-                         f"{used} (no usable CUDA device or libraries here); use --provider auto or cpu")
+        raise ModelError(
+            "--provider cuda was asked, but ONNX Runtime runs this session on "
+            f"{used} (no usable CUDA device or libraries here); use --provider auto or cpu"
+        )
     inputs, outputs = session.get_inputs(), session.get_outputs()
     probabilities = next((o for o in outputs if "prob" in o.name), outputs[-1])
     return Session(session, used, inputs[0].name, probabilities.name, int(inputs[0].shape[1]))

@@ -29,8 +29,16 @@ def psi(today: np.ndarray, before: np.ndarray) -> float | None:
 
 
 def _scores(settings: Settings, day: dt.date, name: str, version: str) -> np.ndarray:
-    return lake.read(settings, ADS_USER_RISK_SCORES, columns=["score"], filters=[
-        ("event_date", "=", day), ("model_name", "=", name), ("model_version", "=", version)]).column(0).to_numpy()
+    return (
+        lake.read(
+            settings,
+            ADS_USER_RISK_SCORES,
+            columns=["score"],
+            filters=[("event_date", "=", day), ("model_name", "=", name), ("model_version", "=", version)],
+        )
+        .column(0)
+        .to_numpy()
+    )
 
 
 def summarize(settings: Settings, day: dt.date, name: str, version: str) -> dict[str, Any]:
@@ -39,14 +47,29 @@ def summarize(settings: Settings, day: dt.date, name: str, version: str) -> dict
     today = _scores(settings, day, name, version)
     before = _scores(settings, day - dt.timedelta(days=1), name, version)
     quantiles = np.quantile(today, [0.5, 0.9, 0.99]) if len(today) else [None] * 3
-    row = {"event_date": day, "model_name": name, "model_version": version, "users_scored": len(today),
-           "score_mean": float(today.mean()) if len(today) else None,
-           "score_p50": quantiles[0], "score_p90": quantiles[1], "score_p99": quantiles[2],
-           "alert_threshold": card.threshold,
-           "share_above_threshold": float((today >= card.threshold).mean()) if len(today) else None,
-           "drift_psi": psi(today, before)}
-    publish(settings, ADS_SCORE_DAILY, pl.DataFrame([row], schema_overrides={
-        c: pl.Float64 for c in ("score_mean", "score_p50", "score_p90", "score_p99", "share_above_threshold",
-                                "drift_psi")}),
-            partitions=[{"event_date": day, "model_name": name, "model_version": version}])
+    row = {
+        "event_date": day,
+        "model_name": name,
+        "model_version": version,
+        "users_scored": len(today),
+        "score_mean": float(today.mean()) if len(today) else None,
+        "score_p50": quantiles[0],
+        "score_p90": quantiles[1],
+        "score_p99": quantiles[2],
+        "alert_threshold": card.threshold,
+        "share_above_threshold": float((today >= card.threshold).mean()) if len(today) else None,
+        "drift_psi": psi(today, before),
+    }
+    publish(
+        settings,
+        ADS_SCORE_DAILY,
+        pl.DataFrame(
+            [row],
+            schema_overrides={
+                c: pl.Float64
+                for c in ("score_mean", "score_p50", "score_p90", "score_p99", "share_above_threshold", "drift_psi")
+            },
+        ),
+        partitions=[{"event_date": day, "model_name": name, "model_version": version}],
+    )
     return row

@@ -48,11 +48,20 @@ def labels(settings: Settings, until: dt.datetime) -> pl.DataFrame:
     if lake.open_table(settings, DWD_FEEDBACK) is None:
         return pl.DataFrame(schema={"user_pseudonym": pl.String, "labelled_at": pl.Datetime("us", "UTC")})
     reviews = lake.read_frame(settings, DWD_FEEDBACK, columns=["request_id", "kind", "value", "ts"]).filter(
-        (pl.col("kind") == "review") & (pl.col("value") == "abusive") & (pl.col("ts") <= until))
-    owners = lake.read_frame(settings, DWD_REQUEST, columns=["request_id", "user_pseudonym"],
-                             filters=[("request_id", "in", reviews.get_column("request_id").unique().to_list())])
-    return (reviews.join(owners, on="request_id").drop_nulls("user_pseudonym")
-            .group_by("user_pseudonym").agg(labelled_at=pl.col("ts").min()))
+        (pl.col("kind") == "review") & (pl.col("value") == "abusive") & (pl.col("ts") <= until)
+    )
+    owners = lake.read_frame(
+        settings,
+        DWD_REQUEST,
+        columns=["request_id", "user_pseudonym"],
+        filters=[("request_id", "in", reviews.get_column("request_id").unique().to_list())],
+    )
+    return (
+        reviews.join(owners, on="request_id")
+        .drop_nulls("user_pseudonym")
+        .group_by("user_pseudonym")
+        .agg(labelled_at=pl.col("ts").min())
+    )
 
 
 #: The feature service the user risk model is trained from (defined in the Feast repo).
@@ -80,28 +89,52 @@ class Retrieve(Protocol):
     def __call__(self, settings: Settings, entity_rows: pl.DataFrame, service: str) -> RetrievedFeatures: ...
 
 
-def training_set(settings: Settings, until: dt.date, days: int, retrieve: Retrieve,
-                 service: str = FEATURE_SERVICE) -> TrainingSet:
+def training_set(
+    settings: Settings, until: dt.date, days: int, retrieve: Retrieve, service: str = FEATURE_SERVICE
+) -> TrainingSet:
     """Every user active on each day of the window, at the day's end, with the feature service's
     features as of that instant (point in time) and the label as of the window's end."""
     first = until - dt.timedelta(days=days - 1)
-    active = lake.read_frame(settings, DWD_REQUEST, columns=["user_pseudonym", "event_date"], filters=[
-        ("event_date", ">=", first), ("event_date", "<=", until)]).drop_nulls().unique()
+    active = (
+        lake.read_frame(
+            settings,
+            DWD_REQUEST,
+            columns=["user_pseudonym", "event_date"],
+            filters=[("event_date", ">=", first), ("event_date", "<=", until)],
+        )
+        .drop_nulls()
+        .unique()
+    )
     entity_rows = active.select(
         "user_pseudonym",
         event_timestamp=(pl.col("event_date").cast(pl.Datetime("us")) + pl.duration(days=1)).dt.replace_time_zone(
-            "UTC")).sort("event_timestamp", "user_pseudonym")
+            "UTC"
+        ),
+    ).sort("event_timestamp", "user_pseudonym")
     if entity_rows.is_empty():
         raise NoData(f"no user was active between {first} and {until}: nothing to learn from")
-    log.info("training set %s..%s: %s (user, day) example(s), features of %s from Feast", first, until,
-             f"{entity_rows.height:,}", service)
+    log.info(
+        "training set %s..%s: %s (user, day) example(s), features of %s from Feast",
+        first,
+        until,
+        f"{entity_rows.height:,}",
+        service,
+    )
     found = retrieve(settings, entity_rows, service)
-    end = dt.datetime.combine(until + dt.timedelta(days=1), dt.time(), dt.timezone.utc)
-    frame = found.frame.with_columns(pl.col("event_timestamp").dt.convert_time_zone("UTC")).join(
-        labels(settings, end), on="user_pseudonym", how="left").with_columns(
-        label=pl.col("labelled_at").is_not_null().cast(pl.Int8))
-    return TrainingSet(frame.select("user_pseudonym", "event_timestamp", *found.features, "label"), "user_pseudonym",
-                       found.features, service, found.source_table, found.ttl)
+    end = dt.datetime.combine(until + dt.timedelta(days=1), dt.time(), dt.UTC)
+    frame = (
+        found.frame.with_columns(pl.col("event_timestamp").dt.convert_time_zone("UTC"))
+        .join(labels(settings, end), on="user_pseudonym", how="left")
+        .with_columns(label=pl.col("labelled_at").is_not_null().cast(pl.Int8))
+    )
+    return TrainingSet(
+        frame.select("user_pseudonym", "event_timestamp", *found.features, "label"),
+        "user_pseudonym",
+        found.features,
+        service,
+        found.source_table,
+        found.ttl,
+    )
 
 
 def train(settings: Settings, name: str, until: dt.date, retrieve: Retrieve, *, days: int = 7) -> ModelVersion:
@@ -114,12 +147,14 @@ def train(settings: Settings, name: str, until: dt.date, retrieve: Retrieve, *, 
     lowest, highest = held.min(), held.max()
     assert isinstance(lowest, dt.date) and isinstance(highest, dt.date)  # training_set refuses an empty set
     window = (lowest - dt.timedelta(days=1), highest - dt.timedelta(days=1))
-    return fit_and_register(settings, name, data, window=window,
-                            split_at=dt.datetime.combine(split_day, dt.time(), dt.timezone.utc))
+    return fit_and_register(
+        settings, name, data, window=window, split_at=dt.datetime.combine(split_day, dt.time(), dt.UTC)
+    )
 
 
-def fit_and_register(settings: Settings, name: str, data: TrainingSet, *, split_at: dt.datetime,
-                     window: tuple[dt.date, dt.date]) -> ModelVersion:
+def fit_and_register(
+    settings: Settings, name: str, data: TrainingSet, *, split_at: dt.datetime, window: tuple[dt.date, dt.date]
+) -> ModelVersion:
     """Fit on the examples before ``split_at``, judge on the rest, check parity, register."""
     from sklearn.impute import SimpleImputer
     from sklearn.linear_model import LogisticRegression
@@ -132,30 +167,53 @@ def fit_and_register(settings: Settings, name: str, data: TrainingSet, *, split_
     test = frame.filter(pl.col("event_timestamp") >= split_at)
     for part, label in ((train, "training"), (test, "held-out")):
         if part.get_column("label").n_unique() < 2:
-            raise NotEnoughLabels(f"the {label} split ({part.height} examples) lacks positives or negatives: "
-                                  "widen the window (--until) or wait for more reviews")
+            raise NotEnoughLabels(
+                f"the {label} split ({part.height} examples) lacks positives or negatives: "
+                "widen the window (--until) or wait for more reviews"
+            )
     x_train, x_test = (_matrix(part, data.features) for part in (train, test))
-    pipeline = make_pipeline(SimpleImputer(strategy="median"), StandardScaler(),
-                             LogisticRegression(max_iter=2000, class_weight="balanced"))
+    pipeline = make_pipeline(
+        SimpleImputer(strategy="median"), StandardScaler(), LogisticRegression(max_iter=2000, class_weight="balanced")
+    )
     pipeline.fit(x_train, train.get_column("label").to_numpy())
     model = to_onnx(pipeline, len(data.features))
     gap = parity(pipeline, model, x_test)
     if gap > PARITY_TOLERANCE:
-        raise ModelError(f"ONNX Runtime and scikit-learn disagree by {gap:.2e} on held-out rows "
-                         f"(tolerance {PARITY_TOLERANCE:.0e}); the model was not registered")
+        raise ModelError(
+            f"ONNX Runtime and scikit-learn disagree by {gap:.2e} on held-out rows "
+            f"(tolerance {PARITY_TOLERANCE:.0e}); the model was not registered"
+        )
     y_test = test.get_column("label").to_numpy()
     scores = pipeline.predict_proba(x_test)[:, 1]
-    metrics = {"roc_auc": float(roc_auc_score(y_test, scores)), "parity_max_abs": gap,
-               "train_examples": float(train.height), "test_examples": float(test.height),
-               "test_positives": float(y_test.sum())}
-    card = new_card(name, [Feature(f, "float32") for f in data.features], feature_service=data.feature_service,
-                    entity=data.entity, window=window, metrics=metrics, threshold=_threshold(y_test, scores),
-                    source_table=data.source_table)
-    card = type(card)(**{**card.__dict__, "extra": {"accepts_missing": True,
-                                                    "ttl_seconds": data.ttl.total_seconds()}})
+    metrics = {
+        "roc_auc": float(roc_auc_score(y_test, scores)),
+        "parity_max_abs": gap,
+        "train_examples": float(train.height),
+        "test_examples": float(test.height),
+        "test_positives": float(y_test.sum()),
+    }
+    card = new_card(
+        name,
+        [Feature(f, "float32") for f in data.features],
+        feature_service=data.feature_service,
+        entity=data.entity,
+        window=window,
+        metrics=metrics,
+        threshold=_threshold(y_test, scores),
+        source_table=data.source_table,
+    )
+    card = type(card)(**{**card.__dict__, "extra": {"accepts_missing": True, "ttl_seconds": data.ttl.total_seconds()}})
     registered = register(settings, card, model)
-    log.info("registered %s %s: %d features, ROC AUC %.3f on %d held-out example(s) (trained on %d), ONNX parity %.1e",
-             name, registered.card.version, len(data.features), metrics["roc_auc"], test.height, train.height, gap)
+    log.info(
+        "registered %s %s: %d features, ROC AUC %.3f on %d held-out example(s) (trained on %d), ONNX parity %.1e",
+        name,
+        registered.card.version,
+        len(data.features),
+        metrics["roc_auc"],
+        test.height,
+        train.height,
+        gap,
+    )
     return registered
 
 

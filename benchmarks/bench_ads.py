@@ -212,14 +212,27 @@ def _lake() -> tuple[Path, dict]:
 
         shutil.rmtree(home, ignore_errors=True)
         home.mkdir(parents=True)
-        subprocess.run([sys.executable, "-c", _BUILD_LAKE, str(home), str(DAYS), str(REQUESTS_PER_DAY), str(SEED),
-                        START.isoformat(), KEY], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _BUILD_LAKE,
+                str(home),
+                str(DAYS),
+                str(REQUESTS_PER_DAY),
+                str(SEED),
+                START.isoformat(),
+                KEY,
+            ],
+            check=True,
+        )
     return home, json.loads((home / "manifest.json").read_text())
 
 
 def _ours(home: Path, days: list[str]) -> list[dict]:
-    proc = subprocess.run([sys.executable, "-c", _OURS, str(home), KEY, *days], capture_output=True, text=True,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", _OURS, str(home), KEY, *days], capture_output=True, text=True, check=False
+    )
     if proc.returncode:
         raise RuntimeError(f"ADS build failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -244,8 +257,9 @@ def _baseline(lake: str, days: list[str]) -> dict[str, float]:
 #: What must agree per day between a published mart and its hand-written query.
 _SAME = {
     "ads.model_daily": "count(*), sum(requests), sum(input_tokens), sum(cost_usd), sum(errors_timeout)",
-    "ads.tenant_daily": ("count(*), sum(requests), sum(total_tokens), sum(cost_usd), "
-                         "count(*) filter (where is_over_quota)"),
+    "ads.tenant_daily": (
+        "count(*), sum(requests), sum(total_tokens), sum(cost_usd), count(*) filter (where is_over_quota)"
+    ),
     "ads.latency_breakdown": "count(*), sum(requests), sum(staged_requests)",
     "ads.retry_storms": "count(*), sum(retries), sum(first_attempts)",
     "ads.version_mix": "count(*), sum(requests), sum(versions_serving)",
@@ -264,8 +278,9 @@ def _same_tables(lake: str, days: list[str]) -> None:
     for day in days:
         for name, columns in _SAME.items():
             layer, table = name.split(".")
-            mine = con.execute(f"select {columns} from delta_scan('{lake}/{layer}/{table}') "
-                               f"where event_date = date '{day}'").fetchone()
+            mine = con.execute(
+                f"select {columns} from delta_scan('{lake}/{layer}/{table}') where event_date = date '{day}'"
+            ).fetchone()
             theirs = con.execute(f"select {columns} from ({_QUERIES[name].format(lake=lake, day=day)})").fetchone()
             if mine != theirs:
                 raise AssertionError(f"{name} {day}: dbt's table {mine} differs from the hand-written query's {theirs}")
@@ -286,28 +301,76 @@ def run(workdir: Path) -> list[Measurement]:
     ours_s = sum(models.values()) + staging + sum(publish.values())
     baseline_s = sum(baseline.values())
     results = [
-        Measurement(f"ADS for {len(days)} days × {REQUESTS_PER_DAY:,} requests: dbt models + publishing", ours_s, "s",
-                    "hand-written DuckDB queries, same six tables", baseline_s, higher_is_better=False,
-                    target_ratio=0.5),
-        Measurement("… dbt models alone (per-model timings, staging views included)", sum(models.values()) + staging,
-                    "s", "hand-written DuckDB queries, same six tables", baseline_s, higher_is_better=False),
-        Measurement("… publishing alone (row checks, audit, Delta commit, audit log)", sum(publish.values()), "s",
-                    "hand-written DuckDB queries, same six tables", baseline_s, higher_is_better=False),
+        Measurement(
+            f"ADS for {len(days)} days × {REQUESTS_PER_DAY:,} requests: dbt models + publishing",
+            ours_s,
+            "s",
+            "hand-written DuckDB queries, same six tables",
+            baseline_s,
+            higher_is_better=False,
+            target_ratio=0.5,
+        ),
+        Measurement(
+            "… dbt models alone (per-model timings, staging views included)",
+            sum(models.values()) + staging,
+            "s",
+            "hand-written DuckDB queries, same six tables",
+            baseline_s,
+            higher_is_better=False,
+        ),
+        Measurement(
+            "… publishing alone (row checks, audit, Delta commit, audit log)",
+            sum(publish.values()),
+            "s",
+            "hand-written DuckDB queries, same six tables",
+            baseline_s,
+            higher_is_better=False,
+        ),
     ]
     for name in _QUERIES:
-        results.append(Measurement(f"  {name}: dbt model + publishing", models[name] + publish[name], "s",
-                                   "its hand-written query", baseline[name], higher_is_better=False))
+        results.append(
+            Measurement(
+                f"  {name}: dbt model + publishing",
+                models[name] + publish[name],
+                "s",
+                "its hand-written query",
+                baseline[name],
+                higher_is_better=False,
+            )
+        )
     startup = [day["startup_s"] for day in ours]
     results += [
-        Measurement("dbt fixed start-up, first build (import dbt, parse, connect)", startup[0], "s",
-                    "the day's models + publishing", sum(ours[0]["models"].values()) + sum(ours[0]["publish"].values()),
-                    higher_is_better=False),
-        Measurement("dbt fixed start-up, later builds (parse, connect), mean",
-                    sum(startup[1:]) / max(len(startup) - 1, 1), "s",
-                    "a day's models + publishing, mean", ours_s / len(days), higher_is_better=False),
-        Measurement("dbt data and unit tests, per build (mean)", sum(day["tests_s"] for day in ours) / len(days), "s",
-                    "a day's models + publishing, mean", ours_s / len(days), higher_is_better=False),
-        Measurement("wall time of the week's builds (everything)", sum(day["wall_s"] for day in ours), "s",
-                    "hand-written DuckDB queries, same six tables", baseline_s, higher_is_better=False),
+        Measurement(
+            "dbt fixed start-up, first build (import dbt, parse, connect)",
+            startup[0],
+            "s",
+            "the day's models + publishing",
+            sum(ours[0]["models"].values()) + sum(ours[0]["publish"].values()),
+            higher_is_better=False,
+        ),
+        Measurement(
+            "dbt fixed start-up, later builds (parse, connect), mean",
+            sum(startup[1:]) / max(len(startup) - 1, 1),
+            "s",
+            "a day's models + publishing, mean",
+            ours_s / len(days),
+            higher_is_better=False,
+        ),
+        Measurement(
+            "dbt data and unit tests, per build (mean)",
+            sum(day["tests_s"] for day in ours) / len(days),
+            "s",
+            "a day's models + publishing, mean",
+            ours_s / len(days),
+            higher_is_better=False,
+        ),
+        Measurement(
+            "wall time of the week's builds (everything)",
+            sum(day["wall_s"] for day in ours),
+            "s",
+            "hand-written DuckDB queries, same six tables",
+            baseline_s,
+            higher_is_better=False,
+        ),
     ]
     return results

@@ -33,6 +33,14 @@ def run(workdir: Path) -> list[Measurement]:
     for _ in range(RUNS):
         ours.append(_seconds(help_cmd))
         base.append(_seconds(bare))
-    return [Measurement("strata --help, wall seconds (median)", statistics.median(ours), "s", "python -c pass",
-                        statistics.median(base), higher_is_better=False,
-                        target_ratio=0.04)]
+    return [
+        Measurement(
+            "strata --help, wall seconds (median)",
+            statistics.median(ours),
+            "s",
+            "python -c pass",
+            statistics.median(base),
+            higher_is_better=False,
+            target_ratio=0.04,
+        )
+    ]

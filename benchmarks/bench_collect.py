@@ -54,12 +54,22 @@ def _bodies(sender: int, count: int = 16) -> list[bytes]:
         spans = resource_spans.scope_spans.add(scope={"name": "opentelemetry.instrumentation.openai_v2"}).spans
         for i in range(SPANS):
             n = (sender << 40) | (b << 20) | i
-            span = spans.add(trace_id=n.to_bytes(16, "big"), span_id=(n + 1).to_bytes(8, "big"), name="chat gpt-4o",
-                             kind=3, start_time_unix_nano=1_770_000_000_000_000_000 + n,
-                             end_time_unix_nano=1_770_000_000_900_000_000 + n)
-            for key, value in (("gen_ai.operation.name", "chat"), ("gen_ai.request.model", "gpt-4o"),
-                               ("gen_ai.response.model", "gpt-4o-2024-08-06"), ("gen_ai.provider.name", "openai"),
-                               ("gen_ai.response.id", f"chatcmpl-{n:x}"), ("user.id", f"u{i % 97}")):
+            span = spans.add(
+                trace_id=n.to_bytes(16, "big"),
+                span_id=(n + 1).to_bytes(8, "big"),
+                name="chat gpt-4o",
+                kind=3,
+                start_time_unix_nano=1_770_000_000_000_000_000 + n,
+                end_time_unix_nano=1_770_000_000_900_000_000 + n,
+            )
+            for key, value in (
+                ("gen_ai.operation.name", "chat"),
+                ("gen_ai.request.model", "gpt-4o"),
+                ("gen_ai.response.model", "gpt-4o-2024-08-06"),
+                ("gen_ai.provider.name", "openai"),
+                ("gen_ai.response.id", f"chatcmpl-{n:x}"),
+                ("user.id", f"u{i % 97}"),
+            ):
                 span.attributes.add(key=key).value.string_value = value
             for key, value in (("gen_ai.usage.input_tokens", 812), ("gen_ai.usage.output_tokens", 96)):
                 span.attributes.add(key=key).value.int_value = value
@@ -78,8 +88,9 @@ def _send(sender: int, port: int, start: float, stop: float, results: multiproce
     while time.time() < stop:
         began = time.perf_counter()
         try:
-            conn.request("POST", "/v1/traces", body=bodies[i % len(bodies)],
-                         headers={"Content-Type": "application/x-protobuf"})
+            conn.request(
+                "POST", "/v1/traces", body=bodies[i % len(bodies)], headers={"Content-Type": "application/x-protobuf"}
+            )
             response = conn.getresponse()
             response.read()
             ok = response.status == 200
@@ -195,9 +206,13 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), lifespan="off", log_le
 
 
 def _landed_spans(landing: Path) -> int:
-    return sum(len(scope.get("spans", ())) for path in landing.rglob("*.otlp.jsonl")
-               for line in path.read_bytes().splitlines() for rs in json.loads(line)["resourceSpans"]
-               for scope in rs["scopeSpans"])
+    return sum(
+        len(scope.get("spans", ()))
+        for path in landing.rglob("*.otlp.jsonl")
+        for line in path.read_bytes().splitlines()
+        for rs in json.loads(line)["resourceSpans"]
+        for scope in rs["scopeSpans"]
+    )
 
 
 def _conversion_rate() -> float:
@@ -215,10 +230,20 @@ def _conversion_rate() -> float:
 def _ours(home: Path, env: dict[str, str], segment_seconds: str, segment_bytes: str) -> tuple[_Load, int]:
     """A run of ``strata collect`` with these segments, and the spans it landed."""
     port = _free_port()
-    env = {**env, "STRATA_HOME": str(home), "STRATA_COLLECT_SEGMENT_SECONDS": segment_seconds,
-           "STRATA_COLLECT_SEGMENT_BYTES": segment_bytes, "STRATA_COLLECT_SPOOL_MAX_BYTES": str(8 << 30)}
-    load = _load(subprocess.Popen([sys.executable, "-m", "strata", "collect", "--port", str(port)], env=env,
-                                  stdout=subprocess.DEVNULL), port, home / "collect" / "spool")
+    env = {
+        **env,
+        "STRATA_HOME": str(home),
+        "STRATA_COLLECT_SEGMENT_SECONDS": segment_seconds,
+        "STRATA_COLLECT_SEGMENT_BYTES": segment_bytes,
+        "STRATA_COLLECT_SPOOL_MAX_BYTES": str(8 << 30),
+    }
+    load = _load(
+        subprocess.Popen(
+            [sys.executable, "-m", "strata", "collect", "--port", str(port)], env=env, stdout=subprocess.DEVNULL
+        ),
+        port,
+        home / "collect" / "spool",
+    )
     landed = _landed_spans(home / "landing" / "otlp")
     if landed < load.acked * SPANS:
         raise AssertionError(f"{load.acked * SPANS} spans answered 200, only {landed} in the landing zone")
@@ -230,8 +255,13 @@ def run(workdir: Path) -> list[Measurement]:
     env.pop("STRATA_LANDING_DIR", None)
     port = _free_port()
     baseline_file = workdir / "baseline.bin"
-    base = _load(subprocess.Popen([sys.executable, "-c", _BASELINE_APP, str(baseline_file), str(port)],
-                                  env={**env, "STRATA_HOME": str(workdir / "base")}), port)
+    base = _load(
+        subprocess.Popen(
+            [sys.executable, "-c", _BASELINE_APP, str(baseline_file), str(port)],
+            env={**env, "STRATA_HOME": str(workdir / "base")},
+        ),
+        port,
+    )
     # The request path alone: no segment closes in the window, everything is converted at the stop.
     deferred, _ = _ours(workdir / "deferred", env, "3600", str(8 << 30))
     # Sustained: segments close every second and the converter thread shares the process (and its GIL).
@@ -249,25 +279,80 @@ def run(workdir: Path) -> list[Measurement]:
 
     label = f"{SENDERS} senders × {SECONDS:g} s, {SPANS}-span protobuf requests"
     return [
-        Measurement(f"spans/s answered 200, request path alone: conversion after the window ({label})",
-                    spans_per_s(deferred), "spans/s", BASELINE, spans_per_s(base), target_ratio=0.7),
-        Measurement("… and into the landing zone (answered ÷ window + the stop's conversion)", through(deferred),
-                    "spans/s", BASELINE, through(base)),
-        Measurement("… p99 request latency", p99(deferred.latencies), "ms", BASELINE, p99(base.latencies),
-                    higher_is_better=False),
-        Measurement("spans/s answered 200, sustained: 1 s segments converted meanwhile", spans_per_s(ours),
-                    "spans/s", BASELINE, spans_per_s(base)),
-        Measurement("… and into the landing zone (answered ÷ window + the stop's conversion)", through(ours),
-                    "spans/s", BASELINE, through(base)),
-        Measurement("… spool not yet converted when the senders stop", ours.spooled / 2**20, "MiB",
-                    BASELINE + " (none)", 0.0, higher_is_better=False),
-        Measurement("conversion to OTLP/JSON lines, one core (in-process, no load)", converts, "spans/s",
-                    BASELINE + " (sustained)", spans_per_s(base)),
-        Measurement("p99 request latency, sustained", p99(ours.latencies), "ms", BASELINE, p99(base.latencies),
-                    higher_is_better=False),
-        Measurement("peak RSS of the receiver, sustained", ours.peak_rss / 2**20, "MiB", BASELINE,
-                    base.peak_rss / 2**20, higher_is_better=False),
-        Measurement("share of the spans answered 200 found on disk after the stop, sustained",
-                    landed / (ours.acked * SPANS), "", BASELINE + " (bytes in its file)",
-                    baseline_file.stat().st_size / base.acked_bytes, target_ratio=1.0),
+        Measurement(
+            f"spans/s answered 200, request path alone: conversion after the window ({label})",
+            spans_per_s(deferred),
+            "spans/s",
+            BASELINE,
+            spans_per_s(base),
+            target_ratio=0.7,
+        ),
+        Measurement(
+            "… and into the landing zone (answered ÷ window + the stop's conversion)",
+            through(deferred),
+            "spans/s",
+            BASELINE,
+            through(base),
+        ),
+        Measurement(
+            "… p99 request latency",
+            p99(deferred.latencies),
+            "ms",
+            BASELINE,
+            p99(base.latencies),
+            higher_is_better=False,
+        ),
+        Measurement(
+            "spans/s answered 200, sustained: 1 s segments converted meanwhile",
+            spans_per_s(ours),
+            "spans/s",
+            BASELINE,
+            spans_per_s(base),
+        ),
+        Measurement(
+            "… and into the landing zone (answered ÷ window + the stop's conversion)",
+            through(ours),
+            "spans/s",
+            BASELINE,
+            through(base),
+        ),
+        Measurement(
+            "… spool not yet converted when the senders stop",
+            ours.spooled / 2**20,
+            "MiB",
+            BASELINE + " (none)",
+            0.0,
+            higher_is_better=False,
+        ),
+        Measurement(
+            "conversion to OTLP/JSON lines, one core (in-process, no load)",
+            converts,
+            "spans/s",
+            BASELINE + " (sustained)",
+            spans_per_s(base),
+        ),
+        Measurement(
+            "p99 request latency, sustained",
+            p99(ours.latencies),
+            "ms",
+            BASELINE,
+            p99(base.latencies),
+            higher_is_better=False,
+        ),
+        Measurement(
+            "peak RSS of the receiver, sustained",
+            ours.peak_rss / 2**20,
+            "MiB",
+            BASELINE,
+            base.peak_rss / 2**20,
+            higher_is_better=False,
+        ),
+        Measurement(
+            "share of the spans answered 200 found on disk after the stop, sustained",
+            landed / (ours.acked * SPANS),
+            "",
+            BASELINE + " (bytes in its file)",
+            baseline_file.stat().st_size / base.acked_bytes,
+            target_ratio=1.0,
+        ),
     ]

@@ -22,8 +22,18 @@ from benchmarks.harness import Measurement
 
 ROWS = 2_000_000
 GX_ROWS = 250_000
-COLUMNS = ["request_id", "trace_id", "ts", "duration_ms", "tenant_id", "operation", "model",
-           "input_tokens", "status_code", "event_date"]
+COLUMNS = [
+    "request_id",
+    "trace_id",
+    "ts",
+    "duration_ms",
+    "tenant_id",
+    "operation",
+    "model",
+    "input_tokens",
+    "status_code",
+    "event_date",
+]
 
 
 def frame(rows: int, seed: int = 0) -> pl.DataFrame:
@@ -32,18 +42,20 @@ def frame(rows: int, seed: int = 0) -> pl.DataFrame:
     start = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1_000_000)
     ids = pl.int_range(rows, eager=True).cast(pl.String)
     ops = ["chat", "completion", "embeddings", "rerank", "classify", "detect", "ocr", "dance"]
-    df = pl.DataFrame({
-        "request_id": "req-" + ids,
-        "trace_id": pl.Series(rng.integers(0, 2**62, rows)).cast(pl.String).str.zfill(32),  # 32 hex digits
-        "ts": pl.Series(start + rng.integers(0, 86_400_000_000, rows)).cast(pl.Datetime("us", "UTC")),
-        "duration_ms": rng.exponential(300.0, rows),
-        "tenant_id": pl.Series(rng.integers(0, 200, rows)).cast(pl.String),
-        "operation": pl.Series(ops).gather(rng.choice(8, rows, p=[.5, .2, .1, .05, .05, .05, .047, .003])),
-        "model": pl.Series(["gpt-x", "llama-3", "mistral"]).gather(rng.integers(0, 3, rows)),
-        "input_tokens": rng.integers(-1, 4000, rows),  # -1 breaks input_tokens.min (1 in 4000)
-        "status_code": pl.Series([200, 429, 500, 600]).gather(rng.choice(4, rows, p=[.9, .05, .047, .003])),
-        "event_date": pl.Series([date(2026, 1, 1)]).gather(np.zeros(rows, dtype=np.int64)),
-    })
+    df = pl.DataFrame(
+        {
+            "request_id": "req-" + ids,
+            "trace_id": pl.Series(rng.integers(0, 2**62, rows)).cast(pl.String).str.zfill(32),  # 32 hex digits
+            "ts": pl.Series(start + rng.integers(0, 86_400_000_000, rows)).cast(pl.Datetime("us", "UTC")),
+            "duration_ms": rng.exponential(300.0, rows),
+            "tenant_id": pl.Series(rng.integers(0, 200, rows)).cast(pl.String),
+            "operation": pl.Series(ops).gather(rng.choice(8, rows, p=[0.5, 0.2, 0.1, 0.05, 0.05, 0.05, 0.047, 0.003])),
+            "model": pl.Series(["gpt-x", "llama-3", "mistral"]).gather(rng.integers(0, 3, rows)),
+            "input_tokens": rng.integers(-1, 4000, rows),  # -1 breaks input_tokens.min (1 in 4000)
+            "status_code": pl.Series([200, 429, 500, 600]).gather(rng.choice(4, rows, p=[0.9, 0.05, 0.047, 0.003])),
+            "event_date": pl.Series([date(2026, 1, 1)]).gather(np.zeros(rows, dtype=np.int64)),
+        }
+    )
     dup = np.arange(7, rows, 1000)  # 0.1 % repeated request ids
     return df.with_columns(request_id=df["request_id"].scatter(dup, df["request_id"].gather(dup - 1)))
 
@@ -90,13 +102,37 @@ def run(workdir: Path) -> list[Measurement]:
     assert split_loose.valid.height == split.valid.height
 
     return [
-        Measurement("row checks rows/s (10 typed columns, 2M rows)", ROWS / best, "rows/s", "target",
-                    2_000_000.0, higher_is_better=True, target_ratio=1.0),
-        Measurement("row checks rows/s (ts, ints as text: parsed too)", ROWS / loose_s, "rows/s", "target",
-                    2_000_000.0, higher_is_better=True),
-        Measurement("s per million rows: row checks (2M) vs GX audit", best / ROWS * 1e6, "s/Mrows",
-                    "GX audit", gx_s / GX_ROWS * 1e6, higher_is_better=False),
-        Measurement(f"s per million rows: row checks vs GX audit, both {GX_ROWS // 1000}k rows",
-                    rows_small_s / GX_ROWS * 1e6, "s/Mrows", "GX audit", gx_s / GX_ROWS * 1e6,
-                    higher_is_better=False),
+        Measurement(
+            "row checks rows/s (10 typed columns, 2M rows)",
+            ROWS / best,
+            "rows/s",
+            "target",
+            2_000_000.0,
+            higher_is_better=True,
+            target_ratio=1.0,
+        ),
+        Measurement(
+            "row checks rows/s (ts, ints as text: parsed too)",
+            ROWS / loose_s,
+            "rows/s",
+            "target",
+            2_000_000.0,
+            higher_is_better=True,
+        ),
+        Measurement(
+            "s per million rows: row checks (2M) vs GX audit",
+            best / ROWS * 1e6,
+            "s/Mrows",
+            "GX audit",
+            gx_s / GX_ROWS * 1e6,
+            higher_is_better=False,
+        ),
+        Measurement(
+            f"s per million rows: row checks vs GX audit, both {GX_ROWS // 1000}k rows",
+            rows_small_s / GX_ROWS * 1e6,
+            "s/Mrows",
+            "GX audit",
+            gx_s / GX_ROWS * 1e6,
+            higher_is_better=False,
+        ),
     ]

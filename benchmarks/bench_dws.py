@@ -79,13 +79,24 @@ def baseline_sql(day: dt.date) -> str:
     lo, hi = day_bounds(day)
     start = int(dt.datetime.combine(day, dt.time(), dt.UTC).timestamp()) * 1_000_000
     offsets = ", ".join(f"({HOUR_US * (1 + w)})" for w in (0, *WINDOWS.values()))
-    aggs = {"request_count": "count(one)", "error_rate": "avg(err)", "retry_rate": "avg(rty)",
-            "timeout_share": "avg(tmo)", "rate_limited_share": "avg(rl)",
-            "latency_p50_ms": "quantile_cont(dur, 0.5)", "latency_p95_ms": "quantile_cont(dur, 0.95)",
-            "ttft_p95_ms": "quantile_cont(ttft, 0.95)", "input_tokens_mean": "avg(itok)",
-            "output_tokens_mean": "avg(otok)", "input_tokens_sum": "coalesce(sum(itok), 0)",
-            "output_tokens_sum": "coalesce(sum(otok), 0)", "cost_usd_sum": "coalesce(sum(cost), 0)",
-            "cache_hit_rate": "avg(hit)", "night_share": "avg(night)", "distinct_models": "count(DISTINCT model)"}
+    aggs = {
+        "request_count": "count(one)",
+        "error_rate": "avg(err)",
+        "retry_rate": "avg(rty)",
+        "timeout_share": "avg(tmo)",
+        "rate_limited_share": "avg(rl)",
+        "latency_p50_ms": "quantile_cont(dur, 0.5)",
+        "latency_p95_ms": "quantile_cont(dur, 0.95)",
+        "ttft_p95_ms": "quantile_cont(ttft, 0.95)",
+        "input_tokens_mean": "avg(itok)",
+        "output_tokens_mean": "avg(otok)",
+        "input_tokens_sum": "coalesce(sum(itok), 0)",
+        "output_tokens_sum": "coalesce(sum(otok), 0)",
+        "cost_usd_sum": "coalesce(sum(cost), 0)",
+        "cache_hit_rate": "avg(hit)",
+        "night_share": "avg(night)",
+        "distinct_models": "count(DISTINCT model)",
+    }
     selects = []
     for name, hours in WINDOWS.items():
         frame = f"(PARTITION BY k ORDER BY t RANGE BETWEEN {hours * HOUR_US - 1} PRECEDING AND CURRENT ROW)"
@@ -126,8 +137,14 @@ QUALIFY probe IS NOT NULL
 
 def _child(code: str, args: list[str], timeout: float | None = None) -> dict | None:
     try:
-        done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True,
-                              timeout=timeout, env=os.environ.copy())
+        done = subprocess.run(
+            [sys.executable, "-c", code, *args],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=timeout,
+            env=os.environ.copy(),
+        )
     except subprocess.TimeoutExpired:
         return None
     except subprocess.CalledProcessError as e:
@@ -151,8 +168,9 @@ def _compare(settings, baseline_path: Path, sample: int = 500) -> int:
     joined = picked.join(ours, on=["user_pseudonym", "feature_ts"], how="left", suffix="_ours")
     for column in picked.columns[2:]:
         for a, b in zip(joined[column].to_list(), joined[f"{column}_ours"].to_list()):
-            same = (a is None and b is None) or (a is not None and b is not None and math.isclose(
-                a, b, rel_tol=1e-9, abs_tol=1e-9))
+            same = (a is None and b is None) or (
+                a is not None and b is not None and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+            )
             if not same:
                 raise AssertionError(f"{column}: DuckDB {a} ≠ ours {b}")
     return picked.height
@@ -184,16 +202,31 @@ def run(workdir: Path) -> list[Measurement]:
     compared = _compare(settings, workdir / "baseline.parquet") if theirs else 0
     requests = ours["requests"]
     peak_mb = (ours["peak_kb"] + ours["worker_kb"]) / 1024
-    print(f"  peak RSS: build process {ours['peak_kb'] / 1024:,.0f} MB, "
-          f"GX audit worker {ours['worker_kb'] / 1024:,.0f} MB")
+    print(
+        f"  peak RSS: build process {ours['peak_kb'] / 1024:,.0f} MB, "
+        f"GX audit worker {ours['worker_kb'] / 1024:,.0f} MB"
+    )
     note = "" if theirs else f" (did not finish in {CAP_S:.0f}s: lower bound)"
-    print(f"  ours: {ours['seconds']:.1f}s for {requests:,} requests read, rows {ours['rows']}, "
-          f"peak RSS {peak_mb:,.0f} MB (process + audit worker); DuckDB user table: {baseline_s:.1f}s{note}; "
-          f"{compared} sampled rows equal")
+    print(
+        f"  ours: {ours['seconds']:.1f}s for {requests:,} requests read, rows {ours['rows']}, "
+        f"peak RSS {peak_mb:,.0f} MB (process + audit worker); DuckDB user table: {baseline_s:.1f}s{note}; "
+        f"{compared} sampled rows equal"
+    )
     return [
-        Measurement("DWS build, 1M-request day (3 tables, published)", requests / ours["seconds"], "requests/s",
-                    "DuckDB window query, user table only" + note, requests / baseline_s, target_ratio=0.5),
-        Measurement("DWS build peak RSS (process + audit worker)", peak_mb, "MB",
-                    "DuckDB window query's process, user table only" + note,
-                    theirs["peak_kb"] / 1024 if theirs else float("nan"), higher_is_better=False),
+        Measurement(
+            "DWS build, 1M-request day (3 tables, published)",
+            requests / ours["seconds"],
+            "requests/s",
+            "DuckDB window query, user table only" + note,
+            requests / baseline_s,
+            target_ratio=0.5,
+        ),
+        Measurement(
+            "DWS build peak RSS (process + audit worker)",
+            peak_mb,
+            "MB",
+            "DuckDB window query's process, user table only" + note,
+            theirs["peak_kb"] / 1024 if theirs else float("nan"),
+            higher_is_better=False,
+        ),
     ]

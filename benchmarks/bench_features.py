@@ -58,20 +58,33 @@ def _contract(folder: Path) -> None:
 
 
 def _env(workdir: Path, home: str, **extra: str) -> dict[str, str]:
-    return {**os.environ, "STRATA_HOME": str(workdir / home), "STRATA_LAKE_URI": str(workdir / f"lake-{home}"),
-            "STRATA_PSEUDONYM_KEY": KEY, "STRATA_CONTRACTS_PATH": str(workdir / "contracts"), "TZ": "UTC", **extra}
+    return {
+        **os.environ,
+        "STRATA_HOME": str(workdir / home),
+        "STRATA_LAKE_URI": str(workdir / f"lake-{home}"),
+        "STRATA_PSEUDONYM_KEY": KEY,
+        "STRATA_CONTRACTS_PATH": str(workdir / "contracts"),
+        "TZ": "UTC",
+        **extra,
+    }
 
 
 def _child(workdir: Path, env: dict[str, str], *args: str, cap: int | None = None) -> tuple[dict, float, int]:
     """Run one measurement in a child process: (its JSON answer, its peak RSS in MB, its exit code).
     The peak is the child's own ``VmHWM``; a child killed before it could say falls back to ``ru_maxrss``."""
+
     def limit() -> None:
         if cap:
             resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
     with open(workdir / "child.log", "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_features", *args], env=env,
-                                stdout=subprocess.PIPE, stderr=log, preexec_fn=limit)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.bench_features", *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            preexec_fn=limit,
+        )
         assert proc.stdout is not None
         out = proc.stdout.read()
         _, status, usage = os.wait4(proc.pid, 0)
@@ -100,8 +113,15 @@ def child_lake(n: int) -> dict:
     for start in range(0, n, 250_000):  # in slices: the generator holds a slice at a time
         keys = pseudonyms(min(250_000, n - start), seed=start + 1)
         rows = feature_rows(source, keys, DAY, seed=start + 2)
-        publish(settings, source, rows, partitions=[{"event_date": DAY}], mode="replace_partitions" if start == 0
-                else "append", expectations=False, checked=True)
+        publish(
+            settings,
+            source,
+            rows,
+            partitions=[{"event_date": DAY}],
+            mode="replace_partitions" if start == 0 else "append",
+            expectations=False,
+            checked=True,
+        )
     return {"rows": n}
 
 
@@ -137,15 +157,18 @@ def child_bare(source_db: str) -> dict:
     settings = _settings()
     applied_store(settings)
     with sqlite3.connect(source_db) as con:
-        rows = con.execute(f"SELECT entity_key, feature_name, value, value_text, event_ts FROM strata_{VIEW} "
-                           "ORDER BY rowid").fetchall()
+        rows = con.execute(
+            f"SELECT entity_key, feature_name, value, value_text, event_ts FROM strata_{VIEW} ORDER BY rowid"
+        ).fetchall()
     target = connect_sqlite(sqlite_path(settings))
     started = time.perf_counter()
     with target:
-        target.executemany(f"INSERT INTO strata_{VIEW} (entity_key, feature_name, value, value_text, event_ts, "
-                           "created_ts) VALUES (?, ?, ?, ?, ?, NULL) ON CONFLICT(entity_key, feature_name) DO UPDATE "
-                           "SET value = excluded.value, value_text = excluded.value_text, event_ts = excluded.event_ts",
-                           rows)
+        target.executemany(
+            f"INSERT INTO strata_{VIEW} (entity_key, feature_name, value, value_text, event_ts, "
+            "created_ts) VALUES (?, ?, ?, ?, ?, NULL) ON CONFLICT(entity_key, feature_name) DO UPDATE "
+            "SET value = excluded.value, value_text = excluded.value_text, event_ts = excluded.event_ts",
+            rows,
+        )
     return {"seconds": time.perf_counter() - started, "rows": len(rows)}
 
 
@@ -160,8 +183,12 @@ def child_lookups(repeats: int = 2000) -> dict:
     settings = _settings()
     store, _ = applied_store(settings)
     view = views_of(VIEW)[0]
-    keys = [k for k, in __import__("sqlite3").connect(str(settings.feast_dir / "online_store.db")).execute(
-        f"SELECT DISTINCT substr(entity_key, 35) FROM strata_{VIEW} LIMIT 20000")]
+    keys = [
+        k
+        for (k,) in __import__("sqlite3")
+        .connect(str(settings.feast_dir / "online_store.db"))
+        .execute(f"SELECT DISTINCT substr(entity_key, 35) FROM strata_{VIEW} LIMIT 20000")
+    ]
     keys = [k.decode() for k in keys]
     rng = random.Random(1)
     refs = [f"{VIEW}:{f}" for f in view.features]
@@ -178,8 +205,9 @@ def child_lookups(repeats: int = 2000) -> dict:
     answer = {}
     for n in (1, 100):
         ours = timed(lambda b: reader(settings).read(view, b), n)
-        sdk = timed(lambda b: store.get_online_features(
-            features=refs, entity_rows=[{view.key: k} for k in b]).to_dict(), n)
+        sdk = timed(
+            lambda b: store.get_online_features(features=refs, entity_rows=[{view.key: k} for k in b]).to_dict(), n
+        )
         for name, samples in (("ours", ours), ("sdk", sdk)):
             answer[f"{name}_{n}"] = [float(np.percentile(samples, 50)) * 1e3, float(np.percentile(samples, 99)) * 1e3]
     return answer
@@ -197,8 +225,12 @@ def child_http(ports: list[int], requests: int = 10_000) -> dict:
 
     settings = _settings()
     view = views_of(VIEW)[0]
-    keys = [k.decode() for k, in sqlite3.connect(str(settings.feast_dir / "online_store.db")).execute(
-        f"SELECT DISTINCT substr(entity_key, 35) FROM strata_{VIEW} LIMIT 10000")]
+    keys = [
+        k.decode()
+        for (k,) in sqlite3.connect(str(settings.feast_dir / "online_store.db")).execute(
+            f"SELECT DISTINCT substr(entity_key, 35) FROM strata_{VIEW} LIMIT 10000"
+        )
+    ]
     refs = [f"{VIEW}:{f}" for f in view.features]
     connections = {}
     for port in ports:
@@ -225,8 +257,9 @@ def child_http(ports: list[int], requests: int = 10_000) -> dict:
             t = time.perf_counter()
             for _ in range(3):  # a server that restarts its worker drops the connection
                 try:
-                    connections[port].request("POST", "/get-online-features", body,
-                                              {"Content-Type": "application/json"})
+                    connections[port].request(
+                        "POST", "/get-online-features", body, {"Content-Type": "application/json"}
+                    )
                     response = connections[port].getresponse()
                     data = response.read()
                     break
@@ -237,10 +270,16 @@ def child_http(ports: list[int], requests: int = 10_000) -> dict:
             if i >= 0:
                 samples[port].append(time.perf_counter() - t)
             assert response.status == 200, data[:200]
-    return {str(port): {"p50": float(np.percentile(samples[port], 50)) * 1e3,
-                        "p99": float(np.percentile(samples[port], 99)) * 1e3,
-                        "max": max(samples[port]) * 1e3, "over_50ms": sum(x > 0.05 for x in samples[port]),
-                        "reconnects": reconnects[port]} for port in ports}
+    return {
+        str(port): {
+            "p50": float(np.percentile(samples[port], 50)) * 1e3,
+            "p99": float(np.percentile(samples[port], 99)) * 1e3,
+            "max": max(samples[port]) * 1e3,
+            "over_50ms": sum(x > 0.05 for x in samples[port]),
+            "reconnects": reconnects[port],
+        }
+        for port in ports
+    }
 
 
 # ---------------------------------------------------------------- the parent's side
@@ -253,10 +292,24 @@ def _serve(workdir: Path, env: dict[str, str], ours: bool, port: int) -> subproc
     if ours:
         command = [str(bin_dir / "strata"), "features", "serve", "--port", str(port)]
     else:
-        command = [str(bin_dir / "feast"), "-c", str(Path(env["STRATA_HOME"]) / "feast"), "serve", "-h", "127.0.0.1",
-                   "-p", str(port)]
-    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=open(workdir / "serve.log", "ab"),
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+        command = [
+            str(bin_dir / "feast"),
+            "-c",
+            str(Path(env["STRATA_HOME"]) / "feast"),
+            "serve",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+        ]
+    return subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(workdir / "serve.log", "ab"),
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -274,8 +327,10 @@ class _Shown(list):
     """Measurements, each printed as it is added (a later failure keeps the earlier numbers)."""
 
     def append(self, m: Measurement) -> None:
-        print(f"  {m.metric}: {m.value:,.3f} {m.unit} vs {m.baseline} {m.baseline_value:,.3f} ({m.ratio:.2f}×)",
-              flush=True)
+        print(
+            f"  {m.metric}: {m.value:,.3f} {m.unit} vs {m.baseline} {m.baseline_value:,.3f} ({m.ratio:.2f}×)",
+            flush=True,
+        )
         super().append(m)
 
     def __iadd__(self, items: list[Measurement]) -> _Shown:  # type: ignore[override]
@@ -299,36 +354,91 @@ def run(workdir: Path) -> list[Measurement]:
     feast, feast_rss, _ = _child(workdir, small["feast"], "feast")
     bare, _, _ = _child(workdir, small["bare"], "bare", str(workdir / "ours" / "feast" / "online_store.db"))
     assert ours["values"] == SMALL * FEATURES == bare["rows"], (ours, bare)
-    out += [Measurement("materialize 100k×20 → SQLite", SMALL / ours["seconds"], rate, "Feast materialize",
-                        SMALL / feast["seconds"], target_ratio=2.5),
-            Measurement("materialize 100k×20 → SQLite", SMALL / ours["seconds"], rate, "bare executemany",
-                        SMALL / bare["seconds"], target_ratio=0.8),
-            Measurement("materialize 100k×20 → SQLite peak RSS", ours_rss, "MB", "Feast materialize",
-                        feast_rss, higher_is_better=False)]
+    out += [
+        Measurement(
+            "materialize 100k×20 → SQLite",
+            SMALL / ours["seconds"],
+            rate,
+            "Feast materialize",
+            SMALL / feast["seconds"],
+            target_ratio=2.5,
+        ),
+        Measurement(
+            "materialize 100k×20 → SQLite",
+            SMALL / ours["seconds"],
+            rate,
+            "bare executemany",
+            SMALL / bare["seconds"],
+            target_ratio=0.8,
+        ),
+        Measurement(
+            "materialize 100k×20 → SQLite peak RSS",
+            ours_rss,
+            "MB",
+            "Feast materialize",
+            feast_rss,
+            higher_is_better=False,
+        ),
+    ]
 
     urls = ["redis://127.0.0.1:6379/8", "redis://127.0.0.1:6379/9"]
     for url in urls:
         redis.Redis.from_url(url).flushdb()
     try:
-        ours_r, _, _ = _child(workdir, {**small["ours"], "STRATA_HOME": str(workdir / "ours-redis"),
-                                        "STRATA_ONLINE_STORE": urls[0]}, "ours")
-        feast_r, _, _ = _child(workdir, {**small["feast"], "STRATA_HOME": str(workdir / "feast-redis"),
-                                         "STRATA_ONLINE_STORE": urls[1]}, "feast")
+        ours_r, _, _ = _child(
+            workdir,
+            {**small["ours"], "STRATA_HOME": str(workdir / "ours-redis"), "STRATA_ONLINE_STORE": urls[0]},
+            "ours",
+        )
+        feast_r, _, _ = _child(
+            workdir,
+            {**small["feast"], "STRATA_HOME": str(workdir / "feast-redis"), "STRATA_ONLINE_STORE": urls[1]},
+            "feast",
+        )
     finally:
         for url in urls:
             redis.Redis.from_url(url).flushdb()
-    out.append(Measurement("materialize 100k×20 → Redis", SMALL / ours_r["seconds"], rate, "Feast materialize",
-                           SMALL / feast_r["seconds"], target_ratio=5.0))
+    out.append(
+        Measurement(
+            "materialize 100k×20 → Redis",
+            SMALL / ours_r["seconds"],
+            rate,
+            "Feast materialize",
+            SMALL / feast_r["seconds"],
+            target_ratio=5.0,
+        )
+    )
 
     lookups, _, _ = _child(workdir, small["ours"], "lookups")
-    out += [Measurement("lookup 1×20 p99 (target < 1 ms)", lookups["ours_1"][1], "ms", "Feast SDK p99",
-                        lookups["sdk_1"][1], higher_is_better=False),
-            Measurement("lookup 1×20 p50", lookups["ours_1"][0], "ms", "Feast SDK p50", lookups["sdk_1"][0],
-                        higher_is_better=False),
-            Measurement("lookup 100×20 p99 (target ≤ 5 ms)", lookups["ours_100"][1], "ms", "Feast SDK p99",
-                        lookups["sdk_100"][1], higher_is_better=False),
-            Measurement("lookup 100×20 p50", lookups["ours_100"][0], "ms", "Feast SDK p50", lookups["sdk_100"][0],
-                        higher_is_better=False)]
+    out += [
+        Measurement(
+            "lookup 1×20 p99 (target < 1 ms)",
+            lookups["ours_1"][1],
+            "ms",
+            "Feast SDK p99",
+            lookups["sdk_1"][1],
+            higher_is_better=False,
+        ),
+        Measurement(
+            "lookup 1×20 p50", lookups["ours_1"][0], "ms", "Feast SDK p50", lookups["sdk_1"][0], higher_is_better=False
+        ),
+        Measurement(
+            "lookup 100×20 p99 (target ≤ 5 ms)",
+            lookups["ours_100"][1],
+            "ms",
+            "Feast SDK p99",
+            lookups["sdk_100"][1],
+            higher_is_better=False,
+        ),
+        Measurement(
+            "lookup 100×20 p50",
+            lookups["ours_100"][0],
+            "ms",
+            "Feast SDK p50",
+            lookups["sdk_100"][0],
+            higher_is_better=False,
+        ),
+    ]
 
     from tests.services import free_port
 
@@ -342,32 +452,77 @@ def run(workdir: Path) -> list[Measurement]:
             _stop(server)
     served = {name: answer[str(port)] for name, port in ports.items()}
     print(f"  HTTP: {served}", flush=True)
-    out += [Measurement("HTTP 1 entity p99, 10k requests", served["strata"]["p99"], "ms", "feast serve (defaults)",
-                        served["feast"]["p99"], higher_is_better=False, target_ratio=1.0),
-            Measurement("HTTP 1 entity slowest of 10k (target < 50 ms)", served["strata"]["max"], "ms",
-                        "feast serve (defaults)", served["feast"]["max"], higher_is_better=False),
-            Measurement("HTTP 1 entity p50", served["strata"]["p50"], "ms", "feast serve (defaults)",
-                        served["feast"]["p50"], higher_is_better=False)]
+    out += [
+        Measurement(
+            "HTTP 1 entity p99, 10k requests",
+            served["strata"]["p99"],
+            "ms",
+            "feast serve (defaults)",
+            served["feast"]["p99"],
+            higher_is_better=False,
+            target_ratio=1.0,
+        ),
+        Measurement(
+            "HTTP 1 entity slowest of 10k (target < 50 ms)",
+            served["strata"]["max"],
+            "ms",
+            "feast serve (defaults)",
+            served["feast"]["max"],
+            higher_is_better=False,
+        ),
+        Measurement(
+            "HTTP 1 entity p50",
+            served["strata"]["p50"],
+            "ms",
+            "feast serve (defaults)",
+            served["feast"]["p50"],
+            higher_is_better=False,
+        ),
+    ]
 
     large = _env(workdir, "ours-1m")
     _child(workdir, large, "lake", str(LARGE))
     big, big_rss, _ = _child(workdir, large, "ours")
     assert big["entities"] == LARGE, big
-    out.append(Measurement("materialize 1M×20 peak RSS (target < 1.5 GB, flat)", big_rss, "MB",
-                           "ours at 100k×20", ours_rss, higher_is_better=False))
-    out.append(Measurement("materialize 1M×20 → SQLite", LARGE / big["seconds"], rate, "ours at 100k×20",
-                           SMALL / ours["seconds"]))
+    out.append(
+        Measurement(
+            "materialize 1M×20 peak RSS (target < 1.5 GB, flat)",
+            big_rss,
+            "MB",
+            "ours at 100k×20",
+            ours_rss,
+            higher_is_better=False,
+        )
+    )
+    out.append(
+        Measurement(
+            "materialize 1M×20 → SQLite", LARGE / big["seconds"], rate, "ours at 100k×20", SMALL / ours["seconds"]
+        )
+    )
     capped = {**large, "STRATA_HOME": str(workdir / "feast-1m")}
     started = time.perf_counter()
     feast_big, feast_big_rss, code = _child(workdir, capped, "feast", cap=FEAST_CAP_BYTES)
     finished = code == 0 and "seconds" in feast_big
-    print(f"Feast materialize 1M×20 under a {FEAST_CAP_BYTES / 1024**3:.0f} GB cap: "
-          + (f"finished in {feast_big['seconds']:.0f}s" if finished else
-             f"could not finish (exit {code} after {time.perf_counter() - started:.0f}s)")
-          + f", peak RSS {feast_big_rss:,.0f} MB")
-    out.append(Measurement(f"materialize 1M×20 peak RSS vs Feast ({'finished' if finished else 'failed'} "
-                           f"under a {FEAST_CAP_BYTES / 1024**3:.0f} GB cap)", big_rss, "MB", "Feast materialize",
-                           feast_big_rss, higher_is_better=False))
+    print(
+        f"Feast materialize 1M×20 under a {FEAST_CAP_BYTES / 1024**3:.0f} GB cap: "
+        + (
+            f"finished in {feast_big['seconds']:.0f}s"
+            if finished
+            else f"could not finish (exit {code} after {time.perf_counter() - started:.0f}s)"
+        )
+        + f", peak RSS {feast_big_rss:,.0f} MB"
+    )
+    out.append(
+        Measurement(
+            f"materialize 1M×20 peak RSS vs Feast ({'finished' if finished else 'failed'} "
+            f"under a {FEAST_CAP_BYTES / 1024**3:.0f} GB cap)",
+            big_rss,
+            "MB",
+            "Feast materialize",
+            feast_big_rss,
+            higher_is_better=False,
+        )
+    )
     return out
 
 
@@ -382,9 +537,14 @@ def _high_water_mb() -> float:
 def main(argv: list[str]) -> None:
     mode, *args = argv
     try:
-        answer = {"lake": lambda: child_lake(int(args[0])), "ours": child_ours, "feast": child_feast,
-                  "bare": lambda: child_bare(args[0]), "lookups": child_lookups,
-                  "http": lambda: child_http([int(a) for a in args])}[mode]()
+        answer = {
+            "lake": lambda: child_lake(int(args[0])),
+            "ours": child_ours,
+            "feast": child_feast,
+            "bare": lambda: child_bare(args[0]),
+            "lookups": child_lookups,
+            "http": lambda: child_http([int(a) for a in args]),
+        }[mode]()
     except MemoryError:
         answer = {"error": "MemoryError"}
     print(json.dumps({**answer, "hwm_mb": _high_water_mb()}), flush=True)

@@ -79,10 +79,14 @@ def _generate(out: Path, requests: int) -> int:
 
 
 def _ours(workdir: Path, landing: Path) -> dict:
-    env = {**os.environ, "STRATA_HOME": str(workdir / "home"),
-           "STRATA_PSEUDONYM_KEY": "benchmark-only-key-0123456789"}
-    proc = subprocess.run([sys.executable, "-c", _CHILD, str(landing), DAY.isoformat()], env=env,
-                          capture_output=True, text=True, check=False)
+    env = {**os.environ, "STRATA_HOME": str(workdir / "home"), "STRATA_PSEUDONYM_KEY": "benchmark-only-key-0123456789"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(landing), DAY.isoformat()],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode:
         raise RuntimeError(f"ingest + DWD failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -137,9 +141,11 @@ def _duckdb_two_passes(landing: Path, workdir: Path, types: Path) -> tuple[float
 
     con = duckdb.connect()
     detected = dict(con.execute(f"SELECT name, type FROM parquet_schema('{types}')").fetchall())
-    lines = (f"read_csv('{landing}/requests/**/*.jsonl.gz', columns = {{'line': 'VARCHAR'}}, delim = '\\x01', "
-             "quote = '', escape = '', header = false, auto_detect = false, filename = true, "
-             "max_line_size = 16777216, ignore_errors = true)")
+    lines = (
+        f"read_csv('{landing}/requests/**/*.jsonl.gz', columns = {{'line': 'VARCHAR'}}, delim = '\\x01', "
+        "quote = '', escape = '', header = false, auto_detect = false, filename = true, "
+        "max_line_size = 16777216, ignore_errors = true)"
+    )
     archive, clean = workdir / "two_pass_archive.parquet", workdir / "two_pass_clean.parquet"
     fields = "{" + ", ".join(f'"{f}": "{_duckdb_type(detected.get(f))}"' for f in fields_for("requests")) + "}"
     started = time.perf_counter()
@@ -178,42 +184,119 @@ def run(workdir: Path) -> list[Measurement]:
     ours_s = ours["ingest_s"] + ours["dwd_s"]
     ours_cpu_s = ours["ingest_cpu_s"] + ours["dwd_cpu_s"] + ours["worker_cpu_s"]
     results = [
-        Measurement("ingest + DWD rows/s (1M-request day)", lines / ours_s, "rows/s",
-                    "DuckDB read_json → Parquet", lines / baseline_s, target_ratio=0.5),
-        Measurement("ingest + DWD rows/s, against two bare passes", lines / ours_s, "rows/s",
-                    "DuckDB: lines → Parquet, then parse + dedupe → Parquet", lines / floor_s),
-        Measurement("two bare passes rows/s (the ceiling of archive-then-parse)", lines / floor_s, "rows/s",
-                    "DuckDB read_json → Parquet", lines / baseline_s),
-        Measurement("ingest rows/s", lines / ours["ingest_s"], "rows/s", "DuckDB read_json → Parquet",
-                    lines / baseline_s),
-        Measurement("ingest rows/s, against the bare archive pass", lines / ours["ingest_s"], "rows/s",
-                    "DuckDB: lines → Parquet", lines / archive_s),
-        Measurement("DWD build rows/s", lines / ours["dwd_s"], "rows/s", "DuckDB read_json → Parquet",
-                    lines / baseline_s),
-        Measurement("DWD build rows/s, against the bare parse pass", lines / ours["dwd_s"], "rows/s",
-                    "DuckDB: parse + dedupe → Parquet", lines / parse_s),
-        Measurement("CPU seconds, ingest + DWD", ours_cpu_s, "s", "DuckDB read_json → Parquet",
-                    baseline_cpu_s, higher_is_better=False),
-        Measurement("CPU seconds, ingest", ours["ingest_cpu_s"], "s", "DuckDB read_json → Parquet",
-                    baseline_cpu_s, higher_is_better=False),
-        Measurement("CPU seconds, DWD build (with its GX worker)", ours["dwd_cpu_s"] + ours["worker_cpu_s"], "s",
-                    "DuckDB read_json → Parquet", baseline_cpu_s, higher_is_better=False),
-        Measurement("CPU seconds, GX worker alone (validation)", ours["worker_cpu_s"], "s",
-                    "DuckDB read_json → Parquet", baseline_cpu_s, higher_is_better=False),
+        Measurement(
+            "ingest + DWD rows/s (1M-request day)",
+            lines / ours_s,
+            "rows/s",
+            "DuckDB read_json → Parquet",
+            lines / baseline_s,
+            target_ratio=0.5,
+        ),
+        Measurement(
+            "ingest + DWD rows/s, against two bare passes",
+            lines / ours_s,
+            "rows/s",
+            "DuckDB: lines → Parquet, then parse + dedupe → Parquet",
+            lines / floor_s,
+        ),
+        Measurement(
+            "two bare passes rows/s (the ceiling of archive-then-parse)",
+            lines / floor_s,
+            "rows/s",
+            "DuckDB read_json → Parquet",
+            lines / baseline_s,
+        ),
+        Measurement(
+            "ingest rows/s", lines / ours["ingest_s"], "rows/s", "DuckDB read_json → Parquet", lines / baseline_s
+        ),
+        Measurement(
+            "ingest rows/s, against the bare archive pass",
+            lines / ours["ingest_s"],
+            "rows/s",
+            "DuckDB: lines → Parquet",
+            lines / archive_s,
+        ),
+        Measurement(
+            "DWD build rows/s", lines / ours["dwd_s"], "rows/s", "DuckDB read_json → Parquet", lines / baseline_s
+        ),
+        Measurement(
+            "DWD build rows/s, against the bare parse pass",
+            lines / ours["dwd_s"],
+            "rows/s",
+            "DuckDB: parse + dedupe → Parquet",
+            lines / parse_s,
+        ),
+        Measurement(
+            "CPU seconds, ingest + DWD",
+            ours_cpu_s,
+            "s",
+            "DuckDB read_json → Parquet",
+            baseline_cpu_s,
+            higher_is_better=False,
+        ),
+        Measurement(
+            "CPU seconds, ingest",
+            ours["ingest_cpu_s"],
+            "s",
+            "DuckDB read_json → Parquet",
+            baseline_cpu_s,
+            higher_is_better=False,
+        ),
+        Measurement(
+            "CPU seconds, DWD build (with its GX worker)",
+            ours["dwd_cpu_s"] + ours["worker_cpu_s"],
+            "s",
+            "DuckDB read_json → Parquet",
+            baseline_cpu_s,
+            higher_is_better=False,
+        ),
+        Measurement(
+            "CPU seconds, GX worker alone (validation)",
+            ours["worker_cpu_s"],
+            "s",
+            "DuckDB read_json → Parquet",
+            baseline_cpu_s,
+            higher_is_better=False,
+        ),
     ]
     dwd_s = ours["dwd_s"]
-    results.append(Measurement("locks of a day's DWD build, file backend (share of the build)",
-                               _lock_cost(workdir, None), "s", "the DWD build itself", dwd_s, higher_is_better=False))
+    results.append(
+        Measurement(
+            "locks of a day's DWD build, file backend (share of the build)",
+            _lock_cost(workdir, None),
+            "s",
+            "the DWD build itself",
+            dwd_s,
+            higher_is_better=False,
+        )
+    )
     pg = os.environ.get("STRATA_BENCH_LOCK_URL", "postgresql://postgres@127.0.0.1:5432/test")
     try:
-        results.append(Measurement("locks of a day's DWD build, Postgres advisory locks", _lock_cost(workdir, pg),
-                                   "s", "the DWD build itself", dwd_s, higher_is_better=False))
+        results.append(
+            Measurement(
+                "locks of a day's DWD build, Postgres advisory locks",
+                _lock_cost(workdir, pg),
+                "s",
+                "the DWD build itself",
+                dwd_s,
+                higher_is_better=False,
+            )
+        )
     except Exception as exc:  # no Postgres at hand: the file backend's figure stands alone
         print(f"Postgres lock cost not measured ({type(exc).__name__}: {exc})")
     if os.environ.get("STRATA_BENCH_BIG_DAY", "1") != "0":
         big = workdir / "big"
         _generate(big / "landing", 5_000_000)
         peak = _ours(big, big / "landing")["peak_rss_mb"]
-        results.append(Measurement("peak RSS, ingest + DWD of a 5M-request day", peak, "MB",
-                                   "limit 4 GB", 4096.0, higher_is_better=False, target_ratio=1.0))
+        results.append(
+            Measurement(
+                "peak RSS, ingest + DWD of a 5M-request day",
+                peak,
+                "MB",
+                "limit 4 GB",
+                4096.0,
+                higher_is_better=False,
+                target_ratio=1.0,
+            )
+        )
     return results

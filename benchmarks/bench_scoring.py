@@ -40,8 +40,9 @@ def _lake(workdir: Path):
     from warehouse.storage.publish import publish
     from warehouse.tables import DWD_REQUEST, table
 
-    settings = load_settings({"STRATA_HOME": str(workdir / "home"),
-                              "STRATA_PSEUDONYM_KEY": "benchmark-only-key-0123456789"})
+    settings = load_settings(
+        {"STRATA_HOME": str(workdir / "home"), "STRATA_PSEUDONYM_KEY": "benchmark-only-key-0123456789"}
+    )
     source = table("dws.user_features")
     keys = pseudonyms(USERS, seed=1)
     features = feature_rows(source, keys, DAY, seed=2)
@@ -50,11 +51,18 @@ def _lake(workdir: Path):
     names = [c.name for c in source.contract.columns if c.name.endswith(("_1h", "_24h", "_7d"))]
     sample = features.head(50_000).with_columns(
         event_timestamp=pl.col("feature_ts"),
-        label=(pl.col(names[0]).rank() / 50_000 + pl.Series(np.random.default_rng(3).random(50_000)) > 1.0)
-        .cast(pl.Int8))
+        label=(pl.col(names[0]).rank() / 50_000 + pl.Series(np.random.default_rng(3).random(50_000)) > 1.0).cast(
+            pl.Int8
+        ),
+    )
     split = sample.get_column("event_timestamp").sort()[25_000]
-    fit_and_register(settings, "user_risk", TrainingSet(sample, "user_pseudonym", names, "user_risk_v1", source.name,
-                                                        dt.timedelta(days=8)), split_at=split, window=(DAY, DAY))
+    fit_and_register(
+        settings,
+        "user_risk",
+        TrainingSet(sample, "user_pseudonym", names, "user_risk_v1", source.name, dt.timedelta(days=8)),
+        split_at=split,
+        window=(DAY, DAY),
+    )
     return settings
 
 
@@ -74,13 +82,22 @@ def _bare(settings, provider: str, out: Path) -> tuple[float, int, str]:
     session = open_session(model.onnx_bytes(), provider)  # type: ignore[arg-type]
     names = [f.name for f in model.card.features]
     entities = active_entities(settings, DAY, "user_pseudonym", range(16))
-    reader = read_as_of(settings, table("dws.user_features"), "user_pseudonym", names, entities,
-                        dt.datetime(2026, 3, 3, tzinfo=dt.UTC), dt.timedelta(days=8), BATCH)
+    reader = read_as_of(
+        settings,
+        table("dws.user_features"),
+        "user_pseudonym",
+        names,
+        entities,
+        dt.datetime(2026, 3, 3, tzinfo=dt.UTC),
+        dt.timedelta(days=8),
+        BATCH,
+    )
     rows = 0
     with pq.ParquetWriter(out, pa.schema([("user_pseudonym", pa.string()), ("score", pa.float32())])) as writer:
         for batch in reader:
-            x = np.column_stack([pc.cast(batch.column(n), pa.float32(), safe=False).to_numpy(zero_copy_only=False)
-                                 for n in names])
+            x = np.column_stack(
+                [pc.cast(batch.column(n), pa.float32(), safe=False).to_numpy(zero_copy_only=False) for n in names]
+            )
             scores = session.session.run([session.output_name], {session.input_name: x})[0][:, 1]
             writer.write_batch(pa.record_batch({"user_pseudonym": batch.column(0), "score": pa.array(scores)}))
             rows += batch.num_rows
@@ -98,7 +115,7 @@ def _raw(settings, provider: str) -> float:
     session.warm_up()
     started = time.perf_counter()
     for low in range(0, USERS, BATCH):
-        session.session.run([session.output_name], {session.input_name: x[low:low + BATCH]})
+        session.session.run([session.output_name], {session.input_name: x[low : low + BATCH]})
     return USERS / (time.perf_counter() - started)
 
 
@@ -116,8 +133,19 @@ def run(workdir: Path) -> list[Measurement]:
     assert report.entities == bare_before[1] == USERS
     label = f"({report.provider})"
     return [
-        Measurement(f"scoring 1M users, features read → scores committed {label}", USERS / ours_s, "rows/s",
-                    "bare: DuckDB features → session.run per batch → Parquet", USERS / bare_s, target_ratio=0.6),
-        Measurement(f"session.run alone on in-memory rows {label}", _raw(settings, provider), "rows/s",
-                    "bare pipeline", USERS / bare_s),
+        Measurement(
+            f"scoring 1M users, features read → scores committed {label}",
+            USERS / ours_s,
+            "rows/s",
+            "bare: DuckDB features → session.run per batch → Parquet",
+            USERS / bare_s,
+            target_ratio=0.6,
+        ),
+        Measurement(
+            f"session.run alone on in-memory rows {label}",
+            _raw(settings, provider),
+            "rows/s",
+            "bare pipeline",
+            USERS / bare_s,
+        ),
     ]

@@ -78,14 +78,22 @@ def main(argv: list[str] | None = None) -> int:
             measurements: list[Measurement] = module.run(Path(tmp))
         for m in measurements:
             verdict = "" if m.target_ratio is None else f"≥{m.target_ratio:g}× " + ("✓" if m.meets_target else "✗")
-            table.add_row(name, m.metric, _fmt(m.value, m.unit), m.baseline,
-                          _fmt(m.baseline_value, m.unit), f"{m.ratio:.2f}×", verdict)
+            table.add_row(
+                name,
+                m.metric,
+                _fmt(m.value, m.unit),
+                m.baseline,
+                _fmt(m.baseline_value, m.unit),
+                f"{m.ratio:.2f}×",
+                verdict,
+            )
             results.append({"benchmark": name, **asdict(m), "ratio": m.ratio, "meets_target": m.meets_target})
         console.print(f"  done in {time.perf_counter() - started:.1f}s")
     console.print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"python": sys.version.split()[0], "machine": platform.machine(),
-                                    "results": results}, indent=2))
+    args.out.write_text(
+        json.dumps({"python": sys.version.split()[0], "machine": platform.machine(), "results": results}, indent=2)
+    )
     console.print(f"results written to {args.out}")
     return 0 if all(r["meets_target"] is not False for r in results) else 1
 

@@ -85,15 +85,20 @@ def _cast(arr: pa.ChunkedArray, c: Column) -> tuple[pa.ChunkedArray, Violation |
         return pa.chunked_array([pa.nulls(len(arr), target)], target), None
     if not _castable(src, target):
         why = " (a naive timestamp needs a time zone)" if pa.types.is_timestamp(src) and not src.tz else ""
-        return arr, Violation(f"{c.name}.type", c.name,
-                              f"type {type_name(src)} cannot be converted safely to {type_name(target)}{why}")
+        return arr, Violation(
+            f"{c.name}.type", c.name, f"type {type_name(src)} cannot be converted safely to {type_name(target)}{why}"
+        )
     try:
         return arr.cast(target, safe=True), None
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
         bad = _lossy_examples(arr, target)
-        return arr, Violation(f"{c.name}.type", c.name,
-                              f"{type_name(src)} → {type_name(target)} would lose data ({e})",
-                              len(bad) or None, tuple(bad[:5]))
+        return arr, Violation(
+            f"{c.name}.type",
+            c.name,
+            f"{type_name(src)} → {type_name(target)} would lose data ({e})",
+            len(bad) or None,
+            tuple(bad[:5]),
+        )
 
 
 def _castable(src: pa.DataType, target: pa.DataType) -> bool:
@@ -115,7 +120,8 @@ def _castable(src: pa.DataType, target: pa.DataType) -> bool:
         return t.is_timestamp(src) and (src.tz is None) == (target.tz is None)
     if t.is_list(target):
         return (t.is_list(src) or t.is_large_list(src) or t.is_list_view(src)) and _castable(
-            src.value_type, target.value_type)
+            src.value_type, target.value_type
+        )
     return False
 
 

@@ -28,8 +28,9 @@ from contracts.gx_audit import AuditFailure, AuditResult
 from contracts.model import Column, Contract, Freshness, RowCountBounds
 from contracts.types import parse_type, type_name
 
-_CLASSES: dict[str, Any] = {c.__name__: c for c in (Contract, Column, RowCountBounds, Freshness, AuditResult,
-                                                      AuditFailure)}
+_CLASSES: dict[str, Any] = {
+    c.__name__: c for c in (Contract, Column, RowCountBounds, Freshness, AuditResult, AuditFailure)
+}
 #: Fields that take no part in a contract's equality and that the audit does not read.
 _LEFT_BEHIND = {"odcs", "path"}
 #: Exceptions other than the built-in ones that come back as themselves.
@@ -97,8 +98,12 @@ def encode(value: Any) -> Any:
         return {"$": "arrow", "v": type_name(value)}
     cls = _CLASSES.get(type(value).__name__)
     if cls is type(value):
-        return {"$": cls.__name__, "v": {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(cls)
-                                         if f.name not in _LEFT_BEHIND}}
+        return {
+            "$": cls.__name__,
+            "v": {
+                f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(cls) if f.name not in _LEFT_BEHIND
+            },
+        }
     raise TypeError(f"cannot send a {type(value).__name__} to or from the GX audit worker")
 
 
@@ -156,8 +161,13 @@ def error(exc: BaseException) -> dict[str, Any]:
         json.dumps(args)
     except (TypeError, ValueError):
         args = None
-    return {"type": f"{cls.__module__}.{cls.__qualname__}", "base": base.__name__, "args": args,
-            "message": str(exc), "traceback": "".join(traceback.format_exception(exc))}
+    return {
+        "type": f"{cls.__module__}.{cls.__qualname__}",
+        "base": base.__name__,
+        "args": args,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
 
 
 def exception(data: dict[str, Any]) -> Exception:

@@ -72,8 +72,9 @@ def pid() -> int:
 def audit(sample: pa.Table, contract: Contract, *, now: datetime | None = None) -> AuditResult:
     """:func:`contracts.gx_audit.audit` of ``sample``, run in the worker; the worker's error is
     raised as its own type where that is built in, else as its nearest built-in type."""
-    answer = _request({"op": "audit", "contract": audit_wire.contract_text(contract), "now": audit_wire.encode(now)},
-                      sample)
+    answer = _request(
+        {"op": "audit", "contract": audit_wire.contract_text(contract), "now": audit_wire.encode(now)}, sample
+    )
     if "error" in answer:
         raise audit_wire.exception(answer["error"])
     result = audit_wire.decode(answer["result"])
@@ -95,8 +96,10 @@ def _request(header: dict[str, Any], table: pa.Table | None = None) -> dict[str,
             except (BrokenPipeError, ConnectionResetError, EOFError) as exc:
                 _private = None
                 if attempt == 2:
-                    raise RuntimeError("the GX audit worker died twice during an audit (does `python -c "
-                                       "'import great_expectations'` work?)") from exc
+                    raise RuntimeError(
+                        "the GX audit worker died twice during an audit (does `python -c "
+                        "'import great_expectations'` work?)"
+                    ) from exc
     raise AssertionError("unreachable")
 
 
@@ -118,8 +121,7 @@ def _address() -> str | None:
 
 def _peer_uid(conn: socket.socket) -> int:
     """The user of the process at the other end of a Unix socket (of the listener, for a client)."""
-    return int(struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                   struct.calcsize("3i")))[1])
+    return int(struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1])
 
 
 def _connect() -> socket.socket | None:
@@ -168,8 +170,12 @@ def _connect() -> socket.socket | None:
 def _refuse(address: str, why: str) -> None:
     global _foreign
     _foreign = True
-    _log.warning("the GX audit worker's socket name @%s cannot be used (%s): this process audits in a "
-                 "private worker (3-4 s to import Great Expectations)", address.lstrip("\0"), why)
+    _log.warning(
+        "the GX audit worker's socket name @%s cannot be used (%s): this process audits in a "
+        "private worker (3-4 s to import Great Expectations)",
+        address.lstrip("\0"),
+        why,
+    )
 
 
 def _private_connection() -> socket.socket:
@@ -189,10 +195,16 @@ def _spawn(args: list[str], pass_fds: tuple[int, ...] = ()) -> subprocess.Popen[
     path = os.pathsep.join(p for p in (str(_PACKAGE.parent), os.environ.get("PYTHONPATH", "")) if p)
     threads = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     shared = not pass_fds  # a private worker's errors may go where its process's go
-    return subprocess.Popen([sys.executable, "-m", "contracts.audit_worker", *args], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if shared else None,
-                            pass_fds=pass_fds, start_new_session=shared, cwd="/",
-                            env={**os.environ, **threads, "PYTHONPATH": path})
+    return subprocess.Popen(
+        [sys.executable, "-m", "contracts.audit_worker", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL if shared else None,
+        pass_fds=pass_fds,
+        start_new_session=shared,
+        cwd="/",
+        env={**os.environ, **threads, "PYTHONPATH": path},
+    )
 
 
 # ---- the worker -------------------------------------------------------------------------------

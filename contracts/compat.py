@@ -79,8 +79,9 @@ def diff_shapes(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
     if old["primary_key"] != new["primary_key"]:
         changes.append(Change("primary_key_changed", None, f"{old['primary_key']} → {new['primary_key']}", True))
     if old["partition_columns"] != new["partition_columns"]:
-        changes.append(Change("partitioning_changed", None,
-                              f"{old['partition_columns']} → {new['partition_columns']}", True))
+        changes.append(
+            Change("partitioning_changed", None, f"{old['partition_columns']} → {new['partition_columns']}", True)
+        )
     return changes
 
 
@@ -88,8 +89,9 @@ def _column_changes(name: str, old: dict[str, Any], new: dict[str, Any]) -> list
     out: list[Change] = []
     if old["type"] != new["type"]:
         widened = is_widening(parse_type(old["type"]), parse_type(new["type"]))
-        out.append(Change("type_widened" if widened else "type_changed", name,
-                          f"{old['type']} → {new['type']}", not widened))
+        out.append(
+            Change("type_widened" if widened else "type_changed", name, f"{old['type']} → {new['type']}", not widened)
+        )
     t = parse_type(new["type"])
     for rule in rules():
         if rule.lock_key is not None:
@@ -99,6 +101,9 @@ def _column_changes(name: str, old: dict[str, Any], new: dict[str, Any]) -> list
         if before != after:
             # A tolerance rule is a limit on bad rows: adding one or lowering it tightens the contract.
             tighter = before is None or (after is not None and after < before)
-            out.append(Change(f"tolerance_{'tightened' if tighter else 'relaxed'}", name,
-                              f"{kind}: {before} → {after}", tighter))
+            out.append(
+                Change(
+                    f"tolerance_{'tightened' if tighter else 'relaxed'}", name, f"{kind}: {before} → {after}", tighter
+                )
+            )
     return out

@@ -17,14 +17,30 @@ from contracts.types import duckdb_type
 
 #: DuckDB type aliases, folded to the name :func:`contracts.types.duckdb_type` uses.
 _ALIASES = {
-    "INT8": "BIGINT", "LONG": "BIGINT", "INT64": "BIGINT",
-    "INT4": "INTEGER", "INT": "INTEGER", "SIGNED": "INTEGER", "INT32": "INTEGER",
-    "INT2": "SMALLINT", "SHORT": "SMALLINT", "INT1": "TINYINT",
-    "FLOAT8": "DOUBLE", "FLOAT4": "FLOAT", "REAL": "FLOAT",
-    "BOOL": "BOOLEAN", "LOGICAL": "BOOLEAN",
-    "STRING": "VARCHAR", "TEXT": "VARCHAR", "CHAR": "VARCHAR", "BPCHAR": "VARCHAR",
-    "TIMESTAMPTZ": "TIMESTAMP WITH TIME ZONE", "DATETIME": "TIMESTAMP",
-    "BYTEA": "BLOB", "BINARY": "BLOB", "VARBINARY": "BLOB",
+    "INT8": "BIGINT",
+    "LONG": "BIGINT",
+    "INT64": "BIGINT",
+    "INT4": "INTEGER",
+    "INT": "INTEGER",
+    "SIGNED": "INTEGER",
+    "INT32": "INTEGER",
+    "INT2": "SMALLINT",
+    "SHORT": "SMALLINT",
+    "INT1": "TINYINT",
+    "FLOAT8": "DOUBLE",
+    "FLOAT4": "FLOAT",
+    "REAL": "FLOAT",
+    "BOOL": "BOOLEAN",
+    "LOGICAL": "BOOLEAN",
+    "STRING": "VARCHAR",
+    "TEXT": "VARCHAR",
+    "CHAR": "VARCHAR",
+    "BPCHAR": "VARCHAR",
+    "TIMESTAMPTZ": "TIMESTAMP WITH TIME ZONE",
+    "DATETIME": "TIMESTAMP",
+    "BYTEA": "BLOB",
+    "BINARY": "BLOB",
+    "VARBINARY": "BLOB",
     "NUMERIC": "DECIMAL",
 }
 _PARAMETERS = re.compile(r"^(\w+)\s*\((.*)\)$")
@@ -133,9 +149,14 @@ def _column_drift(where: str, contract: Contract, columns: list[dict[str, Any]])
             problems.append(f"{where}: column {c.name!r} has data_type {got!r}, contract says {want}")
         not_null = any((k or {}).get("type") == "not_null" for k in entry.get("constraints") or [])
         if not_null != c.required:
-            problems.append(f"{where}: column {c.name!r} " + (
-                "lacks the not_null constraint of a required column" if c.required
-                else "is not_null but the contract allows nulls"))
+            problems.append(
+                f"{where}: column {c.name!r} "
+                + (
+                    "lacks the not_null constraint of a required column"
+                    if c.required
+                    else "is not_null but the contract allows nulls"
+                )
+            )
     for name in declared:
         if name not in contract:
             problems.append(f"{where}: column {name!r} is not in contract {contract.name}")

@@ -24,8 +24,15 @@ def feast_type(t: pa.DataType) -> Any:
     from feast import types as ft
 
     simple = {
-        "string": ft.String, "large_string": ft.String, "binary": ft.Bytes, "large_binary": ft.Bytes,
-        "bool": ft.Bool, "int32": ft.Int32, "int64": ft.Int64, "float": ft.Float32, "double": ft.Float64,
+        "string": ft.String,
+        "large_string": ft.String,
+        "binary": ft.Bytes,
+        "large_binary": ft.Bytes,
+        "bool": ft.Bool,
+        "int32": ft.Int32,
+        "int64": ft.Int64,
+        "float": ft.Float32,
+        "double": ft.Float64,
     }
     if pa.types.is_timestamp(t):
         return ft.UnixTimestamp
@@ -67,6 +74,7 @@ def check_feast_fields(fields: Iterable[Any] | Any, contract: Contract) -> list[
             problems.append(f"field {f.name!r}: {e}")
             continue
         if f.dtype != want:
-            problems.append(f"field {f.name!r} has Feast type {f.dtype}, contract {contract.name} says "
-                            f"{want} ({c.physical_type})")
+            problems.append(
+                f"field {f.name!r} has Feast type {f.dtype}, contract {contract.name} says {want} ({c.physical_type})"
+            )
     return problems

@@ -140,9 +140,11 @@ def audit(
         result["results"] = [by_rule.get(_rule(r), r) for r in result["results"]]
         passed = sum(bool(r["success"]) for r in result["results"])
         result["success"] = passed == len(result["results"])
-        result["statistics"] |= {"successful_expectations": passed,
-                                 "unsuccessful_expectations": len(result["results"]) - passed,
-                                 "success_percent": 100 * passed / max(len(result["results"]), 1)}
+        result["statistics"] |= {
+            "successful_expectations": passed,
+            "unsuccessful_expectations": len(result["results"]) - passed,
+            "success_percent": 100 * passed / max(len(result["results"]), 1),
+        }
     failures = [_failure(r) for r in result["results"] if not r["success"]]
     return AuditResult(contract.name, bool(result["success"]), failures, result)
 
@@ -161,9 +163,15 @@ def to_pandas(data: pa.Table | pl.DataFrame | pd.DataFrame) -> pd.DataFrame:
     elif isinstance(data, pl.DataFrame):
         data = data.to_arrow()
     nullable = {
-        pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
-        pa.int64(): pd.Int64Dtype(), pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),
-        pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype(), pa.bool_(): pd.BooleanDtype(),
+        pa.int8(): pd.Int8Dtype(),
+        pa.int16(): pd.Int16Dtype(),
+        pa.int32(): pd.Int32Dtype(),
+        pa.int64(): pd.Int64Dtype(),
+        pa.uint8(): pd.UInt8Dtype(),
+        pa.uint16(): pd.UInt16Dtype(),
+        pa.uint32(): pd.UInt32Dtype(),
+        pa.uint64(): pd.UInt64Dtype(),
+        pa.bool_(): pd.BooleanDtype(),
     }
     return data.to_pandas(types_mapper=nullable.get, coerce_temporal_nanoseconds=False)
 

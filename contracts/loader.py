@@ -32,10 +32,21 @@ MAX_CONTRACT_BYTES = 2**20
 _SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$")
 _TABLE = re.compile(r"^(ods|dwd|dws|ads|ops)\.[a-z][a-z0-9_]*$")
 _UNITS = {
-    "s": 1, "sec": 1, "second": 1, "seconds": 1,
-    "m": 60, "min": 60, "minute": 60, "minutes": 60,
-    "h": 3600, "hr": 3600, "hour": 3600, "hours": 3600,
-    "d": 86400, "day": 86400, "days": 86400,
+    "s": 1,
+    "sec": 1,
+    "second": 1,
+    "seconds": 1,
+    "m": 60,
+    "min": 60,
+    "minute": 60,
+    "minutes": 60,
+    "h": 3600,
+    "hr": 3600,
+    "hour": 3600,
+    "hours": 3600,
+    "d": 86400,
+    "day": 86400,
+    "days": 86400,
 }
 #: Options that describe a column's type rather than state a rule: (option, logical type).
 _TYPE_OPTIONS = {("format", "string"), ("timezone", "timestamp"), ("defaultTimezone", "timestamp")}
@@ -59,8 +70,9 @@ def contract_path(name: str, directory: Path | None = None) -> Path:
     first folder of the search path that holds it."""
     if directory is not None:
         return directory / f"{name}.yaml"
-    return next((d / f"{name}.yaml" for d in search_path() if (d / f"{name}.yaml").exists()),
-                CONTRACTS_DIR / f"{name}.yaml")
+    return next(
+        (d / f"{name}.yaml" for d in search_path() if (d / f"{name}.yaml").exists()), CONTRACTS_DIR / f"{name}.yaml"
+    )
 
 
 @functools.cache
@@ -124,8 +136,9 @@ def read_contract(path: Path | str) -> Contract:
     except UnicodeDecodeError as e:
         raise ContractError(f"{path}: a contract is UTF-8 text: {e}") from None
     if len(data) > MAX_CONTRACT_BYTES:
-        raise ContractError(f"{path}: larger than {MAX_CONTRACT_BYTES // 2**20} MiB, not a contract "
-                            "(the largest shipped is ~16 KB)")
+        raise ContractError(
+            f"{path}: larger than {MAX_CONTRACT_BYTES // 2**20} MiB, not a contract (the largest shipped is ~16 KB)"
+        )
     return parse_contract(text, source=str(path), path=path)
 
 
@@ -259,8 +272,10 @@ def _column(p: Any, index: int, fail: Any) -> Column:
         raise fail(f"{where}.physicalType", str(e)) from None
     expected = logical_type(arrow_type)
     if p.logicalType != expected:
-        raise fail(f"{where}.logicalType", f"{p.logicalType!r} does not match physicalType "
-                   f"{p.physicalType!r} (expected {expected!r})")
+        raise fail(
+            f"{where}.logicalType",
+            f"{p.logicalType!r} does not match physicalType {p.physicalType!r} (expected {expected!r})",
+        )
     options = dict(p.logicalTypeOptions or {})
     if pa.types.is_binary(arrow_type) and options.get("format") != "binary":
         raise fail(f"{where}.logicalTypeOptions.format", "a binary column must say format: binary")
@@ -277,9 +292,11 @@ def _column(p: Any, index: int, fail: Any) -> Column:
         rules=tuple((r.name, stated[r.name]) for r in rules() if r.name in stated),
         description=(p.description or "").strip(),
         primary_key_position=(p.primaryKeyPosition if p.primaryKeyPosition and p.primaryKeyPosition > 0 else 1)
-        if p.primaryKey else None,
+        if p.primaryKey
+        else None,
         partition_position=(p.partitionKeyPosition if p.partitionKeyPosition and p.partitionKeyPosition > 0 else 1)
-        if p.partitioned else None,
+        if p.partitioned
+        else None,
         classification=p.classification,
         tolerances=tuple(sorted((k, v) for k, v in tolerances.items() if v > 0)),
     )
@@ -312,8 +329,11 @@ def _rules(p: Any, t: pa.DataType, where: str, fail: Any) -> tuple[dict[str, Any
         if option is not None and option.fits(t):
             state(option, value, field)
         elif (key, expected) not in _TYPE_OPTIONS:
-            raise fail(field, f"option {key!r} is not enforced by Strata for a {expected} column "
-                       f"(supported: {', '.join(keys('logicalTypeOptions'))}, format)")
+            raise fail(
+                field,
+                f"option {key!r} is not enforced by Strata for a {expected} column "
+                f"(supported: {', '.join(keys('logicalTypeOptions'))}, format)",
+            )
     for qi, q in enumerate(p.quality or []):
         field = f"{where}.quality[{qi}]"
         if q.type == "text":
@@ -321,8 +341,11 @@ def _rules(p: Any, t: pa.DataType, where: str, fail: Any) -> tuple[dict[str, Any
         metric = q.metric or q.rule
         check = slots.get(("quality", metric))
         if check is None or not check.fits(t):
-            raise fail(f"{field}.metric", f"{metric!r} is not enforced on a column by Strata "
-                       f"(use required, unique, logicalTypeOptions or metric {'/'.join(keys('quality'))})")
+            raise fail(
+                f"{field}.metric",
+                f"{metric!r} is not enforced on a column by Strata "
+                f"(use required, unique, logicalTypeOptions or metric {'/'.join(keys('quality'))})",
+            )
         state(check, q, field)
         tolerances[check.name] = _tolerance(q, field, fail)
     custom = _custom(p.customProperties, set(keys("customProperties")), fail, f"{where}.customProperties")
@@ -341,14 +364,19 @@ def _ordered(columns: tuple[Column, ...], attr: str, odcs_field: str, fail: Any)
     marked = sorted((getattr(c, attr), c.name) for c in columns if getattr(c, attr) is not None)
     positions = [pos for pos, _ in marked]
     if positions != list(range(1, len(marked) + 1)):
-        raise fail(f"schema[0].properties.{odcs_field}",
-                   f"positions {positions} of {[n for _, n in marked]} must be 1..{len(marked)}")
+        raise fail(
+            f"schema[0].properties.{odcs_field}",
+            f"positions {positions} of {[n for _, n in marked]} must be 1..{len(marked)}",
+        )
     return tuple(n for _, n in marked)
 
 
 def _tolerance(q: Any, field: str, fail: Any) -> float:
-    unsupported = [k for k in ("mustNotBe", "mustBeGreaterThan", "mustBeGreaterOrEqualTo", "mustBeBetween",
-                               "mustNotBeBetween") if getattr(q, k) is not None]
+    unsupported = [
+        k
+        for k in ("mustNotBe", "mustBeGreaterThan", "mustBeGreaterOrEqualTo", "mustBeBetween", "mustNotBeBetween")
+        if getattr(q, k) is not None
+    ]
     if unsupported:
         raise fail(field, f"{unsupported[0]} is not supported here (use mustBe: 0 or mustBeLessOrEqualTo)")
     if q.mustBe is not None:
@@ -399,8 +427,9 @@ def _freshness(sla: list[Any] | None, columns: list[str], fail: Any) -> Freshnes
             continue
         seconds = _UNITS.get((s.unit or "").lower())
         if seconds is None or isinstance(s.value, bool) or not isinstance(s.value, (int, float)):
-            raise fail(field, f"{s.property} needs a numeric value and a unit (s, m, h or d), "
-                       f"got {s.value!r} {s.unit!r}")
+            raise fail(
+                field, f"{s.property} needs a numeric value and a unit (s, m, h or d), got {s.value!r} {s.unit!r}"
+            )
         span = timedelta(seconds=float(s.value) * seconds)
         if s.property == "latency":
             latency = span
@@ -421,4 +450,3 @@ def _custom(props: list[Any] | None, known: set[str], fail: Any, where: str) -> 
             raise fail(f"{where}.{cp.property}", f"unknown custom property (known: {sorted(known)})")
         out[cp.property] = cp.value
     return out
-

@@ -21,8 +21,10 @@ from contracts.model import Contract
 from contracts.rules import Change, rules
 
 LOCK_PATH = Path(__file__).resolve().parent / "contracts.lock.json"
-_NOTE = ("Last released shape of every table contract. Rewrite with `strata contracts lock` when "
-         "releasing; tests fail when a contract changes in a breaking way without a major version bump.")
+_NOTE = (
+    "Last released shape of every table contract. Rewrite with `strata contracts lock` when "
+    "releasing; tests fail when a contract changes in a breaking way without a major version bump."
+)
 
 
 @dataclass(frozen=True)
@@ -62,9 +64,13 @@ def write_lock(path: Path = LOCK_PATH, contracts: Mapping[str, Contract] | None 
     lines = ["{", f'  "note": {dump(_NOTE)},', '  "tables": {']
     for ti, (name, contract) in enumerate(sorted(contracts.items())):
         shape = contract_shape(contract)
-        lines += [f"    {dump(name)}: {{", f'      "version": {dump(shape["version"])},',
-                  f'      "primary_key": {dump(shape["primary_key"])},',
-                  f'      "partition_columns": {dump(shape["partition_columns"])},', '      "columns": {']
+        lines += [
+            f"    {dump(name)}: {{",
+            f'      "version": {dump(shape["version"])},',
+            f'      "primary_key": {dump(shape["primary_key"])},',
+            f'      "partition_columns": {dump(shape["partition_columns"])},',
+            '      "columns": {',
+        ]
         cols = list(shape["columns"].items())
         for ci, (col, col_shape) in enumerate(cols):
             compact = {k: v for k, v in col_shape.items() if k == "type" or v != defaults[k]}
@@ -84,20 +90,39 @@ def check_lock(contracts: Mapping[str, Contract] | None = None, path: Path = LOC
     for name, locked in sorted(read_lock(path).items()):
         contract = contracts.get(name)
         if contract is None:
-            problems.append(LockProblem(name, locked["version"], None,
-                                        "contract removed (breaking); release it deliberately with a new lock"))
+            problems.append(
+                LockProblem(
+                    name,
+                    locked["version"],
+                    None,
+                    "contract removed (breaking); release it deliberately with a new lock",
+                )
+            )
             continue
         changes = diff_shapes(locked, contract_shape(contract))
         old, new = _version(locked["version"]), _version(contract.version)
         if new < old:
             problems.append(LockProblem(name, locked["version"], contract.version, "version went backwards"))
         elif any(c.breaking for c in changes) and new[0] <= old[0]:
-            problems.append(LockProblem(name, locked["version"], contract.version,
-                                        "breaking change without a major version bump",
-                                        [c for c in changes if c.breaking]))
+            problems.append(
+                LockProblem(
+                    name,
+                    locked["version"],
+                    contract.version,
+                    "breaking change without a major version bump",
+                    [c for c in changes if c.breaking],
+                )
+            )
         elif changes and new == old:
-            problems.append(LockProblem(name, locked["version"], contract.version,
-                                        "shape changed without a version bump (compatible: bump minor)", changes))
+            problems.append(
+                LockProblem(
+                    name,
+                    locked["version"],
+                    contract.version,
+                    "shape changed without a version bump (compatible: bump minor)",
+                    changes,
+                )
+            )
     return problems
 
 

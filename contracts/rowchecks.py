@@ -60,8 +60,9 @@ def split_rows(
     missing = [k for k in keep if k not in df.columns]
     clash = [k for k in keep if k in contract]
     if missing or clash:
-        raise ValueError(f"keep={list(keep)}: {missing or clash} "
-                         f"{'not in the input' if missing else 'already contract columns'}")
+        raise ValueError(
+            f"keep={list(keep)}: {missing or clash} {'not in the input' if missing else 'already contract columns'}"
+        )
     typed, flags = _typed_with_flags(df, contract, now)
     mask = typed.select(pl.any_horizontal(*flags) if flags else pl.lit(False)).to_series()
     names = [*contract.column_names, *keep]
@@ -102,8 +103,9 @@ def _typed_with_flags(df: pl.DataFrame, contract: Contract, now: datetime | None
                 flags.append(rule.rule_id(c.name))
     typed = df.select(stage1)
     if type_flags:
-        typed = typed.with_columns(type_flags).drop(source_column(f[: -len(".type")]) for f in flags
-                                                   if f.endswith(".type"))
+        typed = typed.with_columns(type_flags).drop(
+            source_column(f[: -len(".type")]) for f in flags if f.endswith(".type")
+        )
     value_flags = value_rule_exprs(contract, now)
     if value_flags:
         typed = typed.with_columns(expr.alias(rule) for rule, expr in value_flags)
@@ -153,14 +155,15 @@ def rules_column(flagged: pl.DataFrame, flags: list[str]) -> pl.Series:
     Flags are packed into bit codes; only the distinct codes (a handful of failure patterns)
     are turned into lists, then joined back — far cheaper than building a list per row.
     """
-    chunks = [flags[i:i + 62] for i in range(0, len(flags), 62)]
+    chunks = [flags[i : i + 62] for i in range(0, len(flags), 62)]
     codes = flagged.select(
         pl.sum_horizontal(pl.col(f).cast(pl.UInt64) * (1 << i) for i, f in enumerate(chunk)).alias(f"__code{j}")
         for j, chunk in enumerate(chunks)
     )
     combos = codes.unique()
-    lists = [[f for chunk, code in zip(chunks, row) for i, f in enumerate(chunk) if code >> i & 1]
-             for row in combos.rows()]
+    lists = [
+        [f for chunk, code in zip(chunks, row) for i, f in enumerate(chunk) if code >> i & 1] for row in combos.rows()
+    ]
     combos = combos.with_columns(rules=pl.Series(lists, dtype=pl.List(pl.String)))
     return codes.join(combos, on=codes.columns, how="left", maintain_order="left").get_column("rules")
 
@@ -259,8 +262,11 @@ def find_violations(typed: pl.DataFrame, contract: Contract, now: datetime | Non
     Used by :func:`contracts.arrow.conform` as the last gate before a write; rows are not split.
     """
     exprs = value_rule_exprs(contract, now)
-    exprs += [(f"{c.name}.type", (~pl.col(c.name).is_finite()).fill_null(False))
-              for c in contract.columns if polars_dtype(c.arrow_type).is_float()]
+    exprs += [
+        (f"{c.name}.type", (~pl.col(c.name).is_finite()).fill_null(False))
+        for c in contract.columns
+        if polars_dtype(c.arrow_type).is_float()
+    ]
     if contract.primary_key:
         key_ok = pl.all_horizontal(pl.col(k).is_not_null() for k in contract.primary_key)
         key = pl.col(contract.primary_key[0]) if len(contract.primary_key) == 1 else pl.struct(*contract.primary_key)
@@ -275,8 +281,9 @@ def find_violations(typed: pl.DataFrame, contract: Contract, now: datetime | Non
             continue
         column = None if rule == PK_RULE else rule.rsplit(".", 1)[0]
         cols = list(contract.primary_key) if column is None else [column]
-        out.append(Violation(rule, column, _message(contract, rule), int(count),
-                             examples(typed, flags[f"__flag{i}"], cols)))
+        out.append(
+            Violation(rule, column, _message(contract, rule), int(count), examples(typed, flags[f"__flag{i}"], cols))
+        )
     return out
 
 

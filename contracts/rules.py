@@ -182,8 +182,11 @@ class _Flag(Rule):
     def changes(self, column: str, old: Any, new: Any, t: pa.DataType) -> list[Change]:
         if old == new:
             return []
-        return [Change(f"{self.lock_key}_{'added' if new else 'removed'}", column,
-                       f"{self.lock_key}: {old} → {new}", bool(new))]
+        return [
+            Change(
+                f"{self.lock_key}_{'added' if new else 'removed'}", column, f"{self.lock_key}: {old} → {new}", bool(new)
+            )
+        ]
 
 
 class Required(_Flag):
@@ -255,8 +258,11 @@ class AllowedValues(Rule):
     def expectations(self, column: Column, now: datetime) -> list[Any]:
         import great_expectations.expectations as gxe
 
-        return [gxe.ExpectColumnValuesToBeInSet(column=column.name, value_set=list(column.rule(self.name)),
-                                                mostly=1 - column.tolerance(self.name))]
+        return [
+            gxe.ExpectColumnValuesToBeInSet(
+                column=column.name, value_set=list(column.rule(self.name)), mostly=1 - column.tolerance(self.name)
+            )
+        ]
 
     def shape(self, param: Any) -> Any:
         return list(param) if param is not None else None
@@ -270,8 +276,9 @@ class AllowedValues(Rule):
             lost = "rule added" if old is None else f"values {sorted(set(old) - set(new), key=str)} no longer allowed"
             return [Change("allowed_values_narrowed", column, lost, True)]
         if set(old) != set(new):
-            return [Change("allowed_values_widened", column, f"values {sorted(set(new) - set(old), key=str)} added",
-                           False)]
+            return [
+                Change("allowed_values_widened", column, f"values {sorted(set(new) - set(old), key=str)} added", False)
+            ]
         return []
 
     def show(self, column: Column) -> str | None:
@@ -498,8 +505,17 @@ class NullRate(Rule):
 
 
 #: Every rule kind, in the order a column's shape (the lock file) lists them, and by name.
-_RULES: list[Rule] = [Required(), Unique(), AllowedValues(), Minimum(), Maximum(), Pattern(), MinItems(),
-                      MaxFuture(), NullRate()]
+_RULES: list[Rule] = [
+    Required(),
+    Unique(),
+    AllowedValues(),
+    Minimum(),
+    Maximum(),
+    Pattern(),
+    MinItems(),
+    MaxFuture(),
+    NullRate(),
+]
 _BY_NAME: dict[str, Rule] = {r.name: r for r in _RULES}
 
 
@@ -516,8 +532,9 @@ def rule_named(name: str) -> Rule:
 def checked(column: Column, contract: Contract) -> list[Rule]:
     """The rules the enforcers check on ``column`` of ``contract``: of those it states, the
     ones this process knows (a contract may come from one that registered more)."""
-    return [rule for name, _ in column.rules
-            if (rule := _BY_NAME.get(name)) is not None and rule.applies(column, contract)]
+    return [
+        rule for name, _ in column.rules if (rule := _BY_NAME.get(name)) is not None and rule.applies(column, contract)
+    ]
 
 
 @contextmanager

@@ -39,7 +39,8 @@ _INT_BITS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
 def _key(t: pa.DataType) -> str:
     """``str(t)`` spelt as contracts spell it (``date32``, ``float64``), the key of the tables below."""
     return {"date32[day]": "date32", "double": "float64", "float": "float32", "halffloat": "float16"}.get(
-        str(t), str(t))
+        str(t), str(t)
+    )
 
 
 def parse_type(name: str) -> pa.DataType:
@@ -52,16 +53,34 @@ def parse_type(name: str) -> pa.DataType:
     if m := _DECIMAL.match(text):
         precision, scale = int(m.group(1)), int(m.group(2))
         if not 1 <= precision <= MAX_DECIMAL_PRECISION or scale > precision:
-            raise ValueError(f"{name!r}: a decimal needs 1 <= precision <= {MAX_DECIMAL_PRECISION} and "
-                             "0 <= scale <= precision")
+            raise ValueError(
+                f"{name!r}: a decimal needs 1 <= precision <= {MAX_DECIMAL_PRECISION} and 0 <= scale <= precision"
+            )
         return pa.decimal128(precision, scale)
     if text == "bool":
         return pa.bool_()
-    if text in ("float64", "float32", "date32", "string", "large_string", "binary", "large_binary",
-                "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"):
+    if text in (
+        "float64",
+        "float32",
+        "date32",
+        "string",
+        "large_string",
+        "binary",
+        "large_binary",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+    ):
         return pa.type_for_alias(text)
-    raise ValueError(f"unknown physical type {name!r} (use an Arrow type name such as int64, "
-                     "string, timestamp[us, tz=UTC], list<string>, decimal128(18, 9))")
+    raise ValueError(
+        f"unknown physical type {name!r} (use an Arrow type name such as int64, "
+        "string, timestamp[us, tz=UTC], list<string>, decimal128(18, 9))"
+    )
 
 
 def type_name(t: pa.DataType) -> str:
@@ -110,11 +129,22 @@ def polars_dtype(t: pa.DataType) -> pl.DataType:
     if pa.types.is_decimal(t):
         return pl.Decimal(t.precision, t.scale)
     simple: dict[str, pl.DataType] = {
-        "string": pl.String(), "large_string": pl.String(), "binary": pl.Binary(),
-        "large_binary": pl.Binary(), "bool": pl.Boolean(), "date32": pl.Date(),
-        "float32": pl.Float32(), "float64": pl.Float64(), "int8": pl.Int8(), "int16": pl.Int16(),
-        "int32": pl.Int32(), "int64": pl.Int64(), "uint8": pl.UInt8(), "uint16": pl.UInt16(),
-        "uint32": pl.UInt32(), "uint64": pl.UInt64(),
+        "string": pl.String(),
+        "large_string": pl.String(),
+        "binary": pl.Binary(),
+        "large_binary": pl.Binary(),
+        "bool": pl.Boolean(),
+        "date32": pl.Date(),
+        "float32": pl.Float32(),
+        "float64": pl.Float64(),
+        "int8": pl.Int8(),
+        "int16": pl.Int16(),
+        "int32": pl.Int32(),
+        "int64": pl.Int64(),
+        "uint8": pl.UInt8(),
+        "uint16": pl.UInt16(),
+        "uint32": pl.UInt32(),
+        "uint64": pl.UInt64(),
     }
     try:
         return simple[_key(t)]
@@ -131,10 +161,22 @@ def duckdb_type(t: pa.DataType) -> str:
     if pa.types.is_decimal(t):
         return f"DECIMAL({t.precision},{t.scale})"
     simple = {
-        "string": "VARCHAR", "large_string": "VARCHAR", "binary": "BLOB", "large_binary": "BLOB",
-        "bool": "BOOLEAN", "date32": "DATE", "float32": "FLOAT", "float64": "DOUBLE",
-        "int8": "TINYINT", "int16": "SMALLINT", "int32": "INTEGER", "int64": "BIGINT",
-        "uint8": "UTINYINT", "uint16": "USMALLINT", "uint32": "UINTEGER", "uint64": "UBIGINT",
+        "string": "VARCHAR",
+        "large_string": "VARCHAR",
+        "binary": "BLOB",
+        "large_binary": "BLOB",
+        "bool": "BOOLEAN",
+        "date32": "DATE",
+        "float32": "FLOAT",
+        "float64": "DOUBLE",
+        "int8": "TINYINT",
+        "int16": "SMALLINT",
+        "int32": "INTEGER",
+        "int64": "BIGINT",
+        "uint8": "UTINYINT",
+        "uint16": "USMALLINT",
+        "uint32": "UINTEGER",
+        "uint64": "UBIGINT",
     }
     try:
         return simple[_key(t)]

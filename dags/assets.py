@@ -38,8 +38,10 @@ ONLINE_FEATURES = Asset(name="features.online_store", uri="strata://features/onl
 ADS_FEATURE_CONSISTENCY = _table("ads.feature_consistency")
 
 # ADS: strata_daily / ads (dbt marts)
-ADS_MARTS = [_table(f"ads.{mart}") for mart in
-             ("model_daily", "tenant_daily", "latency_breakdown", "retry_storms", "version_mix", "data_quality")]
+ADS_MARTS = [
+    _table(f"ads.{mart}")
+    for mart in ("model_daily", "tenant_daily", "latency_breakdown", "retry_storms", "version_mix", "data_quality")
+]
 
 # Models and scores: strata_train, strata_daily / scores
 USER_RISK_MODEL = Asset(name="models.user_risk", uri="strata://models/user_risk", group="models")

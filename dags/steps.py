@@ -9,7 +9,8 @@ any other failure propagates, so the retries of :data:`DEFAULT_ARGS` apply.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 #: Every DAG's ``default_args``, so every task has one retry policy. What reaches a retry may pass
 #: on one (storage, a lock another writer holds, a commit conflict): two more tries, the first 1-2
@@ -18,8 +19,11 @@ from typing import Any, Mapping
 #: an outage fails the task within minutes. A skip upstream (nothing to do) does not stop the
 #: tasks after it; a failure does.
 DEFAULT_ARGS: dict[str, Any] = {
-    "retries": 2, "retry_delay": dt.timedelta(minutes=1), "retry_exponential_backoff": 2.0,
-    "max_retry_delay": dt.timedelta(minutes=10), "trigger_rule": "none_failed",
+    "retries": 2,
+    "retry_delay": dt.timedelta(minutes=1),
+    "retry_exponential_backoff": 2.0,
+    "max_retry_delay": dt.timedelta(minutes=10),
+    "trigger_rule": "none_failed",
 }
 
 

@@ -5,16 +5,28 @@ from __future__ import annotations
 import datetime as dt
 
 from airflow.sdk import CronDataIntervalTimetable, dag, task, task_group
-
-from assets import (ADS_FEATURE_CONSISTENCY, ADS_MARTS, ADS_SCORE_DAILY, ADS_USER_RISK_SCORES, DWD_FEEDBACK,
-                    DWD_MODEL_PRICE, DWD_QUARANTINE, DWD_REQUEST, DWD_TENANT_QUOTA, DWS_MODEL, DWS_TENANT, DWS_USER,
-                    ONLINE_FEATURES, OPS_BOOKS)
+from assets import (
+    ADS_FEATURE_CONSISTENCY,
+    ADS_MARTS,
+    ADS_SCORE_DAILY,
+    ADS_USER_RISK_SCORES,
+    DWD_FEEDBACK,
+    DWD_MODEL_PRICE,
+    DWD_QUARANTINE,
+    DWD_REQUEST,
+    DWD_TENANT_QUOTA,
+    DWS_MODEL,
+    DWS_TENANT,
+    DWS_USER,
+    ONLINE_FEATURES,
+    OPS_BOOKS,
+)
 from steps import DEFAULT_ARGS, run_step, shards
 
 
 @dag(
     schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
-    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
     catchup=False,
     max_active_runs=1,
     default_args=DEFAULT_ARGS,

@@ -5,14 +5,13 @@ from __future__ import annotations
 import datetime as dt
 
 from airflow.sdk import CronDataIntervalTimetable, dag, task
-
 from assets import ODS_FEEDBACK, ODS_REQUESTS, OPS_LANDED_FILES
 from steps import DEFAULT_ARGS, run_step
 
 
 @dag(
     schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
-    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
     catchup=False,
     max_active_runs=1,
     default_args=DEFAULT_ARGS,

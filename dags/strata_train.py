@@ -5,14 +5,13 @@ from __future__ import annotations
 import datetime as dt
 
 from airflow.sdk import DeltaDataIntervalTimetable, dag, task
-
 from assets import USER_RISK_MODEL
 from steps import DEFAULT_ARGS, run_step
 
 
 @dag(
     schedule=DeltaDataIntervalTimetable(dt.timedelta(weeks=1)),
-    start_date=dt.datetime(2026, 1, 5, tzinfo=dt.timezone.utc),
+    start_date=dt.datetime(2026, 1, 5, tzinfo=dt.UTC),
     catchup=False,
     max_active_runs=1,
     default_args=DEFAULT_ARGS,

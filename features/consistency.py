@@ -80,11 +80,13 @@ def sample_entities(settings: Settings, source: Any, as_of: dt.datetime, n: int,
     same lake gives the same sample, so a re-run writes the same rows), sorted."""
     key, ts = join_key(source), timestamp_column(source)
     con = lake_reader(settings, ordered=False)
-    rows = con.execute(f"""  -- a hash order, not a reservoir sample: the same data gives the same sample
+    rows = con.execute(
+        f"""  -- a hash order, not a reservoir sample: the same data gives the same sample
         SELECT k FROM (SELECT DISTINCT "{key}" AS k FROM delta_scan('{source.uri(settings)}')
                        WHERE "{ts}" > ? AND "{ts}" <= ? AND event_date >= ? AND event_date <= ?)
         ORDER BY hash(k, {int(seed)}) LIMIT {int(n)}""",
-                       [as_of - TTL, as_of, (as_of - TTL).date(), as_of.date()]).fetchall()
+        [as_of - TTL, as_of, (as_of - TTL).date(), as_of.date()],
+    ).fetchall()
     return sorted(r[0] for r in rows)
 
 
@@ -103,8 +105,9 @@ def check_view(settings: Settings, store: Any, source: Any, as_of: dt.datetime, 
         offline = _offline_as_of(settings, source, keys, as_of)
     else:
         entity_df = pd.DataFrame({key: keys, "event_timestamp": pd.Timestamp(as_of)})
-        offline = pl.from_arrow(store.get_historical_features(
-            entity_df=entity_df, features=[f"{name}:{f}" for f in features]).to_arrow())
+        offline = pl.from_arrow(
+            store.get_historical_features(entity_df=entity_df, features=[f"{name}:{f}" for f in features]).to_arrow()
+        )
     assert isinstance(offline, pl.DataFrame)
     by_key = {row[key]: row for row in offline.iter_rows(named=True)}
     for i, entity in enumerate(keys):
@@ -132,12 +135,16 @@ def _offline_as_of(settings: Settings, source: Any, keys: list[str], as_of: dt.d
     con = lake_reader(settings, ordered=False)
     con.register("wanted", pl.DataFrame({"k": keys}).to_arrow())
     columns = ", ".join(f'"{c}"' for c in feature_names(source))
-    frame = pl.from_arrow(con.execute(f"""
+    frame = pl.from_arrow(
+        con.execute(
+            f"""
         SELECT "{key}", {columns} FROM delta_scan('{source.uri(settings)}')
         WHERE "{ts}" <= ? AND "{ts}" > ? AND event_date BETWEEN ? AND ?
           AND "{key}" IN (SELECT k FROM wanted)
         QUALIFY row_number() OVER (PARTITION BY "{key}" ORDER BY "{ts}" DESC) = 1""",
-        [as_of, as_of - TTL, (as_of - TTL).date(), as_of.date()]).to_arrow_table())
+            [as_of, as_of - TTL, (as_of - TTL).date(), as_of.date()],
+        ).to_arrow_table()
+    )
     assert isinstance(frame, pl.DataFrame)
     return frame
 
@@ -150,14 +157,25 @@ def moved_on(settings: Settings, day: dt.date) -> dt.datetime | None:
     scores) are left out: their times are when a run wrote them, not the data's.
     """
     marks = watermarks(settings)
-    times = [dt.datetime.fromisoformat(mark["as_of"]) for t in feature_tables() if t.name not in SERVED
-             if (mark := marks.get(view_name(t))) and mark.get("as_of")]
+    times = [
+        dt.datetime.fromisoformat(mark["as_of"])
+        for t in feature_tables()
+        if t.name not in SERVED
+        if (mark := marks.get(view_name(t))) and mark.get("as_of")
+    ]
     latest = max(times, default=None)
     return latest if latest is not None and latest.astimezone(dt.UTC).date() > day else None
 
 
-def check_consistency(settings: Settings, day: dt.date | None = None, *, sample: int = SAMPLE, seed: int = 0,
-                      publish_rows: bool = True, progress: Progress | None = None) -> ConsistencyReport:
+def check_consistency(
+    settings: Settings,
+    day: dt.date | None = None,
+    *,
+    sample: int = SAMPLE,
+    seed: int = 0,
+    publish_rows: bool = True,
+    progress: Progress | None = None,
+) -> ConsistencyReport:
     """Check every materialized view and (unless told not to) publish the day's rates; ``progress``
     counts the views checked.
 
@@ -165,9 +183,11 @@ def check_consistency(settings: Settings, day: dt.date | None = None, *, sample:
     store has moved on from is refused (:func:`moved_on`).
     """
     if day is not None and (later := moved_on(settings, day)) is not None:
-        raise LookupError(f"the online store reflects the features up to {later:%Y-%m-%d %H:%M} UTC, after {day}: "
-                          f"the check of {day} measured the store as it was then and cannot be made again (its rows "
-                          f"in {TABLE} stand); check a later day, or leave the date out")
+        raise LookupError(
+            f"the online store reflects the features up to {later:%Y-%m-%d %H:%M} UTC, after {day}: "
+            f"the check of {day} measured the store as it was then and cannot be made again (its rows "
+            f"in {TABLE} stand); check a later day, or leave the date out"
+        )
     marks = watermarks(settings)
     if not any(mark.get("as_of") for mark in marks.values()):  # nothing materialized yet: nothing to compare
         log.info("nothing materialized yet: nothing to check")
@@ -178,8 +198,14 @@ def check_consistency(settings: Settings, day: dt.date | None = None, *, sample:
     for source in sources:
         as_of = dt.datetime.fromisoformat(marks[view_name(source)]["as_of"])
         check = check_view(settings, store, source, as_of, sample, seed)
-        log.info("%s as of %s: %d entities sampled, %d differ, %d missing online", check.view,
-                 f"{as_of:%Y-%m-%d %H:%M}", check.sampled, check.entities_mismatched, check.missing)
+        log.info(
+            "%s as of %s: %d entities sampled, %d differ, %d missing online",
+            check.view,
+            f"{as_of:%Y-%m-%d %H:%M}",
+            check.sampled,
+            check.entities_mismatched,
+            check.missing,
+        )
         checks.append(check)
         if progress is not None:
             progress("views", len(checks), len(sources))
@@ -198,19 +224,34 @@ def rows(settings: Settings, report: ConsistencyReport) -> pl.DataFrame:
         counts = [*check.mismatches.items(), ("*", check.entities_mismatched)]
         for feature, mismatches in counts:
             n = check.sampled
-            out.append({"event_date": report.day, "feature_view": check.view, "feature": feature,
-                        "as_of": check.as_of, "checked_at": now, "online_store": settings.online_store,
-                        "entities_sampled": n, "mismatches": mismatches, "missing": check.missing,
-                        "mismatch_rate": mismatches / n if n else None,
-                        "missing_rate": check.missing / n if n else None})
-    return pl.DataFrame(out, schema_overrides={"as_of": pl.Datetime("us", "UTC"),
-                                               "checked_at": pl.Datetime("us", "UTC"),
-                                               "mismatch_rate": pl.Float64, "missing_rate": pl.Float64})
+            out.append(
+                {
+                    "event_date": report.day,
+                    "feature_view": check.view,
+                    "feature": feature,
+                    "as_of": check.as_of,
+                    "checked_at": now,
+                    "online_store": settings.online_store,
+                    "entities_sampled": n,
+                    "mismatches": mismatches,
+                    "missing": check.missing,
+                    "mismatch_rate": mismatches / n if n else None,
+                    "missing_rate": check.missing / n if n else None,
+                }
+            )
+    return pl.DataFrame(
+        out,
+        schema_overrides={
+            "as_of": pl.Datetime("us", "UTC"),
+            "checked_at": pl.Datetime("us", "UTC"),
+            "mismatch_rate": pl.Float64,
+            "missing_rate": pl.Float64,
+        },
+    )
 
 
 def _publish(settings: Settings, report: ConsistencyReport) -> int | None:
     from warehouse.storage.publish import publish
 
-    result = publish(settings, registry_table(TABLE), rows(settings, report),
-                     partitions=[{"event_date": report.day}])
+    result = publish(settings, registry_table(TABLE), rows(settings, report), partitions=[{"event_date": report.day}])
     return result.version

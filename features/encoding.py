@@ -47,11 +47,12 @@ def _fixed(values: np.ndarray, tag: int, valid: np.ndarray) -> list[bytes]:
     raw[:, 0] = tag
     raw[:, 1:] = values.astype(values.dtype.newbyteorder("<"), copy=False).view(np.uint8).reshape(len(values), -1)
     buf = raw.tobytes()
-    return [buf[i * width:(i + 1) * width] if ok else b"" for i, ok in enumerate(valid.tolist())]
+    return [buf[i * width : (i + 1) * width] if ok else b"" for i, ok in enumerate(valid.tolist())]
 
 
-def values(column: pa.Array | pa.ChunkedArray, value_type: Any, *, texts: bool = True
-           ) -> tuple[list[bytes], list[str | None]]:
+def values(
+    column: pa.Array | pa.ChunkedArray, value_type: Any, *, texts: bool = True
+) -> tuple[list[bytes], list[str | None]]:
     """The serialized ``ValueProto`` and Feast's ``value_text`` (``str`` of the value) of each entry
     (``texts=False``: no texts, an empty list — Redis stores none)."""
     if isinstance(column, pa.ChunkedArray):
@@ -81,13 +82,16 @@ def values(column: pa.Array | pa.ChunkedArray, value_type: Any, *, texts: bool =
             shown.append(str(x))
         return encoded, shown if texts else []
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        out = [b"" if x is None else bytes([_STRING_TAG]) + _varint(len(e := x.encode())) + e
-               for x in column.to_pylist()]
+        out = [
+            b"" if x is None else bytes([_STRING_TAG]) + _varint(len(e := x.encode())) + e for x in column.to_pylist()
+        ]
         return out, column.to_pylist()
     if pa.types.is_boolean(kind):
         flags = column.to_pylist()
-        return ([b"" if x is None else bytes([_BOOL_TAG, int(x)]) for x in flags],
-                [None if x is None else str(x) for x in flags])
+        return (
+            [b"" if x is None else bytes([_BOOL_TAG, int(x)]) for x in flags],
+            [None if x is None else str(x) for x in flags],
+        )
     return _with_feast(column, value_type)
 
 

@@ -58,8 +58,9 @@ def _forget_sqlite(path: Path, key: bytes, views: list[str]) -> int:
         with con:
             for view in views:
                 if table_name(PROJECT, view) in tables:
-                    count += con.execute(f'DELETE FROM "{table_name(PROJECT, view)}" WHERE entity_key = ?',
-                                         [key]).rowcount
+                    count += con.execute(
+                        f'DELETE FROM "{table_name(PROJECT, view)}" WHERE entity_key = ?', [key]
+                    ).rowcount
         con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         # Pages freed before (by Feast's own connections, which do not zero them) may still hold the
         # user's bytes: rebuild the file, in memory, so no free page is left.
@@ -80,7 +81,8 @@ def _forget_redis(settings: Settings, store: str, key: bytes) -> int:
             f"({type(exc).__name__}: {exc}); "
             "the user is forgotten in the lake but not there yet: run forget again once it is reachable (with "
             "STRATA_REDIS_URL naming it if it needs a password), or drop its entry from materialized.json if that "
-            "store is gone for good") from exc
+            "store is gone for good"
+        ) from exc
     finally:
         client.close()
 

@@ -22,8 +22,14 @@ from contracts import load_feast
 
 #: (path, method) of what is always served, and of the writes ``allow_writes`` adds.
 READ_ROUTES = frozenset({("/get-online-features", "POST"), ("/health", "GET")})
-WRITE_ROUTES = frozenset({("/push", "POST"), ("/write-to-online-store", "POST"), ("/materialize", "POST"),
-                          ("/materialize-incremental", "POST")})
+WRITE_ROUTES = frozenset(
+    {
+        ("/push", "POST"),
+        ("/write-to-online-store", "POST"),
+        ("/materialize", "POST"),
+        ("/materialize-incremental", "POST"),
+    }
+)
 MAX_BODY_BYTES = 1 << 20
 MAX_ENTITIES = 1000
 _LOOKUP = "/get-online-features"
@@ -57,8 +63,10 @@ class Catalog:
 
         python = {ValueType.STRING: str, ValueType.INT64: int, ValueType.INT32: int}
         views = {fv.name: frozenset(fv.join_keys) for fv in store.list_feature_views()}
-        services = {fs.name: frozenset().union(*(views.get(p.name, frozenset()) for p in fs.feature_view_projections))
-                    for fs in store.list_feature_services()}
+        services = {
+            fs.name: frozenset().union(*(views.get(p.name, frozenset()) for p in fs.feature_view_projections))
+            for fs in store.list_feature_services()
+        }
         return cls({e.join_key: python.get(e.value_type) for e in store.list_entities()}, views, services)
 
 
@@ -147,8 +155,9 @@ class _Guard:
             return
         body = None if int(declared) > self.limits.max_body else await _read(receive, self.limits.max_body)
         if body is None:
-            await _refuse(send, 413, f"the request body is over the limit of {self.limits.max_body:,} bytes",
-                          close=True)
+            await _refuse(
+                send, 413, f"the request body is over the limit of {self.limits.max_body:,} bytes", close=True
+            )
             return
         if scope["path"] == _LOOKUP and scope["method"] == "POST":
             try:
@@ -197,6 +206,11 @@ async def _refuse(send: Send, status: int, message: str, close: bool = False) ->
     """Answer ``{"detail": message}``; ``close``: the body was left unread, so the connection ends."""
     body = json.dumps({"detail": message}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status,
-                "headers": headers + ([(b"connection", b"close")] if close else [])})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": headers + ([(b"connection", b"close")] if close else []),
+        }
+    )
     await send({"type": "http.response.body", "body": body})

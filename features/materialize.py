@@ -120,8 +120,14 @@ def touched_partitions(settings: Settings, table: Table, after: int, upto: int) 
     return dates
 
 
-def latest_rows(settings: Settings, table: Table, *, partitions: set[str] | None = None,
-                start: dt.datetime | None = None, end: dt.datetime | None = None) -> pa.RecordBatchReader:
+def latest_rows(
+    settings: Settings,
+    table: Table,
+    *,
+    partitions: set[str] | None = None,
+    start: dt.datetime | None = None,
+    end: dt.datetime | None = None,
+) -> pa.RecordBatchReader:
     """The latest row per entity (key, features, ``feature_ts``), sorted by key, as a stream.
 
     ``partitions``: only entities with a row in these ``event_date`` partitions (their latest row
@@ -134,8 +140,10 @@ def latest_rows(settings: Settings, table: Table, *, partitions: set[str] | None
     if partitions is not None:
         first = min(dt.date.fromisoformat(p) for p in partitions)
         days = sorted(dt.date.fromisoformat(p) for p in partitions)
-        where.append(f'event_date >= ? AND "{key}" IN (SELECT "{key}" FROM {source} WHERE event_date IN '
-                     f'({", ".join("?" for _ in days)}))')
+        where.append(
+            f'event_date >= ? AND "{key}" IN (SELECT "{key}" FROM {source} WHERE event_date IN '
+            f"({', '.join('?' for _ in days)}))"
+        )
         params += [first, *days]
     if start is not None:
         where.append(f'"{ts}" >= ? AND event_date >= ?')
@@ -145,12 +153,15 @@ def latest_rows(settings: Settings, table: Table, *, partitions: set[str] | None
         params += [end, end.astimezone(dt.UTC).date()]
     con = lake_reader(settings, ordered=False)
     # A grouped max joined back (both spill to disk) rather than a window, which must hold it all.
-    rows = f'SELECT {columns} FROM {source} WHERE {" AND ".join(where)}'
-    result = con.execute(f"""
+    rows = f"SELECT {columns} FROM {source} WHERE {' AND '.join(where)}"
+    result = con.execute(
+        f"""
         WITH candidate AS ({rows}),
              latest AS (SELECT "{key}" AS k, max(feature_ts) AS ts FROM candidate GROUP BY "{key}")
         SELECT c.* FROM candidate c JOIN latest l ON c."{key}" = l.k AND c.feature_ts = l.ts
-        ORDER BY c."{key}" """, params)
+        ORDER BY c."{key}" """,
+        params,
+    )
     return result.to_arrow_reader(BATCH_ENTITIES)
 
 
@@ -174,8 +185,9 @@ def writer(settings: Settings, view: str, features: list[str]) -> Writer:
     return SqliteWriter(sqlite_path(settings), PROJECT, view, features)
 
 
-def write_view(settings: Settings, table: Table, reader: pa.RecordBatchReader, run: ViewRun,
-               progress: Progress | None = None) -> None:
+def write_view(
+    settings: Settings, table: Table, reader: pa.RecordBatchReader, run: ViewRun, progress: Progress | None = None
+) -> None:
     """Stream ``reader``'s latest rows into the online store, counting into ``run``."""
     features = feature_names(table)
     sink = writer(settings, view_name(table), features)
@@ -204,8 +216,14 @@ def prune(settings: Settings, table: Table) -> int:
     return prune_sqlite(sqlite_path(settings), PROJECT, view, keep)
 
 
-def materialize(settings: Settings, *, start: dt.datetime | None = None, end: dt.datetime | None = None,
-                full: bool = False, progress: Progress | None = None) -> MaterializeReport:
+def materialize(
+    settings: Settings,
+    *,
+    start: dt.datetime | None = None,
+    end: dt.datetime | None = None,
+    full: bool = False,
+    progress: Progress | None = None,
+) -> MaterializeReport:
     """Bring the online store up to the DWS tables (see the module's docstring).
 
     The served tables are locked (shared) from the first read to the last write, so a
@@ -216,8 +234,9 @@ def materialize(settings: Settings, *, start: dt.datetime | None = None, end: dt
         return _materialize(settings, start, end, full, progress)
 
 
-def _materialize(settings: Settings, start: dt.datetime | None, end: dt.datetime | None, full: bool,
-                 progress: Progress | None) -> MaterializeReport:
+def _materialize(
+    settings: Settings, start: dt.datetime | None, end: dt.datetime | None, full: bool, progress: Progress | None
+) -> MaterializeReport:
     state = _load_state(settings)
     marks = state.setdefault(store_id(settings), {})
     runs = []
@@ -244,8 +263,12 @@ def _materialize(settings: Settings, start: dt.datetime | None, end: dt.datetime
         if partitions is None or partitions:
             write_view(settings, table, latest_rows(settings, table, partitions=partitions), run, progress)
         run.removed = prune(settings, table)
-        marks[view] = {"version": version, "table": table.uri(settings), "as_of": _as_of(settings, table),
-                       "at": dt.datetime.now(dt.UTC).isoformat()}
+        marks[view] = {
+            "version": version,
+            "table": table.uri(settings),
+            "as_of": _as_of(settings, table),
+            "at": dt.datetime.now(dt.UTC).isoformat(),
+        }
         _save_state(settings, state)
     return MaterializeReport(runs, store_id(settings))
 

@@ -109,8 +109,9 @@ class OnlineReader:
             client = self._local.redis = redis_client(self.settings.redis_url)
         return client
 
-    def read(self, view: View, keys: Sequence[str], features: Sequence[str] | None = None
-             ) -> tuple[dict[str, list[Any]], list[dt.datetime | None]]:
+    def read(
+        self, view: View, keys: Sequence[str], features: Sequence[str] | None = None
+    ) -> tuple[dict[str, list[Any]], list[dt.datetime | None]]:
         """``{join key: keys, feature: values…}`` as the Feast SDK's ``to_dict()``, and each entity's time."""
         wanted = list(features or view.features)
         unknown = [f for f in wanted if f not in view.features]
@@ -130,12 +131,15 @@ class OnlineReader:
             out[name] = [row[j] if row is not None else None for row in rows]
         return out, times
 
-    def _read_sqlite(self, view: View, encoded: list[bytes], wanted: list[str]
-                     ) -> tuple[list[list[Any] | None], list[dt.datetime | None]]:
+    def _read_sqlite(
+        self, view: View, encoded: list[bytes], wanted: list[str]
+    ) -> tuple[list[list[Any] | None], list[dt.datetime | None]]:
         index = {name: j for j, name in enumerate(wanted)}
         found: dict[bytes, tuple[list[Any], list[int]]] = {}
-        sql = (f'SELECT entity_key, feature_name, value, event_ts FROM "{table_name(PROJECT, view.name)}" '
-               f"WHERE entity_key IN ({','.join('?' * len(encoded))})")
+        sql = (
+            f'SELECT entity_key, feature_name, value, event_ts FROM "{table_name(PROJECT, view.name)}" '
+            f"WHERE entity_key IN ({','.join('?' * len(encoded))})"
+        )
         params: list[Any] = list(encoded)
         if len(wanted) < len(view.features):
             sql += f" AND feature_name IN ({','.join('?' * len(wanted))})"
@@ -153,12 +157,12 @@ class OnlineReader:
         for key in encoded:
             entry = found.get(key)
             rows.append(entry[0] if entry else None)
-            times.append(dt.datetime.fromtimestamp(int(entry[1][0]), tz=dt.UTC)
-                         if entry else None)
+            times.append(dt.datetime.fromtimestamp(int(entry[1][0]), tz=dt.UTC) if entry else None)
         return rows, times
 
-    def _read_redis(self, view: View, encoded: list[bytes], wanted: list[str]
-                    ) -> tuple[list[list[Any] | None], list[dt.datetime | None]]:
+    def _read_redis(
+        self, view: View, encoded: list[bytes], wanted: list[str]
+    ) -> tuple[list[list[Any] | None], list[dt.datetime | None]]:
         from features.online_store import _nanos
 
         fields = [mmh3_field(view.name, f) for f in wanted] + [f"_ts:{view.name}".encode()]
@@ -200,8 +204,15 @@ def entity_value(settings: Settings, entity: str, raw_id: str, *, pseudonymize: 
     return raw_id
 
 
-def get_online_features(settings: Settings, entity: str, raw_id_or_key: str, features: Sequence[str] | None = None,
-                        *, pseudonymize: bool = True, with_times: bool = False) -> dict[str, Any]:
+def get_online_features(
+    settings: Settings,
+    entity: str,
+    raw_id_or_key: str,
+    features: Sequence[str] | None = None,
+    *,
+    pseudonymize: bool = True,
+    with_times: bool = False,
+) -> dict[str, Any]:
     """One entity's online features: ``{feature: value}`` (None where nothing is stored), over all
     the entity's views; with ``with_times`` also ``{feature + "__ts": event time}``. A raw user id
     is pseudonymized with the configured key first (``pseudonymize=False``: it already is one)."""

@@ -69,18 +69,23 @@ class SqliteWriter:
         self.con = connect_sqlite(path)
         self.features = list(features)
         name = '"' + table_name(project, view).replace('"', '""') + '"'
-        found = self.con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
-                                 [table_name(project, view)]).fetchone()
+        found = self.con.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", [table_name(project, view)]
+        ).fetchone()
         if found is None:
-            raise LookupError(f"the online store {path} has no table {table_name(project, view)}: apply the "
-                              "Feast definitions first (strata features materialize does)")
+            raise LookupError(
+                f"the online store {path} has no table {table_name(project, view)}: apply the "
+                "Feast definitions first (strata features materialize does)"
+            )
 
         def statement(rows: int) -> str:
-            return (f"INSERT INTO {name} (entity_key, feature_name, value, value_text, event_ts, created_ts) VALUES "
-                    + ", ".join(["(?, ?, ?, ?, ?, NULL)"] * rows)
-                    + " ON CONFLICT(entity_key, feature_name) DO UPDATE SET value = excluded.value, value_text = "
-                    "excluded.value_text, event_ts = excluded.event_ts, created_ts = excluded.created_ts "
-                    f"WHERE excluded.event_ts >= {name}.event_ts")
+            return (
+                f"INSERT INTO {name} (entity_key, feature_name, value, value_text, event_ts, created_ts) VALUES "
+                + ", ".join(["(?, ?, ?, ?, ?, NULL)"] * rows)
+                + " ON CONFLICT(entity_key, feature_name) DO UPDATE SET value = excluded.value, value_text = "
+                "excluded.value_text, event_ts = excluded.event_ts, created_ts = excluded.created_ts "
+                f"WHERE excluded.event_ts >= {name}.event_ts"
+            )
 
         self.many, self.one = statement(ROWS_PER_STATEMENT), statement(1)
 
@@ -143,8 +148,9 @@ def redis_client(url: str) -> Any:
 
 
 #: Reads ``_ts:{view}`` (ARGV[1]) of many entity keys in one call (false where absent).
-_READ_TIMES_LUA = ("local out = {} for i, k in ipairs(KEYS) do out[i] = redis.call('HGET', k, ARGV[1]) or false end "
-                   "return out")
+_READ_TIMES_LUA = (
+    "local out = {} for i, k in ipairs(KEYS) do out[i] = redis.call('HGET', k, ARGV[1]) or false end return out"
+)
 #: Entities per script call and per pipelined send: bounds memory and each call's time on the server.
 REDIS_BATCH = 4_096
 
@@ -167,8 +173,9 @@ class RedisWriter:
         written = 0
         for start in range(0, len(chunk.keys), REDIS_BATCH):
             stop = start + REDIS_BATCH
-            written += self._write(chunk.keys[start:stop], [e[start:stop] for e, _ in chunk.columns],
-                                   chunk.times[start:stop])
+            written += self._write(
+                chunk.keys[start:stop], [e[start:stop] for e, _ in chunk.columns], chunk.times[start:stop]
+            )
         return written * len(self.fields)
 
     def _write(self, entity_keys: list[bytes], columns: list[list[bytes]], times: list[dt.datetime]) -> int:
@@ -228,20 +235,22 @@ def prune_sqlite(path: Path, project: str, view: str, keep: set[bytes]) -> int:
         con.close()
 
 
-def prune_redis(url: str, project: str, view: str, features: Sequence[str], key_prefix: bytes,
-                keep: set[bytes]) -> int:
+def prune_redis(url: str, project: str, view: str, features: Sequence[str], key_prefix: bytes, keep: set[bytes]) -> int:
     """Drop one view's fields from the hashes of entities (of the join key ``key_prefix`` starts)
     not in ``keep`` (a hash left with no field is gone); returns how many entities lost them."""
     client = redis_client(url)
     suffix = project.encode()
     fields = [f"_ts:{view}".encode(), *(mmh3_field(view, f) for f in features)]
     try:
-        gone = [k for k in client.scan_iter(match=b"*" + suffix, count=REDIS_BATCH)
-                if k.startswith(key_prefix) and k[:-len(suffix)] not in keep]
+        gone = [
+            k
+            for k in client.scan_iter(match=b"*" + suffix, count=REDIS_BATCH)
+            if k.startswith(key_prefix) and k[: -len(suffix)] not in keep
+        ]
         removed = 0
         for start in range(0, len(gone), REDIS_BATCH):
             pipe = client.pipeline(transaction=False)
-            for key in gone[start:start + REDIS_BATCH]:
+            for key in gone[start : start + REDIS_BATCH]:
                 pipe.hdel(key, *fields)
             removed += sum(1 for n in pipe.execute() if n)
         return removed

@@ -33,8 +33,9 @@ class HistoricalFeatures:
     ttl: dt.timedelta
 
 
-def historical_features(settings: Settings, entity_rows: pl.DataFrame, service: str, *,
-                        engine: Engine = "auto") -> HistoricalFeatures:
+def historical_features(
+    settings: Settings, entity_rows: pl.DataFrame, service: str, *, engine: Engine = "auto"
+) -> HistoricalFeatures:
     """Features of ``service`` for ``entity_rows`` (its join key and ``event_timestamp``), point in time.
 
     ``engine``: ``feast`` (its offline store), ``duckdb`` (the same rule as one as-of join), or
@@ -51,20 +52,25 @@ def historical_features(settings: Settings, entity_rows: pl.DataFrame, service: 
     source = next(t for t in all_tables() if t.name == view.tags["table"])
     names = [f.name for f in projection.features]
     if engine == "duckdb" or (engine == "auto" and is_object_store(settings.lake_uri)):
-        frame = _as_of_join(settings, entity_rows, source.uri(settings), join_key(source), timestamp_column(source),
-                            names, view.ttl)
+        frame = _as_of_join(
+            settings, entity_rows, source.uri(settings), join_key(source), timestamp_column(source), names, view.ttl
+        )
     else:
         import pandas as pd
 
-        found = pl.from_arrow(store.get_historical_features(
-            entity_df=pd.DataFrame(entity_rows.to_pandas()), features=feature_service).to_arrow())
+        found = pl.from_arrow(
+            store.get_historical_features(
+                entity_df=pd.DataFrame(entity_rows.to_pandas()), features=feature_service
+            ).to_arrow()
+        )
         assert isinstance(found, pl.DataFrame)
         frame = found
     return HistoricalFeatures(frame, names, source.name, view.ttl)
 
 
-def _as_of_join(settings: Settings, entity_rows: pl.DataFrame, uri: str, key: str, ts: str, features: list[str],
-                ttl: dt.timedelta) -> pl.DataFrame:
+def _as_of_join(
+    settings: Settings, entity_rows: pl.DataFrame, uri: str, key: str, ts: str, features: list[str], ttl: dt.timedelta
+) -> pl.DataFrame:
     """Each entity row with the latest feature row at or before its instant, if within ``ttl``."""
     from warehouse.storage.duck import lake_reader
 
@@ -74,14 +80,20 @@ def _as_of_join(settings: Settings, entity_rows: pl.DataFrame, uri: str, key: st
     times = rows.get_column("event_timestamp")
     first, last = cast(dt.datetime, times.min()) - ttl, cast(dt.datetime, times.max())
     ttl_us = int(ttl / dt.timedelta(microseconds=1))
-    kept = ", ".join(f'CASE WHEN f._ts > e.event_timestamp - to_microseconds({ttl_us}) THEN f."{c}" END AS "{c}"'
-                     for c in features)
+    kept = ", ".join(
+        f'CASE WHEN f._ts > e.event_timestamp - to_microseconds({ttl_us}) THEN f."{c}" END AS "{c}"' for c in features
+    )
     picked = ", ".join(f'"{c}"' for c in features)
-    found = pl.from_arrow(con.execute(f"""
+    found = pl.from_arrow(
+        con.execute(
+            f"""
         WITH f AS (SELECT "{key}" AS _k, "{ts}" AS _ts, {picked} FROM delta_scan('{uri}')
                    WHERE "{ts}" > ? AND "{ts}" <= ? AND event_date BETWEEN ? AND ?)
         SELECT e.* EXCLUDE (_row), {kept}
         FROM entity_rows e ASOF LEFT JOIN f ON e."{key}" = f._k AND e.event_timestamp >= f._ts
-        ORDER BY e._row""", [first, last, first.date(), last.date()]).to_arrow_table())
+        ORDER BY e._row""",
+            [first, last, first.date(), last.date()],
+        ).to_arrow_table()
+    )
     assert isinstance(found, pl.DataFrame)
     return found

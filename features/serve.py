@@ -27,8 +27,16 @@ DEFAULT_PORT = 6566
 _PR_SET_PDEATHSIG = 1
 
 
-def serve(settings: Settings, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, workers: int = 1, *,
-          allow_writes: bool = False, limits: Limits = Limits(), registry_ttl_s: int = 60) -> None:
+def serve(
+    settings: Settings,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    workers: int = 1,
+    *,
+    allow_writes: bool = False,
+    limits: Limits = Limits(),
+    registry_ttl_s: int = 60,
+) -> None:
     """Serve the online features over HTTP until stopped (blocks)."""
     store, _ = applied_store(settings)
     app = build_app(store, allow_writes=allow_writes, limits=limits, registry_ttl_s=registry_ttl_s)
@@ -39,10 +47,22 @@ def serve(settings: Settings, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
     gc.collect()
     gc.freeze()
     gc.set_threshold(10_000, 20, 50)
-    _gunicorn(app, {"bind": f"{host}:{port}", "workers": workers, "worker_class": "uvicorn_worker.UvicornWorker",
-                    "worker_connections": 1000, "max_requests": 0, "max_requests_jitter": 0, "keepalive": 30,
-                    "accesslog": None, "control_socket_disable": True, "worker_tmp_dir": str(run_dir),
-                    "post_fork": _die_with_master}).run()
+    _gunicorn(
+        app,
+        {
+            "bind": f"{host}:{port}",
+            "workers": workers,
+            "worker_class": "uvicorn_worker.UvicornWorker",
+            "worker_connections": 1000,
+            "max_requests": 0,
+            "max_requests_jitter": 0,
+            "keepalive": 30,
+            "accesslog": None,
+            "control_socket_disable": True,
+            "worker_tmp_dir": str(run_dir),
+            "post_fork": _die_with_master,
+        },
+    ).run()
 
 
 def _gunicorn(app: Any, options: dict[str, Any]) -> Any:

@@ -44,9 +44,15 @@ app = typer.Typer(
 def _root(
     ctx: typer.Context,
     debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
-    verbose: int = typer.Option(0, "--verbose", "-v", count=True, show_default=False,
-                                help="Log what each step does on stderr (-v: steps, progress, counts; -vv: detail). "
-                                     "Default: warnings only, or STRATA_LOG_LEVEL."),
+    verbose: int = typer.Option(
+        0,
+        "--verbose",
+        "-v",
+        count=True,
+        show_default=False,
+        help="Log what each step does on stderr (-v: steps, progress, counts; -vv: detail). "
+        "Default: warnings only, or STRATA_LOG_LEVEL.",
+    ),
 ) -> None:
     """Strata command line. Settings come from STRATA_* environment variables (see `strata config`)."""
     ctx.with_resource(log_shown(log_level(verbose)))

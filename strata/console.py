@@ -57,8 +57,15 @@ def progress(description: str) -> Iterator[ProgressFn]:
 
     The bar is described by ``description`` and the ``what`` the work reports.
     """
-    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False)
+    bar = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
     task = None
 
     def step(what: str, done: int, total: int) -> None:

@@ -15,9 +15,9 @@ import os
 import secrets
 import shutil
 import sys
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from warehouse.settings import Settings
 
@@ -52,8 +52,9 @@ def demo_home(settings: Settings) -> Path:
     return settings.home if (settings.home / "demo.json").exists() else settings.home / "demo"
 
 
-def demo_settings(settings: Settings, params: dict[str, int | str], echo: Echo, *,
-                  today: dt.date | None = None) -> tuple[Settings, dt.date]:
+def demo_settings(
+    settings: Settings, params: dict[str, int | str], echo: Echo, *, today: dt.date | None = None
+) -> tuple[Settings, dt.date]:
     """The demo's own corner of STRATA_HOME (``demo/``), so it never mixes with a real lake, and
     its first day.
 
@@ -65,7 +66,7 @@ def demo_settings(settings: Settings, params: dict[str, int | str], echo: Echo, 
     version writes other bytes, which would land again), and when the first day has fallen
     out of the raw-data retention (a scheduler's retention has removed, or will remove, its ODS).
     """
-    today = today or dt.datetime.now(dt.timezone.utc).date()
+    today = today or dt.datetime.now(dt.UTC).date()
     home = demo_home(settings)
     stamp = home / "demo.json"
     kept = json.loads(stamp.read_text()) if stamp.exists() else None
@@ -75,17 +76,25 @@ def demo_settings(settings: Settings, params: dict[str, int | str], echo: Echo, 
         shutil.rmtree(home)
         start = None
     elif start is not None and start < today - dt.timedelta(days=settings.ods_retention_days):
-        echo(f"  the last demo began on {start}, older than the {settings.ods_retention_days}-day raw-data "
-             f"retention: starting the demo lake at {home} afresh, on recent dates")
+        echo(
+            f"  the last demo began on {start}, older than the {settings.ods_retention_days}-day raw-data "
+            f"retention: starting the demo lake at {home} afresh, on recent dates"
+        )
         shutil.rmtree(home)
         start = None
     if start is None:
         start = today - dt.timedelta(days=int(params["days"]) + LATE_DAYS)
     home.mkdir(parents=True, exist_ok=True)
     stamp.write_text(json.dumps({**params, "start": start.isoformat()}))
-    return dataclasses.replace(settings, home=home, lake_uri=str(home / "lake"), landing_dir=home / "landing",
-                               feast_dir=home / "feast", registry_dir=home / "models",
-                               airflow_home=home / "airflow"), start
+    return dataclasses.replace(
+        settings,
+        home=home,
+        lake_uri=str(home / "lake"),
+        landing_dir=home / "landing",
+        feast_dir=home / "feast",
+        registry_dir=home / "models",
+        airflow_home=home / "airflow",
+    ), start
 
 
 def reset(settings: Settings) -> Path:
@@ -131,7 +140,7 @@ def daily_plan(days: list[str], last_traffic: str, *, trained: bool, empty: Coll
     from strata.orchestration.dag_runs import Run
 
     def midnight_after(day: str) -> dt.datetime:
-        return dt.datetime.combine(dt.date.fromisoformat(day) + dt.timedelta(days=1), dt.time(), dt.timezone.utc)
+        return dt.datetime.combine(dt.date.fromisoformat(day) + dt.timedelta(days=1), dt.time(), dt.UTC)
 
     runs: list[Run] = []
     for day in days:  # a day with feedback but no traffic: its DWD only (nothing above it to build)
@@ -158,38 +167,58 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
     from strata import lake_report
     from strata.console import progress
     from strata.orchestration.dag_runs import run_dags
-    from warehouse.privacy import pseudonym
     from synthetic_workload import GENERATOR_VERSION, generate
+    from warehouse.privacy import pseudonym
 
-    params: dict[str, int | str] = {"days": days, "requests_per_day": requests_per_day, "seed": seed,
-                                    "generator": GENERATOR_VERSION}
+    params: dict[str, int | str] = {
+        "days": days,
+        "requests_per_day": requests_per_day,
+        "seed": seed,
+        "generator": GENERATOR_VERSION,
+    }
     settings, start = demo_settings(settings, params, echo)
     settings = demo_key(settings, echo)
     generated = settings.home / "generated"
-    echo(f"[bold]1/3 generate[/] {days} day(s) × {requests_per_day:,} requests from {start} with faults (1% of "
-         f"lines), late duplicates and late feedback → {generated}")
+    echo(
+        f"[bold]1/3 generate[/] {days} day(s) × {requests_per_day:,} requests from {start} with faults (1% of "
+        f"lines), late duplicates and late feedback → {generated}"
+    )
     with progress("generating") as step:
-        manifest = generate(generated, days=days, requests_per_day=requests_per_day, seed=seed, start=start,
-                            fault_rate=0.01, progress=step)
-    echo(f"  {len(manifest['abusive_user_ids'])} planted abusive users, "
-         f"{manifest['feedback']['lines']:,} feedback events arriving up to 3 days late")
+        manifest = generate(
+            generated,
+            days=days,
+            requests_per_day=requests_per_day,
+            seed=seed,
+            start=start,
+            fault_rate=0.01,
+            progress=step,
+        )
+    echo(
+        f"  {len(manifest['abusive_user_ids'])} planted abusive users, "
+        f"{manifest['feedback']['lines']:,} feedback events arriving up to 3 days late"
+    )
 
     all_days = sorted(set(manifest["feedback"]["days"]) | set(manifest["days"]))
     # a model learns from the days before the last day of traffic
     trained = len(manifest["days"]) >= 2
     empty = {day for day, events in manifest["feedback"]["days"].items() if not events and day not in manifest["days"]}
     plan = daily_plan(all_days, max(manifest["days"]), trained=trained, empty=empty)
-    echo(f"[bold]2/3 run the DAGs through Airflow[/] ({len(plan)} runs with dag.test(), day by day: "
-         f"strata_ingest, then strata_daily{', then strata_train and the scores' if trained else ''}); "
-         f"Airflow's log: {settings.airflow_home / 'demo.log'}")
+    echo(
+        f"[bold]2/3 run the DAGs through Airflow[/] ({len(plan)} runs with dag.test(), day by day: "
+        f"strata_ingest, then strata_daily{', then strata_train and the scores' if trained else ''}); "
+        f"Airflow's log: {settings.airflow_home / 'demo.log'}"
+    )
     for reference in ("prices.csv", "quotas.csv"):
         shutil.copy(generated / reference, _landing(settings) / reference)
     if not trained:
-        echo(f"  training and scores: a model learns from the days before the last day of traffic, and "
-             f"{days} day(s) have none: skipped (try --days 7)")
+        echo(
+            f"  training and scores: a model learns from the days before the last day of traffic, and "
+            f"{days} day(s) have none: skipped (try --days 7)"
+        )
     all_ok = True
     reports: list[RunReport] = []
     with progress("DAG runs") as step:
+
         def finished(report: RunReport) -> None:
             nonlocal all_ok
             reports.append(report)
@@ -209,8 +238,10 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
         all_ok = False
         echo(f"  [red]stopped after {len(reports)} of {len(plan)} runs[/]")
     if not all_ok:  # the lake is not what the demo says it is: no report of it, and a way out
-        echo(f"[red]FAILED[/]: the demo's DAG runs did not all succeed (Airflow's log: "
-             f"{settings.airflow_home / 'demo.log'}); `strata demo --reset` starts it over")
+        echo(
+            f"[red]FAILED[/]: the demo's DAG runs did not all succeed (Airflow's log: "
+            f"{settings.airflow_home / 'demo.log'}); `strata demo --reset` starts it over"
+        )
         return False
 
     echo("[bold]3/3 what the lake holds[/]")
@@ -245,16 +276,22 @@ def _echo_run(report: RunReport, manifest: dict, echo: Echo) -> bool:
     states = list(report.tasks.values())
     mark = "[green]✓[/]" if report.ok else "[red]✗[/]"
     events = sum(map(len, report.events.values()))
-    line = (f"  {mark} {report.dag_id} {day}: {states.count('success')} task(s) ran, "
-            f"{states.count('skipped')} skipped, {events} asset event(s), {report.seconds:.1f} s")
+    line = (
+        f"  {mark} {report.dag_id} {day}: {states.count('success')} task(s) ran, "
+        f"{states.count('skipped')} skipped, {events} asset event(s), {report.seconds:.1f} s"
+    )
     ok = True
     dwd = report.results.get("dwd.build_dwd")
     if dwd and day in manifest["days"]:
         counts, truth = dwd["counts"], manifest["days"][day]
-        ok = counts.get("request_published") == truth["requests"] and \
-            counts.get("request_duplicates") == truth["duplicates"]
-        line += (f"; DWD {counts.get('request_published', 0):,} requests, {counts.get('request_duplicates', 0):,} "
-                 f"duplicates" + ("  [green]= manifest[/]" if ok else "  [red]≠ manifest[/]"))
+        ok = (
+            counts.get("request_published") == truth["requests"]
+            and counts.get("request_duplicates") == truth["duplicates"]
+        )
+        line += (
+            f"; DWD {counts.get('request_published', 0):,} requests, {counts.get('request_duplicates', 0):,} "
+            f"duplicates" + ("  [green]= manifest[/]" if ok else "  [red]≠ manifest[/]")
+        )
     landed = report.results.get("land")
     if landed:
         line += f"; landed {landed['counts']['files_landed']} file(s)"
@@ -267,8 +304,10 @@ def _echo_run(report: RunReport, manifest: dict, echo: Echo) -> bool:
 def _next_commands(settings: Settings, echo: Echo, user_id: str) -> None:
     echo("[bold]next[/]")
     strata = Path(sys.executable).parent / "strata"
-    echo(f"  eval \"$(STRATA_HOME={settings.home.parent} {strata} demo env)\"   # once per shell: `strata` on the "
-         "PATH, the demo's lake and key (STRATA_HOME, STRATA_PSEUDONYM_KEY); then:")
+    echo(
+        f'  eval "$(STRATA_HOME={settings.home.parent} {strata} demo env)"   # once per shell: `strata` on the '
+        "PATH, the demo's lake and key (STRATA_HOME, STRATA_PSEUDONYM_KEY); then:"
+    )
     for line in (
         'strata sql "SELECT tenant_id, sum(cost_usd) FROM dwd.request GROUP BY 1 ORDER BY 2 DESC"',
         f"strata features get user={user_id}",

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import Any, Callable, TypeAlias
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
 from rich.table import Table as RichTable
 
@@ -67,10 +68,20 @@ def quarantine_section(settings: Settings, echo: Echo) -> None:
     if lake.open_table(settings, DWD_QUARANTINE) is None:
         echo("quarantine: nothing quarantined yet (dwd.quarantine does not exist)")
         return
-    counts = (lake.read_frame(settings, DWD_QUARANTINE, columns=["target_table", "rules"]).explode("rules")
-              .group_by("target_table", "rules").len().sort(["len", "rules"], descending=[True, False]))
-    echo(_table("quarantined rows by rule", ["table", "rule", "rows"],
-                [list(r) for r in counts.select("target_table", "rules", pl.col("len")).iter_rows()]))
+    counts = (
+        lake.read_frame(settings, DWD_QUARANTINE, columns=["target_table", "rules"])
+        .explode("rules")
+        .group_by("target_table", "rules")
+        .len()
+        .sort(["len", "rules"], descending=[True, False])
+    )
+    echo(
+        _table(
+            "quarantined rows by rule",
+            ["table", "rule", "rows"],
+            [list(r) for r in counts.select("target_table", "rules", pl.col("len")).iter_rows()],
+        )
+    )
 
 
 def books_section(settings: Settings, echo: Echo) -> None:
@@ -82,11 +93,14 @@ def books_section(settings: Settings, echo: Echo) -> None:
         echo("books: no DWD build yet (ops.books does not exist)")
         return
     books = lake.read_frame(settings, OPS_BOOKS).sort(["event_date", "table_name"])
-    columns = ["table_name", "event_date", "ods_rows", "dwd_rows", "duplicates", "quarantined", "malformed",
-               "balanced"]
-    echo(_table("the books per day: ODS rows = DWD rows + duplicates + quarantined + malformed",
-                ["table", "date", "ODS", "DWD", "dup.", "quar.", "malf.", "ok"],
-                [list(r) for r in books.select(columns).iter_rows()]))
+    columns = ["table_name", "event_date", "ods_rows", "dwd_rows", "duplicates", "quarantined", "malformed", "balanced"]
+    echo(
+        _table(
+            "the books per day: ODS rows = DWD rows + duplicates + quarantined + malformed",
+            ["table", "date", "ODS", "DWD", "dup.", "quar.", "malf.", "ok"],
+            [list(r) for r in books.select(columns).iter_rows()],
+        )
+    )
 
 
 def ads_section(settings: Settings, echo: Echo, day: dt.date) -> None:
@@ -134,8 +148,13 @@ def model_section(settings: Settings, echo: Echo, day: dt.date, planted: frozens
     except ModelError as exc:
         echo(f"model: {exc} — skipped")
     else:
-        echo(_table(f"model {card.ref}, trained on {card.training_window[0]} … {card.training_window[1]}",
-                    ["metric", "value"], [[k, v] for k, v in card.metrics.items()]))
+        echo(
+            _table(
+                f"model {card.ref}, trained on {card.training_window[0]} … {card.training_window[1]}",
+                ["metric", "value"],
+                [[k, v] for k, v in card.metrics.items()],
+            )
+        )
     scores = Table(SCORES)
     if lake.open_table(settings, scores) is None:
         echo(f"riskiest users: not scored yet ({SCORES} does not exist) — skipped")
@@ -146,11 +165,20 @@ def model_section(settings: Settings, echo: Echo, day: dt.date, planted: frozens
         if 0 < truth.sum() < len(truth):
             from sklearn.metrics import roc_auc_score
 
-            echo(f"ROC AUC of the {day} scores against the generator's planted abusers "
-                 f"({int(truth.sum())} of {len(truth):,} users scored): "
-                 f"{roc_auc_score(truth, scored.get_column('score').to_numpy()):.3f}")
-    top = (scored.sort("score", descending=True).head(5)
-           .select("user_pseudonym", "score", "model_version",
-                   planted=pl.col("user_pseudonym").is_in(list(planted))))
-    echo(_table(f"riskiest users ({SCORES}, {day})", ["user (pseudonym)", "score", "model", "planted abuser"],
-                [list(r) for r in top.iter_rows()]))
+            echo(
+                f"ROC AUC of the {day} scores against the generator's planted abusers "
+                f"({int(truth.sum())} of {len(truth):,} users scored): "
+                f"{roc_auc_score(truth, scored.get_column('score').to_numpy()):.3f}"
+            )
+    top = (
+        scored.sort("score", descending=True)
+        .head(5)
+        .select("user_pseudonym", "score", "model_version", planted=pl.col("user_pseudonym").is_in(list(planted)))
+    )
+    echo(
+        _table(
+            f"riskiest users ({SCORES}, {day})",
+            ["user (pseudonym)", "score", "model", "planted abuser"],
+            [list(r) for r in top.iter_rows()],
+        )
+    )

@@ -31,8 +31,13 @@ def dates(texts: list[str], option: str = "--date") -> list[dt.date]:
 DATES = typer.Option(..., "--date", help="Event date, YYYY-MM-DD; repeat for several.")
 
 
-WAIT = typer.Option(None, "--wait", min=0, metavar="SECONDS",
-                    help="Wait up to SECONDS for a table another command is writing (default: STRATA_LOCK_WAIT, 0).")
+WAIT = typer.Option(
+    None,
+    "--wait",
+    min=0,
+    metavar="SECONDS",
+    help="Wait up to SECONDS for a table another command is writing (default: STRATA_LOCK_WAIT, 0).",
+)
 
 
 def for_writing(wait: float | None = None) -> Settings:

@@ -92,17 +92,28 @@ def _logged(step: Callable[_P, StepResult]) -> Callable[_P, StepResult]:
 
 
 @_logged
-def land(settings: Settings, paths: list[Path], *, fmt: Literal["auto", "jsonl", "csv", "otlp-json"] = "auto",
-         mapping: Path | None = None, reland: bool = False, progress: Progress | None = None,
-         tenant: str | None = None) -> StepResult:
+def land(
+    settings: Settings,
+    paths: list[Path],
+    *,
+    fmt: Literal["auto", "jsonl", "csv", "otlp-json"] = "auto",
+    mapping: Path | None = None,
+    reland: bool = False,
+    progress: Progress | None = None,
+    tenant: str | None = None,
+) -> StepResult:
     """Land files (or folders of them) into ODS; files landed before are skipped."""
     from warehouse.ods.ingest import ingest
 
     report = ingest(settings, paths, fmt=fmt, mapping_file=mapping, progress=progress, reland=reland, tenant=tenant)
     versions = {f.table.name: f.version for f in report.landed}
-    counts = {"files_landed": len(report.landed), "files_skipped": len(report.skipped),
-              "files_failed": len(report.failed), "lines": sum(f.lines for f in report.landed),
-              "malformed": sum(f.malformed for f in report.landed)}
+    counts = {
+        "files_landed": len(report.landed),
+        "files_skipped": len(report.skipped),
+        "files_failed": len(report.failed),
+        "lines": sum(f.lines for f in report.landed),
+        "malformed": sum(f.malformed for f in report.landed),
+    }
     return StepResult("land", counts, versions, report)
 
 
@@ -112,8 +123,9 @@ def unland(settings: Settings, files: list[Path], *, batch: str | None = None) -
     from warehouse.ods.unland import unland as remove
 
     report = remove(settings, files, batch=batch)
-    return StepResult("unland", {"files": report.files, **{f"{t}_removed": n for t, n in report.rows.items()}},
-                      {}, report)
+    return StepResult(
+        "unland", {"files": report.files, **{f"{t}_removed": n for t, n in report.rows.items()}}, {}, report
+    )
 
 
 @_logged
@@ -143,8 +155,12 @@ def build_dwd(settings: Settings, day: dt.date, *, progress: Progress | None = N
     counts: dict[str, int] = {}
     for run in runs.values():
         short = run.table.name.split(".", 1)[1]
-        counts |= {f"{short}_published": run.published, f"{short}_quarantined": run.counts.quarantined,
-                   f"{short}_duplicates": run.counts.duplicates, f"{short}_malformed": run.counts.malformed}
+        counts |= {
+            f"{short}_published": run.published,
+            f"{short}_quarantined": run.counts.quarantined,
+            f"{short}_duplicates": run.counts.duplicates,
+            f"{short}_malformed": run.counts.malformed,
+        }
     return StepResult("build_dwd", counts, {run.table.name: run.version for run in runs.values()}, runs)
 
 
@@ -162,8 +178,9 @@ def build_dws(settings: Settings, day: dt.date, *, progress: Progress | None = N
 
 
 @_logged
-def build_ads(settings: Settings, day: dt.date, *, progress: Progress | None = None,
-              storm_multiple: float | None = None) -> StepResult:
+def build_ads(
+    settings: Settings, day: dt.date, *, progress: Progress | None = None, storm_multiple: float | None = None
+) -> StepResult:
     """Publish the day's ADS marts: ``dbt build`` in-process, then each mart through the publish path.
 
     The days of the week before whose ``dwd.request`` changed since their marts were built (late
@@ -205,36 +222,50 @@ def forget(settings: Settings, user_id: str) -> StepResult:
 
     report = forget_user(settings, user_id)
     online = forget_online(settings, pseudonym(settings.require_pseudonym_key(), user_id))
-    counts = {f"{table}_removed": rows for table, rows in report.rows.items()} | {
-        f"{table}_redacted": rows for table, rows in report.redacted.items()} | {
-        "landing_files_rewritten": report.files}
+    counts = (
+        {f"{table}_removed": rows for table, rows in report.rows.items()}
+        | {f"{table}_redacted": rows for table, rows in report.redacted.items()}
+        | {"landing_files_rewritten": report.files}
+    )
     return StepResult("forget", counts | {f"{store}_removed": n for store, n in online.items()}, {}, report)
 
 
 @_logged
-def materialize(settings: Settings, day: dt.date | None = None, *, start: dt.datetime | None = None,
-                end: dt.datetime | None = None, full: bool = False, progress: Progress | None = None) -> StepResult:
+def materialize(
+    settings: Settings,
+    day: dt.date | None = None,
+    *,
+    start: dt.datetime | None = None,
+    end: dt.datetime | None = None,
+    full: bool = False,
+    progress: Progress | None = None,
+) -> StepResult:
     """Bring the online store up to the DWS tables: incremental (by their Delta versions) unless a
     ``start``/``end`` range or ``full`` is given. ``day`` is the run's date; the watermark decides what is read."""
     from features.materialize import materialize as run
 
     report = run(settings, start=start, end=end, full=full, progress=progress)
     counts = {f"{v.view}_entities": v.entities for v in report.views} | {
-        "values_written": sum(v.values_written for v in report.views)}
+        "values_written": sum(v.values_written for v in report.views)
+    }
     return StepResult("materialize", counts, {v.table: v.version for v in report.views}, report)
 
 
 @_logged
-def check_consistency(settings: Settings, day: dt.date | None = None, *, sample: int = 1_000,
-                      progress: Progress | None = None) -> StepResult:
+def check_consistency(
+    settings: Settings, day: dt.date | None = None, *, sample: int = 1_000, progress: Progress | None = None
+) -> StepResult:
     """Compare sampled online values with Feast's offline point-in-time values; publish the rates to
     ``ads.feature_consistency``."""
     from features.consistency import TABLE
     from features.consistency import check_consistency as check
 
     report = check(settings, day, sample=sample, progress=progress)
-    counts = {"entities_sampled": sum(v.sampled for v in report.views), "mismatches": report.mismatches,
-              "missing": report.missing}
+    counts = {
+        "entities_sampled": sum(v.sampled for v in report.views),
+        "mismatches": report.mismatches,
+        "missing": report.missing,
+    }
     return StepResult("check_consistency", counts, {TABLE: report.version}, report)
 
 
@@ -256,25 +287,34 @@ def train(settings: Settings, until: dt.date, *, name: str = "user_risk", days: 
 
 
 @_logged
-def score(settings: Settings, day: dt.date, *, name: str = "user_risk", version: str | None = None,
-          shard: tuple[int, int] = (0, 1), batch_rows: int = 65_536,
-          provider: Literal["auto", "cuda", "cpu"] = "auto", progress: Progress | None = None) -> StepResult:
+def score(
+    settings: Settings,
+    day: dt.date,
+    *,
+    name: str = "user_risk",
+    version: str | None = None,
+    shard: tuple[int, int] = (0, 1),
+    batch_rows: int = 65_536,
+    provider: Literal["auto", "cuda", "cpu"] = "auto",
+    progress: Progress | None = None,
+) -> StepResult:
     """Score the entities active on ``day`` (one shard of them) with a registered model; an
     unsharded run also writes the day's ``ads.score_daily`` row and brings the scores to the online
     store (sharded runs: :func:`summarize_scores`, once every shard is done)."""
     from batch_inference.scoring import score as run
 
-    report = run(settings, name, day, version=version, shard=shard, batch_rows=batch_rows, provider=provider,
-                 progress=progress)
+    report = run(
+        settings, name, day, version=version, shard=shard, batch_rows=batch_rows, provider=provider, progress=progress
+    )
     if shard[1] == 1:
         summarize_scores(settings, day, name=name, version=report.version)
-    return StepResult("score", {"entities": report.entities}, {"ads.user_risk_scores": report.version_written},
-                      report)
+    return StepResult("score", {"entities": report.entities}, {"ads.user_risk_scores": report.version_written}, report)
 
 
 @_logged
-def summarize_scores(settings: Settings, day: dt.date, *, name: str = "user_risk", version: str | None = None
-                     ) -> StepResult:
+def summarize_scores(
+    settings: Settings, day: dt.date, *, name: str = "user_risk", version: str | None = None
+) -> StepResult:
     """Write the day's ``ads.score_daily`` row of a model version (the latest by default), and
     materialize the scores to the online store (the ``user_risk_scores`` view, beside the features)."""
     from batch_inference.registry import get
@@ -282,8 +322,12 @@ def summarize_scores(settings: Settings, day: dt.date, *, name: str = "user_risk
 
     row = summarize(settings, day, name, version or get(settings, name).card.version)
     online = materialize(settings, day)
-    return StepResult("summarize_scores", {"users_scored": int(row["users_scored"]),
-                                           "values_written": online.counts["values_written"]}, {}, row)
+    return StepResult(
+        "summarize_scores",
+        {"users_scored": int(row["users_scored"]), "values_written": online.counts["values_written"]},
+        {},
+        row,
+    )
 
 
 Step = Callable[..., StepResult]

@@ -42,8 +42,11 @@ def plan_duplicates(seed: int, day_index: int, requests: int) -> DuplicatePlan:
     """Draw the day's ``round_half_up(0.5% × requests)`` duplicates."""
     rng = np.random.default_rng(np.random.SeedSequence([seed, 5, day_index]))
     count = duplicate_count(requests)
-    return DuplicatePlan(src=np.sort(rng.integers(0, max(requests, 1), count)),
-                         later=rng.random(count) < LATE_DUPLICATE_SHARE, u=rng.random((count, 2)))
+    return DuplicatePlan(
+        src=np.sort(rng.integers(0, max(requests, 1), count)),
+        later=rng.random(count) < LATE_DUPLICATE_SHARE,
+        u=rng.random((count, 2)),
+    )
 
 
 @dataclass
@@ -58,8 +61,9 @@ class ShardLines:
     fault_has_id: np.ndarray
 
 
-def assemble_shard(pop: Population, plan: DayPlan, d: DayRequests, dups: DuplicatePlan,
-                   faults: FaultPlan) -> ShardLines:
+def assemble_shard(
+    pop: Population, plan: DayPlan, d: DayRequests, dups: DuplicatePlan, faults: FaultPlan
+) -> ShardLines:
     """Order, encode and break the shard's lines; see the module docstring."""
     n = len(d)
     lo, hi = d.row_offset, d.row_offset + n
@@ -74,8 +78,9 @@ def assemble_shard(pop: Population, plan: DayPlan, d: DayRequests, dups: Duplica
     tgt_hour = np.where(later, src_hour + 1 + np.floor(u[:, 0] * (h1 - 1 - src_hour)).astype(np.int64), src_hour)
     tgt_start = day_start + tgt_hour * HOUR_US
     ts = d.ts_us[dsrc]
-    same_key = np.minimum(ts + 1 + np.floor(u[:, 1] * (tgt_start + HOUR_US - 1 - ts)).astype(np.int64),
-                          tgt_start + HOUR_US - 1)
+    same_key = np.minimum(
+        ts + 1 + np.floor(u[:, 1] * (tgt_start + HOUR_US - 1 - ts)).astype(np.int64), tgt_start + HOUR_US - 1
+    )
     dkey = np.where(later, tgt_start + np.floor(u[:, 1] * HOUR_US).astype(np.int64), same_key)
 
     fsel = (faults.template >= lo) & (faults.template < hi)

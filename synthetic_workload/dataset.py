@@ -45,14 +45,18 @@ def _validate(out: Path, days: int, requests_per_day: int, seed: int, start: dt.
     if not is_int(days) or not 1 <= days <= _MAX_DAYS:
         raise ValueError(f"days must be an integer from 1 to {_MAX_DAYS}, got {days!r}")
     if not is_int(requests_per_day) or not 1 <= requests_per_day < _MAX_REQUESTS_PER_DAY:
-        raise ValueError(f"requests_per_day must be an integer from 1 to {_MAX_REQUESTS_PER_DAY - 1}, "
-                         f"got {requests_per_day!r}")
+        raise ValueError(
+            f"requests_per_day must be an integer from 1 to {_MAX_REQUESTS_PER_DAY - 1}, got {requests_per_day!r}"
+        )
     if not is_int(seed) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     if not isinstance(start, dt.date) or isinstance(start, dt.datetime):
         raise ValueError(f"start must be a datetime.date, got {start!r}")
-    if isinstance(fault_rate, bool) or not isinstance(fault_rate, (int, float, np.floating)) \
-            or not 0.0 <= float(fault_rate) <= MAX_FAULT_RATE:
+    if (
+        isinstance(fault_rate, bool)
+        or not isinstance(fault_rate, (int, float, np.floating))
+        or not 0.0 <= float(fault_rate) <= MAX_FAULT_RATE
+    ):
         raise ValueError(f"fault_rate must be a number in [0, {MAX_FAULT_RATE}], got {fault_rate!r}")
 
 
@@ -72,8 +76,10 @@ def _prepare_out(out: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
         manifest.unlink()
     elif any(p.exists() and any(p.iterdir()) for p in owned):
-        raise ValueError(f"{out} already holds requests/ or feedback/ files that no generator manifest.json "
-                         "describes; choose an empty folder")
+        raise ValueError(
+            f"{out} already holds requests/ or feedback/ files that no generator manifest.json "
+            "describes; choose an empty folder"
+        )
 
 
 def _compress_write(out: Path, rel: str, buffer: LineBuffer, start: int, end: int) -> WrittenFile:
@@ -98,8 +104,13 @@ def _write_feedback(out: Path, start: dt.date, days: int, events: FeedbackEvents
     for i in range(n_days):
         a, b = int(bounds[i]), int(bounds[i + 1])
         date = start + dt.timedelta(days=i)
-        lines = encode_feedback(ev.rid[a:b], ts[a:b], kinds.gather(ev.kind[a:b]), values.gather(ev.value[a:b]),
-                                sources.gather(ev.source[a:b]))
+        lines = encode_feedback(
+            ev.rid[a:b],
+            ts[a:b],
+            kinds.gather(ev.kind[a:b]),
+            values.gather(ev.value[a:b]),
+            sources.gather(ev.source[a:b]),
+        )
         buf = LineBuffer(lines)
         rel = f"feedback/date={date.isoformat()}/feedback-{date:%Y%m%d}.jsonl.gz"
         files.append(write_file(out, rel, gzip_bytes(buf.pieces(0, b - a)), b - a))
@@ -115,8 +126,16 @@ def _write_feedback(out: Path, start: dt.date, days: int, events: FeedbackEvents
     return files, summary
 
 
-def generate(out: Path, *, days: int, requests_per_day: int, seed: int, start: dt.date,
-             fault_rate: float = 0.0, progress: Progress | None = None) -> dict:
+def generate(
+    out: Path,
+    *,
+    days: int,
+    requests_per_day: int,
+    seed: int,
+    start: dt.date,
+    fault_rate: float = 0.0,
+    progress: Progress | None = None,
+) -> dict:
     """Writes the dataset under `out` and returns the manifest (also written to out/manifest.json).
 
     ``progress("generate", done_lines, total_lines)`` is called after each hourly file.
@@ -134,10 +153,19 @@ def generate(out: Path, *, days: int, requests_per_day: int, seed: int, start: d
     upgrade = pipeline_upgrade_at(start, days)
     upgrade_us = epoch_us(upgrade.date()) + upgrade.hour * 3_600_000_000
     dates = [start + dt.timedelta(days=i) for i in range(days)]
-    plans = [plan_day(pop, seed=seed, day_index=i, days=days, date=dates[i], requests=requests_per_day,
-                      pipeline_upgrade_us=upgrade_us) for i in range(days)]
-    lines_per_day = (requests_per_day + duplicate_count(requests_per_day)
-                     + round_half_up(fault_rate * requests_per_day))
+    plans = [
+        plan_day(
+            pop,
+            seed=seed,
+            day_index=i,
+            days=days,
+            date=dates[i],
+            requests=requests_per_day,
+            pipeline_upgrade_us=upgrade_us,
+        )
+        for i in range(days)
+    ]
+    lines_per_day = requests_per_day + duplicate_count(requests_per_day) + round_half_up(fault_rate * requests_per_day)
     total = days * lines_per_day
     stats = [DayStats(pop.n_tenants, len(pop.user_ids)) for _ in range(days)]
     tasks = [(i, s) for i in range(days) for s in range(len(plans[i].shard_hours))]
@@ -153,8 +181,10 @@ def generate(out: Path, *, days: int, requests_per_day: int, seed: int, start: d
         if progress is not None:
             progress("generate", done, total)
 
-    with ThreadPoolExecutor(1, thread_name_prefix="strata-gen") as gen_pool, \
-            ThreadPoolExecutor(max(2, os.cpu_count() or 2), thread_name_prefix="strata-gzip") as zip_pool:
+    with (
+        ThreadPoolExecutor(1, thread_name_prefix="strata-gen") as gen_pool,
+        ThreadPoolExecutor(max(2, os.cpu_count() or 2), thread_name_prefix="strata-gzip") as zip_pool,
+    ):
         next_shard = gen_pool.submit(generate_shard, pop, plans[0], 0)
         pending: deque[Future[WrittenFile]] = deque()
         for k, (i, s) in enumerate(tasks):
@@ -187,12 +217,14 @@ def generate(out: Path, *, days: int, requests_per_day: int, seed: int, start: d
     storms = []
     for p in plans:
         if p.storm is not None:
-            storms.append({
-                "date": p.date.isoformat(),
-                "tenant_id": pop.tenant_ids[p.storm.tenant],
-                "start": _iso_us(p.storm.start_us),
-                "end": _iso_us(p.storm.end_us),
-            })
+            storms.append(
+                {
+                    "date": p.date.isoformat(),
+                    "tenant_id": pop.tenant_ids[p.storm.tenant],
+                    "start": _iso_us(p.storm.start_us),
+                    "end": _iso_us(p.storm.end_us),
+                }
+            )
     manifest = {
         "seed": seed,
         "start": start.isoformat(),
@@ -201,8 +233,10 @@ def generate(out: Path, *, days: int, requests_per_day: int, seed: int, start: d
         "fault_rate": fault_rate,
         "generator_version": GENERATOR_VERSION,
         "fault_kinds": list(FAULT_KINDS),
-        "files": [{"path": f.path, "lines": f.lines, "sha256": f.sha256}
-                  for f in sorted(files + fb_files, key=lambda f: f.path)],
+        "files": [
+            {"path": f.path, "lines": f.lines, "sha256": f.sha256}
+            for f in sorted(files + fb_files, key=lambda f: f.path)
+        ],
         "prices": {"path": prices_file.path, "rows": prices_file.lines, "sha256": prices_file.sha256},
         "quotas": {"path": quotas_file.path, "rows": quotas_file.lines, "sha256": quotas_file.sha256},
         "population": {"tenants": pop.n_tenants, "users": len(pop.user_ids), "abusive_users": len(pop.abusers)},

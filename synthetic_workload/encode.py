@@ -32,8 +32,15 @@ from synthetic_workload.requests import DayRequests
 
 #: Status codes that occur, and the error_type each implies ("" for success).
 STATUSES: tuple[int, ...] = (200, 400, 429, 500, 502, 503, 504)
-STATUS_ERROR: dict[int, str] = {200: "", 400: "invalid_request", 429: "rate_limited", 500: "oom",
-                                502: "upstream_error", 503: "upstream_error", 504: "timeout"}
+STATUS_ERROR: dict[int, str] = {
+    200: "",
+    400: "invalid_request",
+    429: "rate_limited",
+    500: "oom",
+    502: "upstream_error",
+    503: "upstream_error",
+    504: "timeout",
+}
 assert set(STATUS_ERROR.values()) - {""} == set(ERROR_TYPES)
 _STATUS_INDEX = np.zeros(600, dtype=np.int64)
 _STATUS_INDEX[list(STATUSES)] = np.arange(len(STATUSES))
@@ -58,14 +65,19 @@ def _static_tables() -> dict[str, pl.Series]:
     service = []
     for m, v in VERSIONS:
         spec = MODELS[m]
-        model_part = (f',"operation":"{spec.operation}","model":"{spec.name}","model_version":"{v}",'
-                      f'"provider":"{spec.provider}"')
+        model_part = (
+            f',"operation":"{spec.operation}","model":"{spec.name}","model_version":"{v}","provider":"{spec.provider}"'
+        )
         for _, server in SERVERS:
             for t in (None, *TEMPLATES):
                 for p in (None, *PIPELINES):
-                    service.append(model_part + f',"server":"{server}"'
-                                   + (f',"prompt_template_version":"{t}"' if t else "")
-                                   + (f',"pipeline_version":"{p}"' if p else "") + ',"input_tokens":')
+                    service.append(
+                        model_part
+                        + f',"server":"{server}"'
+                        + (f',"prompt_template_version":"{t}"' if t else "")
+                        + (f',"pipeline_version":"{p}"' if p else "")
+                        + ',"input_tokens":'
+                    )
     tail = []
     for status in STATUSES:
         err = STATUS_ERROR[status]
@@ -73,9 +85,12 @@ def _static_tables() -> dict[str, pl.Series]:
             for hit in ("false", "true"):
                 for f in FAMILIES:
                     for c in CLIENTS:
-                        tail.append(f',"status_code":{status}' + (f',"error_type":"{err}"' if err else "")
-                                    + (f',"finish_reason":"{finish}"' if finish else "")
-                                    + f',"cache_hit":{hit},"attributes":{{"region":"{f.region}","client":"{c}"}}}}\n')
+                        tail.append(
+                            f',"status_code":{status}'
+                            + (f',"error_type":"{err}"' if err else "")
+                            + (f',"finish_reason":"{finish}"' if finish else "")
+                            + f',"cache_hit":{hit},"attributes":{{"region":"{f.region}","client":"{c}"}}}}\n'
+                        )
     return {
         "service": pl.Series(service),
         "tail": pl.Series(tail),
@@ -86,10 +101,14 @@ def _static_tables() -> dict[str, pl.Series]:
 @functools.lru_cache(maxsize=4)
 def _who_table(pop: Population) -> pl.Series:
     """``,"tenant_id":…,"user_id":…,"api_key_id":…`` per user, then one per tenant's service account."""
-    rows = [f',"tenant_id":"{pop.tenant_ids[t]}","user_id":"{u}","api_key_id":"{pop.api_key_ids[k]}"'
-            for u, t, k in zip(pop.user_ids, pop.user_tenant.tolist(), pop.user_key.tolist())]
-    rows += [f',"tenant_id":"{t}","api_key_id":"{pop.api_key_ids[k]}"'
-             for t, k in zip(pop.tenant_ids, pop.tenant_service_key.tolist())]
+    rows = [
+        f',"tenant_id":"{pop.tenant_ids[t]}","user_id":"{u}","api_key_id":"{pop.api_key_ids[k]}"'
+        for u, t, k in zip(pop.user_ids, pop.user_tenant.tolist(), pop.user_key.tolist())
+    ]
+    rows += [
+        f',"tenant_id":"{t}","api_key_id":"{pop.api_key_ids[k]}"'
+        for t, k in zip(pop.tenant_ids, pop.tenant_service_key.tolist())
+    ]
     return pl.Series(rows)
 
 
@@ -99,7 +118,7 @@ def _ascii_block(n: int, *parts: bytes | np.ndarray) -> np.ndarray:
     out = np.empty((n, sum(widths)), dtype=np.uint8)
     col = 0
     for p, w in zip(parts, widths):
-        out[:, col:col + w] = np.frombuffer(p, np.uint8) if isinstance(p, bytes) else p
+        out[:, col : col + w] = np.frombuffer(p, np.uint8) if isinstance(p, bytes) else p
         col += w
     return out
 
@@ -109,8 +128,7 @@ def _ms(values_us: np.ndarray) -> np.ndarray:
     return values_us / 1000.0
 
 
-def encode_requests(pop: Population, d: DayRequests, src: np.ndarray, rid: np.ndarray,
-                    plain: np.ndarray) -> pl.Series:
+def encode_requests(pop: Population, d: DayRequests, src: np.ndarray, rid: np.ndarray, plain: np.ndarray) -> pl.Series:
     """JSON lines (each ending in ``\\n``) for rows ``src`` of ``d`` with request ids ``rid``.
 
     Rows where ``plain`` is False (fault templates) are written as first attempts without
@@ -120,9 +138,16 @@ def encode_requests(pop: Population, d: DayRequests, src: np.ndarray, rid: np.nd
     n = len(src)
     attempt = np.where(plain, d.attempt[src], 1).astype(np.uint8)
     assert n == 0 or attempt.max() <= 9, "attempt is written as one digit"
-    head = _ascii_block(n, b'{"request_id":"req_', ids.hex_ascii(rid), b'","trace_id":"',
-                        ids.hex_ascii(d.trace_hi[src]), ids.hex_ascii(d.trace_lo[src]), b'","attempt":',
-                        (attempt + ord("0"))[:, None])
+    head = _ascii_block(
+        n,
+        b'{"request_id":"req_',
+        ids.hex_ascii(rid),
+        b'","trace_id":"',
+        ids.hex_ascii(d.trace_hi[src]),
+        ids.hex_ascii(d.trace_lo[src]),
+        b'","attempt":',
+        (attempt + ord("0"))[:, None],
+    )
     retry_row = np.where(plain, d.retry_of[src], -1)
     retry_at = np.flatnonzero(retry_row >= 0)
     retry = pl.repeat(None, n, dtype=pl.Utf8, eager=True)
@@ -133,74 +158,114 @@ def encode_requests(pop: Population, d: DayRequests, src: np.ndarray, rid: np.nd
     ts = d.ts_us[src]
     user = d.user[src]
     who = np.where(user >= 0, user, len(pop.user_ids) + d.tenant[src])
-    service = ((d.version[src].astype(np.int64) * _NS + d.server[src]) * _NT + d.template[src] + 1) * _NP \
-        + d.pipeline[src] + 1
-    tail = (((_STATUS_INDEX[d.status[src]] * (len(FINISH_REASONS) + 1) + d.finish[src] + 1) * 2
-             + d.cache_hit[src]) * len(FAMILIES) + family) * len(CLIENTS) + d.client[src]
+    service = (
+        ((d.version[src].astype(np.int64) * _NS + d.server[src]) * _NT + d.template[src] + 1) * _NP
+        + d.pipeline[src]
+        + 1
+    )
+    tail = (
+        ((_STATUS_INDEX[d.status[src]] * (len(FINISH_REASONS) + 1) + d.finish[src] + 1) * 2 + d.cache_hit[src])
+        * len(FAMILIES)
+        + family
+    ) * len(CLIENTS) + d.client[src]
     queue = d.queue_us[src]
-    df = pl.DataFrame({
-        "head": ids.ascii_rows_to_series(head, "head"),
-        "retry": retry,
-        "epoch": _FAM_EPOCH[family],
-        "ts_ms": ts // 1000,
-        "local": (ts + _FAM_OFFSET_US[family]).astype("datetime64[us]"),
-        "ts_len": _FAM_TS_LEN[family],
-        "suffix": st["ts_suffix"].gather(family),
-        "dur": _ms(d.duration_us[src]),
-        "ttft": pl.Series(_ms(d.ttft_us[src])),
-        "has_ttft": d.ttft_us[src] >= 0,
-        "stages": queue >= 0,
-        "queue": _ms(queue),
-        "pre": _ms(d.pre_us[src]),
-        "inf": _ms(d.inf_us[src]),
-        "post": _ms(d.post_us[src]),
-        "who": _who_table(pop).gather(who),
-        "service": st["service"].gather(service),
-        "in": d.in_tok[src],
-        "out": d.out_tok[src],
-        "cached": d.cached_tok[src],
-        "batch": d.batch[src],
-        "tail": st["tail"].gather(tail),
-    })
+    df = pl.DataFrame(
+        {
+            "head": ids.ascii_rows_to_series(head, "head"),
+            "retry": retry,
+            "epoch": _FAM_EPOCH[family],
+            "ts_ms": ts // 1000,
+            "local": (ts + _FAM_OFFSET_US[family]).astype("datetime64[us]"),
+            "ts_len": _FAM_TS_LEN[family],
+            "suffix": st["ts_suffix"].gather(family),
+            "dur": _ms(d.duration_us[src]),
+            "ttft": pl.Series(_ms(d.ttft_us[src])),
+            "has_ttft": d.ttft_us[src] >= 0,
+            "stages": queue >= 0,
+            "queue": _ms(queue),
+            "pre": _ms(d.pre_us[src]),
+            "inf": _ms(d.inf_us[src]),
+            "post": _ms(d.post_us[src]),
+            "who": _who_table(pop).gather(who),
+            "service": st["service"].gather(service),
+            "in": d.in_tok[src],
+            "out": d.out_tok[src],
+            "cached": d.cached_tok[src],
+            "batch": d.batch[src],
+            "tail": st["tail"].gather(tail),
+        }
+    )
     text = lambda c: pl.col(c).cast(pl.Utf8)  # noqa: E731
     rfc = pl.col("local").dt.strftime("%Y-%m-%dT%H:%M:%S%.6f").str.slice(0, pl.col("ts_len"))
-    line = pl.concat_str([
-        pl.col("head"),
-        pl.col("retry"),
-        pl.when(pl.col("epoch")).then(pl.lit(',"ts":') + text("ts_ms"))
-        .otherwise(pl.concat_str([pl.lit(',"ts":"'), rfc, pl.col("suffix")])),
-        pl.lit(',"duration_ms":'), text("dur"),
-        pl.when(pl.col("has_ttft")).then(pl.lit(',"ttft_ms":') + text("ttft")),
-        pl.when(pl.col("stages")).then(pl.concat_str([
-            pl.lit(',"queue_ms":'), text("queue"), pl.lit(',"preprocess_ms":'), text("pre"),
-            pl.lit(',"inference_ms":'), text("inf"), pl.lit(',"postprocess_ms":'), text("post")])),
-        pl.col("who"),
-        pl.col("service"), text("in"),
-        pl.lit(',"output_tokens":'), text("out"),
-        pl.lit(',"cached_input_tokens":'), text("cached"),
-        pl.when(pl.col("batch") >= 0).then(pl.lit(',"batch_size":') + text("batch")),
-        pl.col("tail"),
-    ], ignore_nulls=True)
+    line = pl.concat_str(
+        [
+            pl.col("head"),
+            pl.col("retry"),
+            pl.when(pl.col("epoch"))
+            .then(pl.lit(',"ts":') + text("ts_ms"))
+            .otherwise(pl.concat_str([pl.lit(',"ts":"'), rfc, pl.col("suffix")])),
+            pl.lit(',"duration_ms":'),
+            text("dur"),
+            pl.when(pl.col("has_ttft")).then(pl.lit(',"ttft_ms":') + text("ttft")),
+            pl.when(pl.col("stages")).then(
+                pl.concat_str(
+                    [
+                        pl.lit(',"queue_ms":'),
+                        text("queue"),
+                        pl.lit(',"preprocess_ms":'),
+                        text("pre"),
+                        pl.lit(',"inference_ms":'),
+                        text("inf"),
+                        pl.lit(',"postprocess_ms":'),
+                        text("post"),
+                    ]
+                )
+            ),
+            pl.col("who"),
+            pl.col("service"),
+            text("in"),
+            pl.lit(',"output_tokens":'),
+            text("out"),
+            pl.lit(',"cached_input_tokens":'),
+            text("cached"),
+            pl.when(pl.col("batch") >= 0).then(pl.lit(',"batch_size":') + text("batch")),
+            pl.col("tail"),
+        ],
+        ignore_nulls=True,
+    )
     return df.lazy().select(line.alias("line")).collect(engine="streaming")["line"]
 
 
-def encode_feedback(rid: np.ndarray, ts_us: np.ndarray, kind: pl.Series, value: pl.Series,
-                    source: pl.Series) -> pl.Series:
+def encode_feedback(
+    rid: np.ndarray, ts_us: np.ndarray, kind: pl.Series, value: pl.Series, source: pl.Series
+) -> pl.Series:
     """Feedback JSON lines ``{"request_id","ts","kind","value","source"}``, each ending in ``\\n``.
 
     ``kind``, ``value`` and ``source`` are String series; ``ts`` is written as RFC 3339
     UTC with milliseconds.
     """
-    df = pl.DataFrame({
-        "rid": ids.hex_series("rid", "req_", rid),
-        "ts": pl.Series(ts_us.astype("datetime64[us]")).dt.strftime("%Y-%m-%dT%H:%M:%S%.3fZ"),
-        "kind": pl.Series(kind, dtype=pl.Utf8),
-        "value": pl.Series(value, dtype=pl.Utf8),
-        "source": pl.Series(source, dtype=pl.Utf8),
-    })
-    line = pl.concat_str([
-        pl.lit('{"request_id":"'), pl.col("rid"), pl.lit('","ts":"'), pl.col("ts"),
-        pl.lit('","kind":"'), pl.col("kind"), pl.lit('","value":"'), pl.col("value"),
-        pl.lit('","source":"'), pl.col("source"), pl.lit('"}\n'),
-    ])
+    df = pl.DataFrame(
+        {
+            "rid": ids.hex_series("rid", "req_", rid),
+            "ts": pl.Series(ts_us.astype("datetime64[us]")).dt.strftime("%Y-%m-%dT%H:%M:%S%.3fZ"),
+            "kind": pl.Series(kind, dtype=pl.Utf8),
+            "value": pl.Series(value, dtype=pl.Utf8),
+            "source": pl.Series(source, dtype=pl.Utf8),
+        }
+    )
+    line = pl.concat_str(
+        [
+            pl.lit('{"request_id":"'),
+            pl.col("rid"),
+            pl.lit('","ts":"'),
+            pl.col("ts"),
+            pl.lit('","kind":"'),
+            pl.col("kind"),
+            pl.lit('","value":"'),
+            pl.col("value"),
+            pl.lit('","source":"'),
+            pl.col("source"),
+            pl.lit('"}\n'),
+        ]
+    )
     return df.select(line.alias("line"))["line"]

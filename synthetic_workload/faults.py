@@ -16,20 +16,31 @@ import numpy as np
 
 from synthetic_workload import ids
 
-FAULT_KINDS: tuple[str, ...] = ("truncated_json", "wrong_type", "missing_required", "negative_duration",
-                                "far_future_ts", "invalid_utf8", "oversized_line")
+FAULT_KINDS: tuple[str, ...] = (
+    "truncated_json",
+    "wrong_type",
+    "missing_required",
+    "negative_duration",
+    "far_future_ts",
+    "invalid_utf8",
+    "oversized_line",
+)
 KIND_INDEX = {k: i for i, k in enumerate(FAULT_KINDS)}
 #: Oversized lines are > 1 MiB each; more than a few per day would dominate the data volume.
 OVERSIZED_MAX_PER_DAY = 3
 MAX_FAULT_RATE = 0.5
 
-_WRONG_TYPE = ((re.compile(r'"input_tokens":\d+'), '"input_tokens":"many"'),
-               (re.compile(r'"duration_ms":[0-9.eE+-]+'), '"duration_ms":"slow"'),
-               (re.compile(r'"status_code":\d+'), '"status_code":"OK"'))
-_MISSING = (("ts", re.compile(r',"ts":("[^"]*"|\d+)')),
-            ("tenant_id", re.compile(r',"tenant_id":"[^"]*"')),
-            ("model", re.compile(r',"model":"[^"]*"')),
-            ("request_id", re.compile(r'"request_id":"[^"]*",')))
+_WRONG_TYPE = (
+    (re.compile(r'"input_tokens":\d+'), '"input_tokens":"many"'),
+    (re.compile(r'"duration_ms":[0-9.eE+-]+'), '"duration_ms":"slow"'),
+    (re.compile(r'"status_code":\d+'), '"status_code":"OK"'),
+)
+_MISSING = (
+    ("ts", re.compile(r',"ts":("[^"]*"|\d+)')),
+    ("tenant_id", re.compile(r',"tenant_id":"[^"]*"')),
+    ("model", re.compile(r',"model":"[^"]*"')),
+    ("request_id", re.compile(r'"request_id":"[^"]*",')),
+)
 _DURATION = re.compile(r'"duration_ms":([0-9.eE+-]+)')
 _TS = re.compile(r'"ts":(?:"(\d{4})([^"]*)"|(\d+))')
 _BAD_UTF8 = (b"\xff\xfe", b"\xc3\x28", b"\xed\xa0\x80")  # invalid byte, broken 2-byte seq, surrogate

@@ -42,8 +42,9 @@ class FeedbackEvents:
         if not parts:
             e = np.zeros(0, dtype=np.int64)
             return FeedbackEvents(e.astype(np.uint64), e, e.astype(np.int8), e.astype(np.int8), e.astype(np.int8))
-        return FeedbackEvents(*(np.concatenate([getattr(p, f) for p in parts])
-                                for f in ("rid", "ts_us", "kind", "value", "source")))
+        return FeedbackEvents(
+            *(np.concatenate([getattr(p, f) for p in parts]) for f in ("rid", "ts_us", "kind", "value", "source"))
+        )
 
     def take(self, idx: np.ndarray) -> FeedbackEvents:
         return FeedbackEvents(self.rid[idx], self.ts_us[idx], self.kind[idx], self.value[idx], self.source[idx])
@@ -66,8 +67,11 @@ def feedback_for_shard(d: DayRequests, *, seed: int, day_index: int, shard: int)
     # flags: moderation catches abusers often; normal users get the occasional false flag
     f_rows = np.flatnonzero(rng.random(n) < np.where(d.abusive, 0.08, 0.001))
     ab = d.abusive[f_rows]
-    f_val = np.where(ab, rng.choice([_V["spam"], _V["abuse"], _V["jailbreak"]], f_rows.size),
-                     rng.choice([_V["pii"], _V["spam"], _V["other"]], f_rows.size))
+    f_val = np.where(
+        ab,
+        rng.choice([_V["spam"], _V["abuse"], _V["jailbreak"]], f_rows.size),
+        rng.choice([_V["pii"], _V["spam"], _V["other"]], f_rows.size),
+    )
     f_src = np.where(rng.random(f_rows.size) < np.where(ab, 0.7, 0.4), _S["moderation"], _S["user_report"])
     f_delay = np.minimum(rng.lognormal(np.log(600e6), 1.0, f_rows.size), 0.5 * DAY_US)
     parts.append((f_rows, f_delay, FLAG, f_val, f_src))

@@ -42,7 +42,7 @@ _HEX_PAIRS = np.array([ord(a) | ord(b) << 8 for a in "0123456789abcdef" for b in
 def hex_ascii(values: np.ndarray, digits: int = 16) -> np.ndarray:
     """(n, digits) uint8 array of lowercase hex ASCII of the low ``digits`` nibbles of uint64 values."""
     v = np.ascontiguousarray(values, dtype=">u8").view(np.uint8).reshape(-1, 8)
-    return _HEX_PAIRS[v].view(np.uint8).reshape(-1, 16)[:, 16 - digits:]
+    return _HEX_PAIRS[v].view(np.uint8).reshape(-1, 16)[:, 16 - digits :]
 
 
 def ascii_rows_to_series(rows: np.ndarray, name: str) -> pl.Series:
@@ -64,8 +64,13 @@ def hex_series(name: str, prefix: str, *parts: np.ndarray, digits: int = 16) -> 
 
 def hex_strings(prefix: str, values: np.ndarray, digits: int = 16) -> list[str]:
     """Python strings ``prefix + hex`` (for small id sets: users, keys, manifest lists)."""
-    rows = np.concatenate([np.broadcast_to(np.frombuffer(prefix.encode(), dtype=np.uint8), (len(values), len(prefix))),
-                           hex_ascii(values, digits)], axis=1)
+    rows = np.concatenate(
+        [
+            np.broadcast_to(np.frombuffer(prefix.encode(), dtype=np.uint8), (len(values), len(prefix))),
+            hex_ascii(values, digits),
+        ],
+        axis=1,
+    )
     width = rows.shape[1]
     blob = np.ascontiguousarray(rows).tobytes().decode("ascii")
-    return [blob[i * width:(i + 1) * width] for i in range(len(values))]
+    return [blob[i * width : (i + 1) * width] for i in range(len(values))]

@@ -97,8 +97,9 @@ class DayStats:
                 "cache_hits": int(self.model_cache_hits[i]),
                 "errors": int(errors[1:].sum()),
                 "errors_by_type": {e: int(errors[j + 1]) for j, e in enumerate(ERROR_TYPES)},
-                "versions": {v: int(self.versions[k]) for k, (mi, v) in enumerate(VERSIONS)
-                             if mi == i and self.versions[k] > 0},
+                "versions": {
+                    v: int(self.versions[k]) for k, (mi, v) in enumerate(VERSIONS) if mi == i and self.versions[k] > 0
+                },
             }
         return {
             "lines": self.lines,

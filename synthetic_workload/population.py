@@ -93,7 +93,7 @@ def build_population(seed: int, requests_per_day: int) -> Population:
     mix = 0.5 * share + 0.5 * rng.dirichlet(share * 6 + 0.05, size=n_tenants)
 
     # users per tenant follow the tenant's traffic (sub-linearly), at least 3 each
-    raw = tenant_weights ** 0.7
+    raw = tenant_weights**0.7
     per_tenant = np.maximum(3, np.floor(raw / raw.sum() * n_users)).astype(np.int64)
     n_users = int(per_tenant.sum())
     user_tenant = np.repeat(np.arange(n_tenants, dtype=np.int32), per_tenant)

@@ -32,8 +32,9 @@ class QuotaRow:
 
 def _mean_tokens_per_request() -> np.ndarray:
     """Per model, the mean input + output tokens of its (log-normal) request shapes."""
-    return np.array([m.in_median * np.exp(m.in_sigma ** 2 / 2) + m.out_median * np.exp(m.out_sigma ** 2 / 2)
-                     for m in MODELS])
+    return np.array(
+        [m.in_median * np.exp(m.in_sigma**2 / 2) + m.out_median * np.exp(m.out_sigma**2 / 2) for m in MODELS]
+    )
 
 
 def quota_rows(pop: Population, *, seed: int, requests_per_day: int, start: dt.date, days: int) -> list[QuotaRow]:
@@ -59,6 +60,7 @@ def quota_rows(pop: Population, *, seed: int, requests_per_day: int, start: dt.d
 
 def quotas_csv(rows: list[QuotaRow]) -> bytes:
     """The ``quotas.csv`` file: header + one row per quota period."""
-    lines = [HEADER] + [f"{r.tenant_id},{r.effective_from.isoformat()},{r.daily_request_quota},{r.daily_token_quota}"
-                        for r in rows]
+    lines = [HEADER] + [
+        f"{r.tenant_id},{r.effective_from.isoformat()},{r.daily_request_quota},{r.daily_token_quota}" for r in rows
+    ]
     return ("\n".join(lines) + "\n").encode()

@@ -54,8 +54,7 @@ _GEN = np.array([m.generative for m in MODELS])
 _OOM = np.array([m.oom_prone for m in MODELS])
 _CHAT = np.array([m.operation == "chat" for m in MODELS])
 _EMB = np.array([m.operation == "embeddings" for m in MODELS])
-_FAMILY_OF_MODEL = AliasTable.build(np.array(
-    [[dict(m.families).get(f.name, 0.0) for f in FAMILIES] for m in MODELS]))
+_FAMILY_OF_MODEL = AliasTable.build(np.array([[dict(m.families).get(f.name, 0.0) for f in FAMILIES] for m in MODELS]))
 
 
 def _new_version_share(day_index: int, days: int) -> np.ndarray:
@@ -69,8 +68,15 @@ _FAM_SERVERS = np.array([f.servers for f in FAMILIES])
 _FAM_STAGES = np.array([f.logs_stages for f in FAMILIES])
 _FAM_BATCH = np.array([f.batching for f in FAMILIES])
 _FAM_QUANTUM = np.array([f.ts_quantum_us for f in FAMILIES], dtype=np.int64)
-_FAM_PIPE = np.array([[PIPELINES.index(f.pipeline_versions[0]), PIPELINES.index(f.pipeline_versions[-1])]
-                      if f.pipeline_versions else [-1, -1] for f in FAMILIES], dtype=np.int8)
+_FAM_PIPE = np.array(
+    [
+        [PIPELINES.index(f.pipeline_versions[0]), PIPELINES.index(f.pipeline_versions[-1])]
+        if f.pipeline_versions
+        else [-1, -1]
+        for f in FAMILIES
+    ],
+    dtype=np.int8,
+)
 
 
 def epoch_us(day: dt.date) -> int:
@@ -108,8 +114,17 @@ class DayPlan:
         return sum(self.shard_requests(s) for s in range(shard))
 
 
-def plan_day(pop: Population, *, seed: int, day_index: int, days: int, date: dt.date, requests: int,
-             pipeline_upgrade_us: int, hours_per_shard: int = 3) -> DayPlan:
+def plan_day(
+    pop: Population,
+    *,
+    seed: int,
+    day_index: int,
+    days: int,
+    date: dt.date,
+    requests: int,
+    pipeline_upgrade_us: int,
+    hours_per_shard: int = 3,
+) -> DayPlan:
     """Draw the day's hourly volumes (summing to ``requests``) and its retry storm."""
     rng = np.random.default_rng(np.random.SeedSequence([seed, 1, day_index]))
     day_start = epoch_us(date)
@@ -119,8 +134,9 @@ def plan_day(pop: Population, *, seed: int, day_index: int, days: int, date: dt.
     load = (normal + abuse) / max(requests / 24, 1e-9)
     storm = storm_for_day(rng, pop, day_index, day_start)
     shards = tuple((h, min(h + hours_per_shard, 24)) for h in range(0, 24, hours_per_shard))
-    return DayPlan(seed, day_index, days, date, requests, day_start, normal, abuse, load, storm,
-                   pipeline_upgrade_us, shards)
+    return DayPlan(
+        seed, day_index, days, date, requests, day_start, normal, abuse, load, storm, pipeline_upgrade_us, shards
+    )
 
 
 @dataclass
@@ -187,8 +203,9 @@ def generate_shard(pop: Population, plan: DayPlan, shard: int) -> DayRequests:
     hours = np.arange(h0, h1, dtype=np.int64)
     n_norm = int(plan.normal_hour_counts[h0:h1].sum())
     n_ab = m - n_norm
-    hour = np.concatenate([np.repeat(hours, plan.normal_hour_counts[h0:h1]),
-                           np.repeat(hours, plan.abuse_hour_counts[h0:h1])])
+    hour = np.concatenate(
+        [np.repeat(hours, plan.normal_hour_counts[h0:h1]), np.repeat(hours, plan.abuse_hour_counts[h0:h1])]
+    )
     abusive = np.zeros(m, dtype=bool)
     abusive[n_norm:] = True
     # sorted within each block (values only: no other column depends on the order yet)
@@ -242,11 +259,16 @@ def generate_shard(pop: Population, plan: DayPlan, shard: int) -> DayRequests:
     p_rate = np.clip(1 - limit / tenant_hour[tenant * 24 + hour], 0, 0.6) + 0.12 * abusive
     p_invalid = np.where(in_tok > ctx, 1.0, np.where(abusive, 0.06, 0.004))
     p_oom = _OOM[model] * 0.5 * np.clip((in_tok / ctx - 0.6) / 0.4, 0, 1) ** 2
-    p_timeout = np.where(_GEN[model], 0.0025, 0.0008) * load ** 4
+    p_timeout = np.where(_GEN[model], 0.0025, 0.0008) * load**4
     p_upstream = np.where(in_storm, 0.7, _UPSTREAM[model])
     err = np.zeros(m, dtype=np.int8)
-    for code, p in ((ERR_INVALID, p_invalid), (ERR_RATE, p_rate), (ERR_OOM, p_oom), (ERR_TIMEOUT, p_timeout),
-                    (ERR_UPSTREAM, p_upstream)):
+    for code, p in (
+        (ERR_INVALID, p_invalid),
+        (ERR_RATE, p_rate),
+        (ERR_OOM, p_oom),
+        (ERR_TIMEOUT, p_timeout),
+        (ERR_UPSTREAM, p_upstream),
+    ):
         err[(err == ERR_NONE) & (rng.random(m) < p)] = code
 
     # ---- retry chains -----------------------------------------------------------------
@@ -292,7 +314,7 @@ def generate_shard(pop: Population, plan: DayPlan, shard: int) -> DayRequests:
 
     # ---- latency (µs): queue + preprocess + inference + postprocess + overhead ----------
     gen = _GEN[model_r]
-    queue = rng.exponential(1.0, r) * _QUEUE[model_r] * load_r ** 2
+    queue = rng.exponential(1.0, r) * _QUEUE[model_r] * load_r**2
     pre = _PRE[model_r] * rng.lognormal(0, 0.4, r)
     lam = np.where(gen, 6.0, 12.0) * load_r  # dynamic batch size ~ Poisson(lam), normal approximation
     batch = np.rint(lam + np.sqrt(lam) * rng.standard_normal(r)).astype(np.int64)
@@ -330,9 +352,11 @@ def generate_shard(pop: Population, plan: DayPlan, shard: int) -> DayRequests:
     q_us, pre_us, inf_us, post_us = (np.where(logged, x, -1) for x in (q_us, pre_us, inf_us, post_us))
 
     # ---- timestamps of retries: previous attempt + its duration + client backoff --------
-    backoff_ms = np.where(storm_r, rng.uniform(20, 400, r),
-                          np.where(err == ERR_RATE, rng.uniform(1000, 5000, r),
-                                   500.0 * 2.0 ** (attempt - 1) * rng.uniform(0.5, 1.5, r)))
+    backoff_ms = np.where(
+        storm_r,
+        rng.uniform(20, 400, r),
+        np.where(err == ERR_RATE, rng.uniform(1000, 5000, r), 500.0 * 2.0 ** (attempt - 1) * rng.uniform(0.5, 1.5, r)),
+    )
     inc = duration_us + us(backoff_ms)
     excl = np.cumsum(inc) - inc
     ts = ts0[chain] + excl - excl[first_row][chain]
@@ -364,16 +388,39 @@ def generate_shard(pop: Population, plan: DayPlan, shard: int) -> DayRequests:
     pipe = np.where(ts_s >= plan.pipeline_upgrade_us, _FAM_PIPE[fam_s, 1], _FAM_PIPE[fam_s, 0]).astype(np.int8)
     user_r = user[chain_s]
     return DayRequests(
-        date=plan.date, hours=(h0, h1), row_offset=row_offset, ts_us=ts_s,
+        date=plan.date,
+        hours=(h0, h1),
+        row_offset=row_offset,
+        ts_us=ts_s,
         hour=((ts_s - day_start) // HOUR_US).astype(np.int8),
         rid=ids.structured_ids(seed, ids.NS_REQUEST, day_index, row_offset + np.arange(m)),
         trace_hi=ids.structured_ids(seed, ids.NS_TRACE, day_index, row_offset + chain_s),
         trace_lo=ids.structured_ids(seed, ids.NS_TRACE + 8, day_index, row_offset + chain_s),
-        retry_of=retry_of, attempt=attempt_s, tenant=tenant[chain_s], user=user_r, key=key[chain_s],
-        model=model_r[sel], version=version[chain_s], family=fam_s, server=server[sel],
-        template=template[chain_s], pipeline=pipe, client=client[chain_s],
-        in_tok=in_r[sel], out_tok=out_r[sel], cached_tok=cached_r[sel], cache_hit=cache_r[sel],
-        batch=batch[sel].astype(np.int16), status=status[sel], err=err[sel], finish=finish_r[sel],
-        duration_us=duration_us[sel], ttft_us=ttft_us[sel], queue_us=q_us[sel], pre_us=pre_us[sel],
-        inf_us=inf_us[sel], post_us=post_us[sel], abusive=abusive_r[sel],
+        retry_of=retry_of,
+        attempt=attempt_s,
+        tenant=tenant[chain_s],
+        user=user_r,
+        key=key[chain_s],
+        model=model_r[sel],
+        version=version[chain_s],
+        family=fam_s,
+        server=server[sel],
+        template=template[chain_s],
+        pipeline=pipe,
+        client=client[chain_s],
+        in_tok=in_r[sel],
+        out_tok=out_r[sel],
+        cached_tok=cached_r[sel],
+        cache_hit=cache_r[sel],
+        batch=batch[sel].astype(np.int16),
+        status=status[sel],
+        err=err[sel],
+        finish=finish_r[sel],
+        duration_us=duration_us[sel],
+        ttft_us=ttft_us[sel],
+        queue_us=q_us[sel],
+        pre_us=pre_us[sel],
+        inf_us=inf_us[sel],
+        post_us=post_us[sel],
+        abusive=abusive_r[sel],
     )

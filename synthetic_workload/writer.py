@@ -86,7 +86,7 @@ class LineBuffer:
         n, off = len(chunk), chunk.offset
         base = len(self._bufs)
         if pa.types.is_string_view(chunk.type) or pa.types.is_binary_view(chunk.type):
-            views = np.frombuffer(bufs[1], dtype=np.int32).reshape(-1, 4)[off:off + n]
+            views = np.frombuffer(bufs[1], dtype=np.int32).reshape(-1, 4)[off : off + n]
             length = views[:, 0].astype(np.int64)
             inline = length <= 12  # short values live inside the view itself
             self._bufs.append(memoryview(bufs[1]))
@@ -97,7 +97,7 @@ class LineBuffer:
         if not pa.types.is_large_string(chunk.type):
             chunk = chunk.cast(pa.large_string())
             bufs, off = chunk.buffers(), chunk.offset
-        offsets = np.frombuffer(bufs[1], dtype=np.int64)[off:off + n + 1]
+        offsets = np.frombuffer(bufs[1], dtype=np.int64)[off : off + n + 1]
         self._bufs.append(memoryview(bufs[2]) if bufs[2] is not None else memoryview(b""))
         return np.full(n, base, dtype=np.int64), offsets[:-1].copy(), np.diff(offsets)
 
@@ -105,7 +105,7 @@ class LineBuffer:
         """Byte pieces of lines ``[start, end)``, patched lines substituted."""
         if end <= start:
             return []
-        firsts = np.concatenate([[start], start + 1 + np.flatnonzero(self._run_start[start + 1:end])])
+        firsts = np.concatenate([[start], start + 1 + np.flatnonzero(self._run_start[start + 1 : end])])
         lasts = np.concatenate([firsts[1:], [end]])
         out: list[bytes | memoryview] = []
         for a, b in zip(firsts.tolist(), lasts.tolist()):
@@ -113,5 +113,5 @@ class LineBuffer:
             if patch is not None:
                 out.append(patch)
             else:
-                out.append(self._bufs[self._bid[a]][self._start[a]:self._end[b - 1]])
+                out.append(self._bufs[self._bid[a]][self._start[a] : self._end[b - 1]])
         return out

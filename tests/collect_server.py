@@ -45,8 +45,9 @@ def receiver_thread(**env: str) -> Iterator[str]:
     port = free_port()
     collect = load_collect_settings({**os.environ, "STRATA_COLLECT_PORT": str(port), **env})
     app = build_receiver(load_settings(), collect)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on", log_level="warning",
-                                           access_log=False))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on", log_level="warning", access_log=False)
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
@@ -60,7 +61,11 @@ def receiver_thread(**env: str) -> Iterator[str]:
 def start_cli(port: int, env: dict[str, str], log: Path) -> subprocess.Popen:
     """``strata collect --port PORT`` as its own process, once it listens."""
     with open(log, "ab") as out:
-        process = subprocess.Popen([sys.executable, "-m", "strata", "collect", "--port", str(port)],
-                                   env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "strata", "collect", "--port", str(port)],
+            env={**os.environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     wait_for_port(port, process=process)
     return process

@@ -46,8 +46,15 @@ def synthetic(contract: Any, n: int = 3) -> pl.DataFrame:
             values = [Decimal("0.000000001") * i for i in range(n)]
         elif pa.types.is_list(t):
             inner = t.value_type
-            item: Any = (1 if pa.types.is_integer(inner) else 0.5 if pa.types.is_floating(inner)
-                         else date(2026, 1, 1) if pa.types.is_date(inner) else "x.required")
+            item: Any = (
+                1
+                if pa.types.is_integer(inner)
+                else 0.5
+                if pa.types.is_floating(inner)
+                else date(2026, 1, 1)
+                if pa.types.is_date(inner)
+                else "x.required"
+            )
             values = [[item]] * n
         else:
             raise AssertionError(f"no synthetic values for {t}")

@@ -47,8 +47,15 @@ _SECONDS_KEYS = {
 def any_value(value: Any, kind: str | None = None) -> dict[str, Any]:
     """An OTLP/JSON AnyValue (ints as strings, as the Collector writes them)."""
     if kind is None:
-        kind = ("boolValue" if isinstance(value, bool) else "intValue" if isinstance(value, int)
-                else "doubleValue" if isinstance(value, float) else "stringValue")
+        kind = (
+            "boolValue"
+            if isinstance(value, bool)
+            else "intValue"
+            if isinstance(value, int)
+            else "doubleValue"
+            if isinstance(value, float)
+            else "stringValue"
+        )
     if kind == "intValue":
         return {"intValue": str(int(value))}
     if kind == "doubleValue":
@@ -85,8 +92,12 @@ def span(record: dict[str, Any]) -> dict[str, Any]:
     if record.get("model_version") is not None:
         attrs.append(key_value("model.version", record["model_version"]))
     if record.get("finish_reason") is not None:
-        attrs.append({"key": "gen_ai.response.finish_reasons",
-                      "value": {"arrayValue": {"values": [{"stringValue": record["finish_reason"]}]}}})
+        attrs.append(
+            {
+                "key": "gen_ai.response.finish_reasons",
+                "value": {"arrayValue": {"values": [{"stringValue": record["finish_reason"]}]}},
+            }
+        )
     for field, key in _SECONDS_KEYS.items():
         if record.get(field) is not None:
             seconds = Decimal(str(record[field])).scaleb(-3)
@@ -126,8 +137,10 @@ def otlp_export_line(records: list[dict[str, Any]]) -> bytes:
             attrs.append(key_value("tenant.id", tenant))
         if server is not None:
             attrs.append(key_value("server.address", server))
-        resource_spans.append({
-            "resource": {"attributes": attrs},
-            "scopeSpans": [{"scope": {"name": "strata.tests", "version": "1"}, "spans": spans}],
-        })
+        resource_spans.append(
+            {
+                "resource": {"attributes": attrs},
+                "scopeSpans": [{"scope": {"name": "strata.tests", "version": "1"}, "spans": spans}],
+            }
+        )
     return json.dumps({"resourceSpans": resource_spans}, ensure_ascii=False, separators=(",", ":")).encode()

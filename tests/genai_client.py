@@ -3,8 +3,9 @@
 ``python tests/genai_client.py BASE_URL TRACES TRUTH_FILE``: sets up the OpenTelemetry
 SDK with the official OpenAI instrumentation and an exporter — the OTLP JSON-file exporter
 writing to the file ``TRACES``, or, when ``TRACES`` is an ``http://…/v1/traces`` URL, the
-OTLP/HTTP (protobuf) exporter sending there, as to ``strata collect`` (as an application would; ``OTEL_SERVICE_NAME`` and ``OTEL_SEMCONV_STABILITY_OPT_IN`` come from the
-environment, no tenant anywhere), makes a fixed mix of calls against ``BASE_URL`` with the
+OTLP/HTTP (protobuf) exporter sending there, as to ``strata collect`` (as an application
+would; ``OTEL_SERVICE_NAME`` and ``OTEL_SEMCONV_STABILITY_OPT_IN`` come from the environment,
+no tenant anywhere), makes a fixed mix of calls against ``BASE_URL`` with the
 client's retries off, and writes what the client saw (one JSON object per call: model,
 operation, status, tokens, trace) to ``TRUTH_FILE``. A subprocess keeps the instrumentation's
 global patching of ``openai`` out of the test process.
@@ -42,8 +43,14 @@ def main(base_url: str, traces: str, truth_file: str) -> None:
 
     def call(operation: str, model: str, **kwargs: Any) -> None:
         trace_id = format(trace.get_current_span().get_span_context().trace_id, "032x")
-        seen: dict[str, Any] = {"operation": operation, "model": model, "status": 200, "input_tokens": None,
-                                "output_tokens": None, "workflow": trace_id if trace_id != "0" * 32 else None}
+        seen: dict[str, Any] = {
+            "operation": operation,
+            "model": model,
+            "status": 200,
+            "input_tokens": None,
+            "output_tokens": None,
+            "workflow": trace_id if trace_id != "0" * 32 else None,
+        }
         try:
             if operation == "embeddings":
                 usage = client.embeddings.create(model=model, **kwargs).usage

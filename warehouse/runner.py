@@ -14,9 +14,10 @@ then the quarantine and the books follow, each its own atomic commit.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Iterable, Iterator, Protocol, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Protocol
 
 import polars as pl
 
@@ -27,6 +28,7 @@ from warehouse.storage.lake import Lake
 from warehouse.storage.memory import detach
 from warehouse.storage.publish import InvariantFailure, Tally, keeps_every_row, publish
 from warehouse.tables import DWD_QUARANTINE, OPS_BOOKS, Table
+
 
 @dataclass
 class Counts:
@@ -76,8 +78,15 @@ class RunResult:
     rules: dict[str, int]
 
 
-def claim(where: Lake | Settings, target: Table, day: dt.date, *, reads: Sequence[Table] = (), books: bool = True,
-          quarantine: bool = True) -> AbstractContextManager[None]:
+def claim(
+    where: Lake | Settings,
+    target: Table,
+    day: dt.date,
+    *,
+    reads: Sequence[Table] = (),
+    books: bool = True,
+    quarantine: bool = True,
+) -> AbstractContextManager[None]:
     """The locks of one build, to hold from its first read to its last commit: the day's
     partitions of the target, of the quarantine and of the books, and the tables it reads."""
     write: list[tuple[Table, dict[str, object] | None]] = [(target, {"event_date": day})]
@@ -131,19 +140,35 @@ def run(
         kept = _books(target, day, counts, tally.rows_published)
         if kept.balanced:
             return None
-        return InvariantFailure("books.balance", f"records {kept.ods_rows} ≠ published {kept.dwd_rows} + duplicates "
-                                f"{kept.duplicates} + quarantined {kept.quarantined} + malformed {kept.malformed}")
+        return InvariantFailure(
+            "books.balance",
+            f"records {kept.ods_rows} ≠ published {kept.dwd_rows} + duplicates "
+            f"{kept.duplicates} + quarantined {kept.quarantined} + malformed {kept.malformed}",
+        )
 
-    result = publish(lake, target, rows(), partitions=[{"event_date": day}], now=now, checked=True,
-                     invariants=[balance] if books else [])
+    result = publish(
+        lake,
+        target,
+        rows(),
+        partitions=[{"event_date": day}],
+        now=now,
+        checked=True,
+        invariants=[balance] if books else [],
+    )
     rules: dict[str, int] = {}
     if quarantine:
         empty = pl.DataFrame(arrow_schema(DWD_QUARANTINE.contract).empty_table())
         held = pl.concat(set_aside, how="vertical_relaxed") if set_aside else empty
         # The quarantine is where refused rows go, so no expectation gate may refuse it in turn:
         # its rows are still conformed and checked against its contract.
-        publish(lake, DWD_QUARANTINE, held, partitions=[{"event_date": day, "target_table": target.name}],
-                expectations=False, invariants=[keeps_every_row("quarantine.keeps_every_row")])
+        publish(
+            lake,
+            DWD_QUARANTINE,
+            held,
+            partitions=[{"event_date": day, "target_table": target.name}],
+            expectations=False,
+            invariants=[keeps_every_row("quarantine.keeps_every_row")],
+        )
         per_rule = held.get_column("rules").explode().value_counts()
         rules = dict(zip(per_rule[:, 0].to_list(), per_rule[:, 1].to_list()))
     kept = _books(target, day, counts, result.rows_published) if books else None
@@ -154,4 +179,3 @@ def run(
 
 def _books(target: Table, day: dt.date, counts: Counts, published: int) -> Books:
     return Books(target.name, day, counts.records, published, counts.duplicates, counts.quarantined, counts.malformed)
-

@@ -90,18 +90,31 @@ class Settings:
 
     def to_env(self) -> dict[str, str]:
         """The environment variables that give these settings back (for a child process or a worker)."""
-        env = {"STRATA_HOME": str(self.home), "STRATA_LAKE_URI": self.lake_uri,
-               "STRATA_LANDING_DIR": str(self.landing_dir), "AIRFLOW_HOME": str(self.airflow_home),
-               "STRATA_ONLINE_STORE": self.online_store, "STRATA_REDIS_URL": self.redis_url,
-               "STRATA_ODS_RETENTION_DAYS": str(self.ods_retention_days), "STRATA_LOCK_WAIT": str(self.lock_wait),
-               "STRATA_TS_FLOOR": self.ts_floor.date().isoformat(), "STRATA_SCORE_SHARDS": str(self.score_shards),
-               "STRATA_CACHE_DIR": str(self.cache_dir), "STRATA_SQL_TIMEOUT_S": f"{self.sql_timeout_s:g}",
-               "STRATA_SQL_MEMORY_LIMIT": self.sql_memory_limit, "STRATA_SQL_SPILL_LIMIT": self.sql_spill_limit}
-        optional = {"STRATA_PSEUDONYM_KEY": self.pseudonym_key, "STRATA_LOCK_URL": self.lock_url,
-                    "STRATA_DEFAULT_TENANT": self.default_tenant,
-                    "STRATA_S3_ENDPOINT_URL": self.s3_endpoint_url,
-                    "STRATA_S3_REGION": self.s3_region, "AWS_ACCESS_KEY_ID": self.s3_access_key_id,
-                    "AWS_SECRET_ACCESS_KEY": self.s3_secret_access_key}
+        env = {
+            "STRATA_HOME": str(self.home),
+            "STRATA_LAKE_URI": self.lake_uri,
+            "STRATA_LANDING_DIR": str(self.landing_dir),
+            "AIRFLOW_HOME": str(self.airflow_home),
+            "STRATA_ONLINE_STORE": self.online_store,
+            "STRATA_REDIS_URL": self.redis_url,
+            "STRATA_ODS_RETENTION_DAYS": str(self.ods_retention_days),
+            "STRATA_LOCK_WAIT": str(self.lock_wait),
+            "STRATA_TS_FLOOR": self.ts_floor.date().isoformat(),
+            "STRATA_SCORE_SHARDS": str(self.score_shards),
+            "STRATA_CACHE_DIR": str(self.cache_dir),
+            "STRATA_SQL_TIMEOUT_S": f"{self.sql_timeout_s:g}",
+            "STRATA_SQL_MEMORY_LIMIT": self.sql_memory_limit,
+            "STRATA_SQL_SPILL_LIMIT": self.sql_spill_limit,
+        }
+        optional = {
+            "STRATA_PSEUDONYM_KEY": self.pseudonym_key,
+            "STRATA_LOCK_URL": self.lock_url,
+            "STRATA_DEFAULT_TENANT": self.default_tenant,
+            "STRATA_S3_ENDPOINT_URL": self.s3_endpoint_url,
+            "STRATA_S3_REGION": self.s3_region,
+            "AWS_ACCESS_KEY_ID": self.s3_access_key_id,
+            "AWS_SECRET_ACCESS_KEY": self.s3_secret_access_key,
+        }
         return env | {k: v for k, v in optional.items() if v}
 
 
@@ -125,8 +138,10 @@ def _seconds(env: Mapping[str, str], name: str, default: str) -> float:
 
 def _size(env: Mapping[str, str], name: str, default: str) -> str:
     value = env.get(name, default).strip()
-    if not re.fullmatch(r"[0-9]+(\.[0-9]+)?\s*([KMGT]i?B)", value, re.IGNORECASE) or not float(
-            re.sub(r"[^0-9.]", "", value)) > 0:
+    if (
+        not re.fullmatch(r"[0-9]+(\.[0-9]+)?\s*([KMGT]i?B)", value, re.IGNORECASE)
+        or not float(re.sub(r"[^0-9.]", "", value)) > 0
+    ):
         raise ConfigError(f"{name} must be a size such as 512MB or 4GB, not {value!r}")
     return value
 
@@ -150,12 +165,14 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         raise ConfigError("STRATA_PSEUDONYM_KEY must be at least 16 characters long")
     endpoint = env.get("STRATA_S3_ENDPOINT_URL") or env.get("AWS_ENDPOINT_URL") or None
     if endpoint is not None and not re.match(r"https?://[^/]+", endpoint):
-        raise ConfigError(f"STRATA_S3_ENDPOINT_URL must be an http(s) URL such as http://127.0.0.1:9000, "
-                          f"not {endpoint!r}")
+        raise ConfigError(
+            f"STRATA_S3_ENDPOINT_URL must be an http(s) URL such as http://127.0.0.1:9000, not {endpoint!r}"
+        )
     lock_url = env.get("STRATA_LOCK_URL") or None
     if lock_url is not None and not lock_url.startswith(("postgresql://", "postgres://")):
-        raise ConfigError("STRATA_LOCK_URL must be a postgresql:// URL (advisory locks), "
-                          f"not {lock_url.split(':')[0]!r}")
+        raise ConfigError(
+            f"STRATA_LOCK_URL must be a postgresql:// URL (advisory locks), not {lock_url.split(':')[0]!r}"
+        )
     wait = env.get("STRATA_LOCK_WAIT", "0")
     try:
         lock_wait = float(wait)
@@ -192,7 +209,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         s3_access_key_id=env.get("AWS_ACCESS_KEY_ID") or None,
         s3_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
         cache_dir=Path(env.get("STRATA_CACHE_DIR") or Path(env.get("XDG_CACHE_HOME") or "~/.cache") / "strata")
-        .expanduser().resolve(),
+        .expanduser()
+        .resolve(),
         sql_timeout_s=_seconds(env, "STRATA_SQL_TIMEOUT_S", "300"),
         sql_memory_limit=_size(env, "STRATA_SQL_MEMORY_LIMIT", "2GB"),
         sql_spill_limit=_size(env, "STRATA_SQL_SPILL_LIMIT", "10GB"),

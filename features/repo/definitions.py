@@ -54,8 +54,10 @@ def join_key(table: Table) -> str:
         return SERVED[table.name][0]
     keys = [k for k in table.contract.primary_key if k not in TIME_COLUMNS]
     if len(keys) != 1 or keys[0] not in ENTITIES:
-        raise ValueError(f"{table} is keyed by {keys}: a feature view needs exactly one entity key of "
-                         f"{sorted(ENTITIES)} besides feature_ts (change its contract)")
+        raise ValueError(
+            f"{table} is keyed by {keys}: a feature view needs exactly one entity key of "
+            f"{sorted(ENTITIES)} besides feature_ts (change its contract)"
+        )
     return keys[0]
 
 
@@ -81,21 +83,37 @@ def definitions(settings: Settings) -> list[Any]:
 
     tables = feature_tables()
     used = {join_key(t) for t in tables}
-    entities = {key: Entity(name=name, join_keys=[key], value_type=ValueType.STRING, description=text)
-                for key, (name, text) in ENTITIES.items() if key in used}
+    entities = {
+        key: Entity(name=name, join_keys=[key], value_type=ValueType.STRING, description=text)
+        for key, (name, text) in ENTITIES.items()
+        if key in used
+    }
     # The store's endpoint only for a lake on it: Feast hands an endpoint to a local Delta read, which fails.
     endpoint = (settings.s3_endpoint_url or None) if is_object_store(settings.lake_uri) else None
     views = {}
     for table in tables:
         name = view_name(table)
-        source = FileSource(name=f"{name}_source", path=table.uri(settings), file_format=DeltaFormat(),
-                            timestamp_field=timestamp_column(table), s3_endpoint_override=endpoint,
-                            description=f"The Delta table {table.name}")
+        source = FileSource(
+            name=f"{name}_source",
+            path=table.uri(settings),
+            file_format=DeltaFormat(),
+            timestamp_field=timestamp_column(table),
+            s3_endpoint_override=endpoint,
+            description=f"The Delta table {table.name}",
+        )
         views[name] = FeatureView(
-            name=name, entities=[entities[join_key(table)]], ttl=TTL, source=source, online=True,
+            name=name,
+            entities=[entities[join_key(table)]],
+            ttl=TTL,
+            source=source,
+            online=True,
             schema=feast_fields(table.contract, feature_names(table)),
             tags={"table": table.name, "contract_version": table.contract.version},
-            description=table.contract.description or "")
-    services = [FeatureService(name=service, features=[views[view]], tags={"model": service.rsplit("_v", 1)[0]})
-                for service, view in SERVICES.items() if view in views]
+            description=table.contract.description or "",
+        )
+    services = [
+        FeatureService(name=service, features=[views[view]], tags={"model": service.rsplit("_v", 1)[0]})
+        for service, view in SERVICES.items()
+        if view in views
+    ]
     return [*entities.values(), *views.values(), *services]

@@ -22,8 +22,9 @@ import typer
 
 from strata.console import console, out
 
-app = typer.Typer(help="Run Airflow with Strata's DAGs on this machine (SQLite metadata, LocalExecutor).",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Run Airflow with Strata's DAGs on this machine (SQLite metadata, LocalExecutor).", no_args_is_help=True
+)
 
 _PID = "standalone.pid"
 _LOG = "standalone.log"
@@ -76,20 +77,28 @@ def up_cmd(
     env = {**os.environ, **airflow_env(settings, port=port)}
     log = home / _LOG
     with open(log, "ab") as handle:
-        process = subprocess.Popen([str(Path(env["PATH"].split(os.pathsep)[0]) / "airflow"), "standalone"],
-                                   env=env, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            [str(Path(env["PATH"].split(os.pathsep)[0]) / "airflow"), "standalone"],
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     (home / _PID).write_text(str(process.pid))
     deadline = time.monotonic() + timeout
     with console.status(f"starting Airflow (home {home}, log {log})"):
         while not _healthy(port):
             if process.poll() is not None:
                 (home / _PID).unlink(missing_ok=True)
-                raise RuntimeError(f"Airflow stopped while starting (exit {process.returncode}); "
-                                   f"last lines of {log}:\n{_tail(log)}")
+                raise RuntimeError(
+                    f"Airflow stopped while starting (exit {process.returncode}); last lines of {log}:\n{_tail(log)}"
+                )
             if time.monotonic() > deadline:
-                raise RuntimeError(f"Airflow did not answer on port {port} within {timeout:.0f} s; "
-                                   f"see {log}, and `strata airflow down` to stop it")
+                raise RuntimeError(
+                    f"Airflow did not answer on port {port} within {timeout:.0f} s; "
+                    f"see {log}, and `strata airflow down` to stop it"
+                )
             time.sleep(1)
     out.print(f"Airflow is up: http://127.0.0.1:{port}  (DAGs from {dags_folder()}, lake {settings.lake_uri})")
     passwords = home / _PASSWORDS

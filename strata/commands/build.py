@@ -23,20 +23,28 @@ def build_dwd_cmd(days: list[str] = DATES, wait: float | None = WAIT) -> None:
             result = pipeline.build_dwd(settings, day, progress=step)
         for run in result.detail.values():
             b = run.books
-            out.print(f"{b.table} [{day}] v{run.version}: ODS {b.ods_rows:,} = DWD {b.dwd_rows:,} + duplicates "
-                      f"{b.duplicates:,} + quarantined {b.quarantined:,} + malformed {b.malformed:,}")
+            out.print(
+                f"{b.table} [{day}] v{run.version}: ODS {b.ods_rows:,} = DWD {b.dwd_rows:,} + duplicates "
+                f"{b.duplicates:,} + quarantined {b.quarantined:,} + malformed {b.malformed:,}"
+            )
             for rule, count in sorted(run.rules.items()):
                 out.print(f"  quarantined by {rule}: {count:,}")
             if run.rules.get("tenant_id.required"):
-                out.print("  [yellow]records name no tenant[/]: set it where they come from (a `tenant.id` resource "
-                          "attribute, or OTEL_SERVICE_NAME for OTLP spans), or land them with `strata ingest "
-                          "--tenant ID --reland` (or STRATA_DEFAULT_TENANT), then rebuild")
+                out.print(
+                    "  [yellow]records name no tenant[/]: set it where they come from (a `tenant.id` resource "
+                    "attribute, or OTEL_SERVICE_NAME for OTLP spans), or land them with `strata ingest "
+                    "--tenant ID --reland` (or STRATA_DEFAULT_TENANT), then rebuild"
+                )
             if run.counts.incomplete:
-                out.print(f"  [yellow]{run.counts.incomplete:,} request(s) have no price in effect at their time[/]: "
-                          "their cost_usd is null (load a price list with `strata prices load FILE`, then rebuild)")
+                out.print(
+                    f"  [yellow]{run.counts.incomplete:,} request(s) have no price in effect at their time[/]: "
+                    "their cost_usd is null (load a price list with `strata prices load FILE`, then rebuild)"
+                )
             if run.counts.no_usage:
-                out.print(f"  {run.counts.no_usage:,} request(s) reported no token usage (failed calls, streams "
-                          "without usage): their cost_usd is null")
+                out.print(
+                    f"  {run.counts.no_usage:,} request(s) reported no token usage (failed calls, streams "
+                    "without usage): their cost_usd is null"
+                )
 
 
 @app.command("dws")
@@ -53,18 +61,25 @@ def build_dws_cmd(days: list[str] = DATES, wait: float | None = WAIT) -> None:
         with progress(f"building DWS {day}") as step:
             result = pipeline.build_dws(settings, day, progress=step)
         for name, run in result.detail.items():
-            out.print(f"{name} [{day}] v{run.version}: {run.published:,} feature row(s) from "
-                      f"{run.counts.records:,} request(s) of {day - dt.timedelta(days=8)} 23:00 … {day} 23:00")
-    out.print("After a change of DWD for date D, rebuild DWS for D..D+8 (a request leaves the 7-day window "
-              "at D+8 00:00 at the latest).")
+            out.print(
+                f"{name} [{day}] v{run.version}: {run.published:,} feature row(s) from "
+                f"{run.counts.records:,} request(s) of {day - dt.timedelta(days=8)} 23:00 … {day} 23:00"
+            )
+    out.print(
+        "After a change of DWD for date D, rebuild DWS for D..D+8 (a request leaves the 7-day window "
+        "at D+8 00:00 at the latest)."
+    )
 
 
 @app.command("ads")
 def build_ads_cmd(
     days: list[str] = DATES,
     storm_multiple: float | None = typer.Option(
-        None, "--storm-multiple", min=0.0,
-        help="Retry storms: retries must exceed this multiple of first attempts (default: the project's, 1.0)."),
+        None,
+        "--storm-multiple",
+        min=0.0,
+        help="Retry storms: retries must exceed this multiple of first attempts (default: the project's, 1.0).",
+    ),
     wait: float | None = WAIT,
 ) -> None:
     """Publish the ADS marts for event dates: dbt build in-process, then each mart as a Delta table (idempotent).
@@ -86,5 +101,7 @@ def build_ads_cmd(
             earlier = ", ".join(str(d) for d in report.days if d != day)
             out.print(f"  caught up {earlier}: their dwd.request changed after their marts were built (late labels)")
         run = report.dbt
-        out.print(f"  dbt: start-up {run.startup_s:.1f}s, models {run.seconds('model'):.1f}s, tests "
-                  f"{run.seconds('test') + run.seconds('unit_test'):.1f}s; publishing {report.publish_s:.1f}s")
+        out.print(
+            f"  dbt: start-up {run.startup_s:.1f}s, models {run.seconds('model'):.1f}s, tests "
+            f"{run.seconds('test') + run.seconds('unit_test'):.1f}s; publishing {report.publish_s:.1f}s"
+        )

@@ -13,7 +13,9 @@ app = typer.Typer()
 def collect_cmd(
     host: str = typer.Option(None, help="Address to listen on (default STRATA_COLLECT_HOST, else 127.0.0.1)."),
     port: int = typer.Option(None, help="Port to listen on (default STRATA_COLLECT_PORT, else 4318)."),
-    workers: int = typer.Option(None, min=1, help="Processes serving the port (default STRATA_COLLECT_WORKERS, else 1)."),
+    workers: int = typer.Option(
+        None, min=1, help="Processes serving the port (default STRATA_COLLECT_WORKERS, else 1)."
+    ),
 ) -> None:
     """Receive OTLP/HTTP traces (POST /v1/traces, protobuf or JSON) until stopped; closed spool segments land
     in the landing zone, where the next ingest picks them up. Needs no Airflow."""
@@ -23,9 +25,12 @@ def collect_cmd(
     from warehouse.sources.collector.receiver import serve
 
     settings, collect = load_settings(), load_collect_settings()
-    collect = dataclasses.replace(collect, host=host or collect.host, port=port or collect.port,
-                                  workers=workers or collect.workers)
+    collect = dataclasses.replace(
+        collect, host=host or collect.host, port=port or collect.port, workers=workers or collect.workers
+    )
     scheme = "https" if collect.tls_cert else "http"
-    out.print(f"strata collect: OTLP/HTTP traces on {scheme}://{collect.host}:{collect.port}/v1/traces → "
-              f"{settings.landing_dir / 'otlp'}" + (" (bearer tokens required)" if collect.tokens_file else ""))
+    out.print(
+        f"strata collect: OTLP/HTTP traces on {scheme}://{collect.host}:{collect.port}/v1/traces → "
+        f"{settings.landing_dir / 'otlp'}" + (" (bearer tokens required)" if collect.tokens_file else "")
+    )
     serve(settings, collect)

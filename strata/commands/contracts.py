@@ -43,12 +43,23 @@ def show_cmd(table: str = typer.Argument(..., help="Table name, e.g. dwd.request
     except ContractError as e:
         console.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
         raise typer.Exit(1) from None
-    fresh = (f"latency ≤ {span(c.freshness.max_latency)} on {c.freshness.column}"
-             + (f", every {span(c.freshness.frequency)}" if c.freshness.frequency else "")) if c.freshness else "—"
+    fresh = (
+        (
+            f"latency ≤ {span(c.freshness.max_latency)} on {c.freshness.column}"
+            + (f", every {span(c.freshness.frequency)}" if c.freshness.frequency else "")
+        )
+        if c.freshness
+        else "—"
+    )
     rows = f"{c.row_count.minimum:,} … {c.row_count.maximum:,}" if c.row_count.maximum else f"≥ {c.row_count.minimum:,}"
     out.print(f"[bold]{c.name}[/] v{c.version} · layer {c.layer} · owner {c.owner}")
-    out.print(escape(f"key {list(c.primary_key) or '—'} · partitioned by {list(c.partition_columns) or '—'} · "
-                      f"rows per write {rows} · freshness {fresh}"), highlight=False)
+    out.print(
+        escape(
+            f"key {list(c.primary_key) or '—'} · partitioned by {list(c.partition_columns) or '—'} · "
+            f"rows per write {rows} · freshness {fresh}"
+        ),
+        highlight=False,
+    )
     grid = Table(title=escape(c.description) or None)
     grid.add_column("column", no_wrap=True)
     grid.add_column("type", no_wrap=True)
@@ -62,8 +73,13 @@ def show_cmd(table: str = typer.Argument(..., help="Table name, e.g. dwd.request
         if col.partition_position:
             shown.append(f"partition#{col.partition_position}")
         shown += [text for rule in rules() if col.rule(rule.name) is not None and (text := rule.show(col))]
-        grid.add_row(col.name, escape(col.physical_type), "✓" if col.required else "", escape("\n".join(shown)),
-                     escape(col.description))
+        grid.add_row(
+            col.name,
+            escape(col.physical_type),
+            "✓" if col.required else "",
+            escape("\n".join(shown)),
+            escape(col.description),
+        )
     out.print(grid)
 
 
@@ -88,12 +104,17 @@ def diff_cmd(
         return
     for change in changes:
         colour = "red" if change.breaking else "green"
-        out.print(f"[{colour}]{'breaking' if change.breaking else 'compatible'}[/] {change.kind} "
-                   f"{escape(change.column or '')} {escape(change.detail)}", highlight=False)
+        out.print(
+            f"[{colour}]{'breaking' if change.breaking else 'compatible'}[/] {change.kind} "
+            f"{escape(change.column or '')} {escape(change.detail)}",
+            highlight=False,
+        )
     if any(c.breaking for c in changes):
         bumped = b.major > a.major
-        out.print(f"{a.name} {a.version} → {b.version}: breaking"
-                   + ("" if bumped else " — needs a major version bump"), highlight=False)
+        out.print(
+            f"{a.name} {a.version} → {b.version}: breaking" + ("" if bumped else " — needs a major version bump"),
+            highlight=False,
+        )
         raise typer.Exit(1)
 
 
@@ -111,4 +132,3 @@ def lock_cmd(
         console.print("fix the versions first, or pass --force to release anyway")
         raise typer.Exit(1)
     out.print(f"wrote {write_lock()}")
-

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -19,7 +18,7 @@ def generate_cmd(
     days: int = typer.Option(1, "--days", min=1, help="Number of days of traffic."),
     requests_per_day: int = typer.Option(10_000, "--requests-per-day", min=1, help="Distinct requests per day."),
     seed: int = typer.Option(0, "--seed", help="Random seed: the same seed gives the same bytes."),
-    start: Optional[str] = typer.Option(None, "--start", help="First day, YYYY-MM-DD (default: 2026-01-01)."),
+    start: str | None = typer.Option(None, "--start", help="First day, YYYY-MM-DD (default: 2026-01-01)."),
     fault_rate: float = typer.Option(0.0, "--fault-rate", min=0.0, max=0.5, help="Share of malformed lines to mix in."),
 ) -> None:
     """Write realistic AI-service request logs, feedback, prices, tenant quotas and a ground-truth manifest."""
@@ -29,11 +28,20 @@ def generate_cmd(
 
     start_day = parse_date(start, "--start") if start else dt.date(2026, 1, 1)
     with progress("generating") as step:
-        manifest = generate(out_dir, days=days, requests_per_day=requests_per_day, seed=seed,
-                            start=start_day, fault_rate=fault_rate, progress=step)
+        manifest = generate(
+            out_dir,
+            days=days,
+            requests_per_day=requests_per_day,
+            seed=seed,
+            start=start_day,
+            fault_rate=fault_rate,
+            progress=step,
+        )
     total_lines = sum(day["lines"] for day in manifest["days"].values())
-    out.print(f"wrote {len(manifest['files'])} files, {total_lines:,} request lines over {days} day(s) "
-              f"to {out_dir} (manifest: {out_dir / 'manifest.json'})")
+    out.print(
+        f"wrote {len(manifest['files'])} files, {total_lines:,} request lines over {days} day(s) "
+        f"to {out_dir} (manifest: {out_dir / 'manifest.json'})"
+    )
 
 
 demo_app = typer.Typer(help="Generate a week of logs and run the real DAGs on it, under STRATA_HOME/demo.")
@@ -44,8 +52,9 @@ app.add_typer(demo_app, name="demo")
 def demo_cmd(
     ctx: typer.Context,
     days: int = typer.Option(7, "--days", min=1, help="Days of traffic to generate."),
-    requests_per_day: int = typer.Option(30_000, "--requests-per-day", min=1,
-                                         help="Requests per day (30,000 plants 11 abusive users in a week)."),
+    requests_per_day: int = typer.Option(
+        30_000, "--requests-per-day", min=1, help="Requests per day (30,000 plants 11 abusive users in a week)."
+    ),
     seed: int = typer.Option(7, "--seed", help="Random seed."),
     reset: bool = typer.Option(False, "--reset", help="Remove the demo's corner (lake, files, key) and start over."),
 ) -> None:

@@ -17,8 +17,9 @@ def _instant(text: str | None, option: str) -> dt.datetime | None:
     try:
         value = dt.datetime.fromisoformat(text)
     except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a date or time like 2026-01-31 or 2026-01-31T12:00",
-                                 param_hint=option) from None
+        raise typer.BadParameter(
+            f"{text!r} is not a date or time like 2026-01-31 or 2026-01-31T12:00", param_hint=option
+        ) from None
     return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
 
 
@@ -35,21 +36,25 @@ def materialize_cmd(
 
     settings = load_settings()
     with progress("materializing") as step:
-        result = pipeline.materialize(settings, start=_instant(start, "--start"), end=_instant(end, "--end"),
-                                      full=full, progress=step)
+        result = pipeline.materialize(
+            settings, start=_instant(start, "--start"), end=_instant(end, "--end"), full=full, progress=step
+        )
     report = result.detail
     for v in report.views:
         where = f" partitions {', '.join(v.partitions)}" if v.partitions else ""
         gone = f", {v.removed:,} removed (no longer in the table)" if v.removed else ""
-        out.print(f"{v.view} ({v.table} v{v.version}): {v.mode}{where}, {v.entities:,} entities, "
-                  f"{v.values_written:,} values written{gone}")
+        out.print(
+            f"{v.view} ({v.table} v{v.version}): {v.mode}{where}, {v.entities:,} entities, "
+            f"{v.values_written:,} values written{gone}"
+        )
     out.print(f"online store: {report.store}")
 
 
 @app.command("get")
 def get_cmd(
-    entity: str = typer.Argument(..., metavar="ENTITY=ID",
-                                 help="user=RAW_USER_ID, tenant=ID or model_version=MODEL@VERSION."),
+    entity: str = typer.Argument(
+        ..., metavar="ENTITY=ID", help="user=RAW_USER_ID, tenant=ID or model_version=MODEL@VERSION."
+    ),
     features: list[str] | None = typer.Option(None, "--features", "-f", help="Features to show (default: all)."),
     pseudonymized: bool = typer.Option(False, "--pseudonym", help="The user id given is already the pseudonym."),
 ) -> None:
@@ -63,8 +68,9 @@ def get_cmd(
         raise typer.BadParameter("give ENTITY=ID, e.g. user=alice", param_hint="ENTITY=ID")
     kind, raw = entity.split("=", 1)
     names = [n for group in features or [] for n in group.split(",") if n]
-    values = get_online_features(load_settings(), kind, raw, names or None, pseudonymize=not pseudonymized,
-                                 with_times=True)
+    values = get_online_features(
+        load_settings(), kind, raw, names or None, pseudonymize=not pseudonymized, with_times=True
+    )
     table = Table(title=f"online features of {kind} {raw}")
     for column in ("feature", "value", "event time"):
         table.add_column(column)
@@ -82,8 +88,11 @@ def serve_cmd(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(6566, "--port", help="Port to listen on."),
     workers: int = typer.Option(1, "--workers", min=1, help="Server processes."),
-    allow_writes: bool = typer.Option(False, "--allow-writes", help="Also serve Feast's writes: /push, "
-                                      "/write-to-online-store, /materialize, /materialize-incremental."),
+    allow_writes: bool = typer.Option(
+        False,
+        "--allow-writes",
+        help="Also serve Feast's writes: /push, /write-to-online-store, /materialize, /materialize-incremental.",
+    ),
     max_entities: int = typer.Option(1000, "--max-entities", min=1, help="Entities one lookup may name."),
     max_body: int = typer.Option(1 << 20, "--max-body-bytes", min=1024, help="Largest request body."),
 ) -> None:
@@ -95,8 +104,14 @@ def serve_cmd(
 
     served = "lookups and writes" if allow_writes else "lookups only"
     out.print(f"serving features on http://{host}:{port} ({served}; Ctrl-C stops)")
-    serve(load_settings(), host, port, workers, allow_writes=allow_writes,
-          limits=Limits(max_body=max_body, max_entities=max_entities))
+    serve(
+        load_settings(),
+        host,
+        port,
+        workers,
+        allow_writes=allow_writes,
+        limits=Limits(max_body=max_body, max_entities=max_entities),
+    )
 
 
 @app.command("check-consistency")
@@ -116,8 +131,10 @@ def check_consistency_cmd(
         return
     for v in report.views:
         skewed = sum(1 for n in v.mismatches.values() if n)
-        out.print(f"{v.view} at {v.as_of.isoformat()}: {v.sampled:,} sampled, {v.entities_mismatched:,} mismatched, "
-                  f"{v.missing:,} missing online; {skewed} feature(s) differ")
+        out.print(
+            f"{v.view} at {v.as_of.isoformat()}: {v.sampled:,} sampled, {v.entities_mismatched:,} mismatched, "
+            f"{v.missing:,} missing online; {skewed} feature(s) differ"
+        )
     for view, feature, n in report.skewed():
         example = next(iter(next(v for v in report.views if v.view == view).examples.get(feature, [])), None)
         more = f" (e.g. {example[0]}: online {example[1]!r}, offline {example[2]!r})" if example else ""

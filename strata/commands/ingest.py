@@ -21,10 +21,16 @@ def ingest_cmd(
     paths: list[Path] = typer.Argument(..., help="Files or folders to land (plain or gzip)."),
     fmt: str = typer.Option("auto", "--format", help="jsonl, csv, otlp-json or auto."),
     mapping: Path | None = typer.Option(None, "--mapping", help="Mapping file for a CSV/JSONL trace."),
-    reland: bool = typer.Option(False, "--reland", help="Land files again even if already landed, replacing "
-                                "their earlier rows (e.g. after fixing their mapping)."),
-    tenant: str | None = typer.Option(None, "--tenant", help="Tenant of OTLP spans that name none "
-                                         "(else STRATA_DEFAULT_TENANT, else the resource's service.name)."),
+    reland: bool = typer.Option(
+        False,
+        "--reland",
+        help="Land files again even if already landed, replacing their earlier rows (e.g. after fixing their mapping).",
+    ),
+    tenant: str | None = typer.Option(
+        None,
+        "--tenant",
+        help="Tenant of OTLP spans that name none (else STRATA_DEFAULT_TENANT, else the resource's service.name).",
+    ),
     wait: float | None = WAIT,
 ) -> None:
     """Land files into ODS byte-exact; files already landed (same content hash) are skipped.
@@ -37,39 +43,60 @@ def ingest_cmd(
         raise typer.BadParameter(f"{fmt!r} is not one of jsonl, csv, otlp-json, auto", param_hint="--format")
     settings = for_writing(wait)
     with progress("ingesting") as step:
-        result = pipeline.land(settings, paths, fmt=fmt, mapping=mapping, reland=reland,  # type: ignore[arg-type]
-                               progress=step, tenant=tenant)
+        result = pipeline.land(
+            settings,
+            paths,
+            fmt=fmt,  # type: ignore[arg-type]
+            mapping=mapping,
+            reland=reland,
+            progress=step,
+            tenant=tenant,
+        )
     report = result.detail
     for path, why in report.passed_over[:LISTED]:
         out.print(f"[yellow]not read[/] {escape(str(path))}: {escape(why)}")
     if len(report.passed_over) > LISTED:
         out.print(f"[yellow]not read[/] {len(report.passed_over) - LISTED:,} more file(s) of the folder(s)")
     for skipped in report.skipped[:LISTED]:
-        out.print(f"[yellow]skipped[/] {escape(str(skipped.path))} (already landed in {skipped.table} as "
-                  f"{escape(skipped.landed_as)})")
+        out.print(
+            f"[yellow]skipped[/] {escape(str(skipped.path))} (already landed in {skipped.table} as "
+            f"{escape(skipped.landed_as)})"
+        )
     if len(report.skipped) > LISTED:
-        out.print(f"[yellow]skipped[/] {len(report.skipped) - LISTED:,} more file(s) already landed "
-                  "(`strata landed` lists every landed file)")
-    out.print(f"landed {result.counts['files_landed']} file(s), {result.counts['lines']:,} lines "
-              f"({result.counts['malformed']:,} malformed), skipped {result.counts['files_skipped']}; "
-              f"batch {report.batch_id}")
+        out.print(
+            f"[yellow]skipped[/] {len(report.skipped) - LISTED:,} more file(s) already landed "
+            "(`strata landed` lists every landed file)"
+        )
+    out.print(
+        f"landed {result.counts['files_landed']} file(s), {result.counts['lines']:,} lines "
+        f"({result.counts['malformed']:,} malformed), skipped {result.counts['files_skipped']}; "
+        f"batch {report.batch_id}"
+    )
     if any(f.landed_as != f.source for f in report.skipped):
-        out.print("some skipped files were landed as another format or mapping than this run reads them with; "
-                  "--reland lands them again as this run reads them, replacing their earlier rows")
+        out.print(
+            "some skipped files were landed as another format or mapping than this run reads them with; "
+            "--reland lands them again as this run reads them, replacing their earlier rows"
+        )
     if report.dates:
-        out.print(f"event dates landed: {', '.join(d.isoformat() for d in report.dates)}; build them with: "
-                  f"strata build dwd {' '.join(f'--date {d.isoformat()}' for d in report.dates)}")
+        out.print(
+            f"event dates landed: {', '.join(d.isoformat() for d in report.dates)}; build them with: "
+            f"strata build dwd {' '.join(f'--date {d.isoformat()}' for d in report.dates)}"
+        )
     replaced = [f for f in report.landed if f.replaced]
     if replaced:
         dates = " ".join(f"--date {d.isoformat()}" for d in sorted(report.stale_dates))
-        out.print(f"re-landed {len(replaced)} file(s), replacing their earlier rows"
-                  + (f"; DWD of their event dates is stale until rebuilt: strata build dwd {dates}" if dates else ""))
+        out.print(
+            f"re-landed {len(replaced)} file(s), replacing their earlier rows"
+            + (f"; DWD of their event dates is stale until rebuilt: strata build dwd {dates}" if dates else "")
+        )
     for warning in report.warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}")
     for bad in report.all_malformed:
-        console.print(f"[red]not logs?[/] every one of the {bad.lines:,} lines of {escape(str(bad.path))} is "
-                      f"malformed; its bytes are archived in {bad.table}. If it was landed by mistake: "
-                      f"strata unland {escape(str(bad.path))}")
+        console.print(
+            f"[red]not logs?[/] every one of the {bad.lines:,} lines of {escape(str(bad.path))} is "
+            f"malformed; its bytes are archived in {bad.table}. If it was landed by mistake: "
+            f"strata unland {escape(str(bad.path))}"
+        )
     for failed in report.failed:
         console.print(f"[red]not landed:[/] {escape(failed.error)}")
     if report.failed or report.all_malformed:
@@ -113,6 +140,13 @@ def landed_cmd(
     table.columns[1].overflow = "fold"  # a long path wraps, whole, rather than being cut
     for row in files.iter_rows(named=True):
         name = escape(row["source_file"]) + (" [dim](unlanded)[/]" if row.get("unlanded_at") else "")
-        table.add_row(f"{row['landed_at']:%Y-%m-%d %H:%M:%S}", name, row["table_name"],
-                      escape(row["source"]), f"{row['lines']:,}", f"{row['malformed']:,}", row["batch_id"])
+        table.add_row(
+            f"{row['landed_at']:%Y-%m-%d %H:%M:%S}",
+            name,
+            row["table_name"],
+            escape(row["source"]),
+            f"{row['lines']:,}",
+            f"{row['malformed']:,}",
+            row["batch_id"],
+        )
     out.print(table)

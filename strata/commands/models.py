@@ -31,8 +31,10 @@ def train_cmd(
 
     result = pipeline.train(for_writing(wait), parse_date(until, "--until"), name=name, days=days)
     card = result.detail.card
-    out.print(f"registered {card.ref}: ROC AUC {card.metrics['roc_auc']:.3f} on the later split, parity "
-              f"{card.metrics['parity_max_abs']:.1e}, {len(card.features)} features, threshold {card.threshold:.3f}")
+    out.print(
+        f"registered {card.ref}: ROC AUC {card.metrics['roc_auc']:.3f} on the later split, parity "
+        f"{card.metrics['parity_max_abs']:.1e}, {len(card.features)} features, threshold {card.threshold:.3f}"
+    )
 
 
 @app.command("list")
@@ -53,8 +55,15 @@ def list_cmd() -> None:
         if card is None:
             grid.add_row(entry.name, entry.version, "[red]unusable: see below[/]", "", "", "", "")
             continue
-        grid.add_row(card.name, card.version, card.created_at, " … ".join(card.training_window),
-                     f"{card.metrics.get('roc_auc', float('nan')):.3f}", str(len(card.features)), card.sha256[:12])
+        grid.add_row(
+            card.name,
+            card.version,
+            card.created_at,
+            " … ".join(card.training_window),
+            f"{card.metrics.get('roc_auc', float('nan')):.3f}",
+            str(len(card.features)),
+            card.sha256[:12],
+        )
     out.print(grid)
     for entry in listed:
         if entry.problem:
@@ -89,8 +98,18 @@ def score_cmd(
     if provider not in ("auto", "cuda", "cpu"):
         raise typer.BadParameter(f"{provider!r} is not auto, cuda or cpu", param_hint="--provider")
     with progress(f"scoring {day}") as step:
-        result = pipeline.score(for_writing(wait), parse_date(day), name=name, version=version, shard=_shard(shard),
-                                batch_rows=batch_size, provider=provider, progress=step)  # type: ignore[arg-type]
+        result = pipeline.score(
+            for_writing(wait),
+            parse_date(day),
+            name=name,
+            version=version,
+            shard=_shard(shard),
+            batch_rows=batch_size,
+            provider=provider,  # type: ignore[arg-type]
+            progress=step,
+        )
     report = result.detail
-    out.print(f"scored {report.entities:,} user(s) with {report.model}@{report.version} on {report.provider}, "
-              f"shard {report.shard[0]}/{report.shard[1]}: ads.user_risk_scores v{report.version_written}")
+    out.print(
+        f"scored {report.entities:,} user(s) with {report.model}@{report.version} on {report.provider}, "
+        f"shard {report.shard[0]}/{report.shard[1]}: ads.user_risk_scores v{report.version_written}"
+    )

@@ -8,8 +8,9 @@ from strata.console import out
 from strata.options import WAIT, for_writing
 
 app = typer.Typer()
-retention_app = typer.Typer(help="Retention of raw data (ODS, the quarantine, any table with a pii column).",
-                            no_args_is_help=True)
+retention_app = typer.Typer(
+    help="Retention of raw data (ODS, the quarantine, any table with a pii column).", no_args_is_help=True
+)
 app.add_typer(retention_app, name="retention")
 
 
@@ -31,8 +32,9 @@ def retention_apply_cmd(
 
 
 @app.command("forget")
-def forget_cmd(user: str = typer.Option(..., "--user", help="The user id (as the AI service logs it)."),
-               wait: float | None = WAIT) -> None:
+def forget_cmd(
+    user: str = typer.Option(..., "--user", help="The user id (as the AI service logs it)."), wait: float | None = WAIT
+) -> None:
     """Remove one user from every table that can hold them (raw lines included) and vacuum."""
     from strata import pipeline
 

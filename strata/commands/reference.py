@@ -17,8 +17,9 @@ app.add_typer(quotas_app, name="quotas")
 
 
 @prices_app.command("load")
-def prices_load_cmd(csv_path: Path = typer.Argument(..., exists=True, dir_okay=False, help="prices.csv"),
-                    wait: float | None = WAIT) -> None:
+def prices_load_cmd(
+    csv_path: Path = typer.Argument(..., exists=True, dir_okay=False, help="prices.csv"), wait: float | None = WAIT
+) -> None:
     """Load a price list (model, effective_from, prices per 1k tokens[, bills_refusals]) as a new version."""
     from strata import pipeline
 

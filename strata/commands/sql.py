@@ -20,8 +20,10 @@ if TYPE_CHECKING:
     from warehouse.sql.sandbox import Session
 
 app = typer.Typer()
-_HELP = ("Tables are views named <layer>.<table> (ads.model_daily, dwd.request, …) of their current Delta "
-         "versions. End a statement with ';'. .tables lists the tables, .quit (or Ctrl-D) leaves.")
+_HELP = (
+    "Tables are views named <layer>.<table> (ads.model_daily, dwd.request, …) of their current Delta "
+    "versions. End a statement with ';'. .tables lists the tables, .quit (or Ctrl-D) leaves."
+)
 
 
 class Format(enum.StrEnum):
@@ -35,14 +37,26 @@ class Format(enum.StrEnum):
 def sql_cmd(
     query: str | None = typer.Argument(None, help="SQL to run; without it, an interactive prompt opens."),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="How to print the result."),
-    out_file: Path | None = typer.Option(None, "--out", "-o", dir_okay=False,
-                                            help="Write the result to this file (csv, json, parquet): written aside "
-                                            "and renamed into place once whole; not inside STRATA_HOME, the lake or "
-                                            "the landing zone."),
-    as_of: list[str] = typer.Option([], "--as-of", help="Read TABLE as of a Delta version or a time: "
-                                    "TABLE=VERSION or TABLE=TIMESTAMP (ISO 8601, UTC by default); repeatable."),
-    raw: bool = typer.Option(False, "--raw", help="Also read raw lines: the ODS and quarantine tables (they may "
-                             "hold personal data, prompts and responses)."),
+    out_file: Path | None = typer.Option(
+        None,
+        "--out",
+        "-o",
+        dir_okay=False,
+        help="Write the result to this file (csv, json, parquet): written aside "
+        "and renamed into place once whole; not inside STRATA_HOME, the lake or "
+        "the landing zone.",
+    ),
+    as_of: list[str] = typer.Option(
+        [],
+        "--as-of",
+        help="Read TABLE as of a Delta version or a time: "
+        "TABLE=VERSION or TABLE=TIMESTAMP (ISO 8601, UTC by default); repeatable.",
+    ),
+    raw: bool = typer.Option(
+        False,
+        "--raw",
+        help="Also read raw lines: the ODS and quarantine tables (they may hold personal data, prompts and responses).",
+    ),
     max_rows: int = typer.Option(100, "--max-rows", min=1, help="Rows the table format shows."),
 ) -> None:
     """Run read-only SQL (DuckDB) on the lake's tables: ads.*, dws.*, dwd.*, ops.* (ods.* with --raw).

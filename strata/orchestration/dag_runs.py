@@ -64,9 +64,16 @@ class RunReport:
         return self.state == "success"
 
 
-def run_dags(settings: Settings, runs: list[Run], *, log: Path, retries: bool = False,
-             before: Callable[[Run], None] | None = None,
-             on_run: Callable[[RunReport], None] | None = None, nice: int = 0) -> list[RunReport]:
+def run_dags(
+    settings: Settings,
+    runs: list[Run],
+    *,
+    log: Path,
+    retries: bool = False,
+    before: Callable[[Run], None] | None = None,
+    on_run: Callable[[RunReport], None] | None = None,
+    nice: int = 0,
+) -> list[RunReport]:
     """Run ``runs`` in order in one child process; returns one report per run that finished.
 
     ``before(run)`` is called before each run starts (to drop the files that arrive then),
@@ -82,9 +89,15 @@ def run_dags(settings: Settings, runs: list[Run], *, log: Path, retries: bool = 
     read_fd, write_fd = os.pipe()
     reports: list[RunReport] = []
     with open(log, "ab") as log_file:
-        child = subprocess.Popen([sys.executable, "-m", "strata.orchestration.dag_runs", str(write_fd)],
-                                 stdin=subprocess.PIPE, stdout=log_file, stderr=log_file, env=env,
-                                 pass_fds=(write_fd,), text=True)
+        child = subprocess.Popen(
+            [sys.executable, "-m", "strata.orchestration.dag_runs", str(write_fd)],
+            stdin=subprocess.PIPE,
+            stdout=log_file,
+            stderr=log_file,
+            env=env,
+            pass_fds=(write_fd,),
+            text=True,
+        )
     os.close(write_fd)
     assert child.stdin is not None
     try:
@@ -93,8 +106,17 @@ def run_dags(settings: Settings, runs: list[Run], *, log: Path, retries: bool = 
             for run in runs:
                 if before is not None:
                     before(run)
-                child.stdin.write(json.dumps({"dag_id": run.dag_id, "at": run.at and run.at.isoformat(),
-                                              "tasks": run.tasks, "later": run.later}) + "\n")
+                child.stdin.write(
+                    json.dumps(
+                        {
+                            "dag_id": run.dag_id,
+                            "at": run.at and run.at.isoformat(),
+                            "tasks": run.tasks,
+                            "later": run.later,
+                        }
+                    )
+                    + "\n"
+                )
                 child.stdin.flush()
                 line = answers.readline()
                 if not line:
@@ -110,8 +132,7 @@ def run_dags(settings: Settings, runs: list[Run], *, log: Path, retries: bool = 
         child.stdin.close()
         code = child.wait()
     if code != 0 and (not reports or reports[-1].ok):
-        raise RuntimeError(f"the Airflow child process exited with code {code} before finishing its runs: "
-                           f"see {log}")
+        raise RuntimeError(f"the Airflow child process exited with code {code} before finishing its runs: see {log}")
     return reports
 
 
@@ -135,10 +156,17 @@ def _report(dag_id: str, at: str, dag_run: Any, seconds: float) -> dict[str, Any
         for x in session.query(XComModel).filter_by(dag_id=dag_id, run_id=dag_run.run_id, key="return_value"):
             name = x.task_id if x.map_index < 0 else f"{x.task_id}[{x.map_index}]"
             results[name] = XComModel.deserialize_value(x)
-    return {"dag_id": dag_id, "at": at, "state": str(dag_run.state), "seconds": round(seconds, 2),
-            "interval": [dag_run.data_interval_start.isoformat(), dag_run.data_interval_end.isoformat()],
-            "tasks": tasks, "events": {task: sorted(names) for task, names in events.items()},
-            "results": results, "errors": _ERRORS.pop_all()}
+    return {
+        "dag_id": dag_id,
+        "at": at,
+        "state": str(dag_run.state),
+        "seconds": round(seconds, 2),
+        "interval": [dag_run.data_interval_start.isoformat(), dag_run.data_interval_end.isoformat()],
+        "tasks": tasks,
+        "events": {task: sorted(names) for task, names in events.items()},
+        "results": results,
+        "errors": _ERRORS.pop_all(),
+    }
 
 
 class _Errors:
@@ -200,8 +228,9 @@ def _child(results_fd: int) -> int:
             if dag is None:
                 raise RuntimeError(f"no DAG {run['dag_id']!r} in {dags_folder()}")
             if run["tasks"]:
-                dag = dag.partial_subset([t.task_id for t in dag.tasks if re.search(run["tasks"], t.task_id)],
-                                         include_upstream=False)
+                dag = dag.partial_subset(
+                    [t.task_id for t in dag.tasks if re.search(run["tasks"], t.task_id)], include_upstream=False
+                )
             if not options["retries"]:
                 for task in dag.tasks:
                     task.retries = 0

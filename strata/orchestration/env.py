@@ -43,9 +43,16 @@ def jwt_secret(settings: Settings) -> str:
     return path.read_text().strip()
 
 
-def airflow_env(settings: Settings, *, port: int = 8080, log_port: int = 8793, database: str | None = None,
-                celery_broker: str | None = None, celery_results: str | None = None,
-                parallelism: int = EMBEDDED_PARALLELISM) -> dict[str, str]:
+def airflow_env(
+    settings: Settings,
+    *,
+    port: int = 8080,
+    log_port: int = 8793,
+    database: str | None = None,
+    celery_broker: str | None = None,
+    celery_results: str | None = None,
+    parallelism: int = EMBEDDED_PARALLELISM,
+) -> dict[str, str]:
     """Environment variables for every Airflow process of one deployment (merge over ``os.environ``).
 
     ``database`` is a ``postgresql+psycopg://`` URL for Postgres metadata (default: SQLite under
@@ -81,9 +88,11 @@ def airflow_env(settings: Settings, *, port: int = 8080, log_port: int = 8793, d
     if database:  # psycopg 3 for both engines, else Airflow asks for asyncpg
         env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC"] = database
     if celery_broker:
-        env |= {"AIRFLOW__CELERY__BROKER_URL": celery_broker,
-                "AIRFLOW__CELERY__RESULT_BACKEND": celery_results or celery_broker,
-                "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
-                # tasks start with the lake's libraries imported (strata/orchestration/celery_config.py)
-                "AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS": "strata.orchestration.celery_config.CELERY_CONFIG"}
+        env |= {
+            "AIRFLOW__CELERY__BROKER_URL": celery_broker,
+            "AIRFLOW__CELERY__RESULT_BACKEND": celery_results or celery_broker,
+            "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
+            # tasks start with the lake's libraries imported (strata/orchestration/celery_config.py)
+            "AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS": "strata.orchestration.celery_config.CELERY_CONFIG",
+        }
     return env

@@ -26,8 +26,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeAlias
+from typing import Any, TypeAlias
 
 from strata import pipeline
 from strata.pipeline import StepResult
@@ -59,12 +60,19 @@ class StepFailed(RuntimeError):
 
 
 #: Errors a retry cannot cure: the same input gives the same error.
-_REFUSALS: tuple[type[BaseException], ...] = (ConfigError, ValueError, LookupError, TypeError, FileNotFoundError,
-                                              NotADirectoryError, PermissionError)
+_REFUSALS: tuple[type[BaseException], ...] = (
+    ConfigError,
+    ValueError,
+    LookupError,
+    TypeError,
+    FileNotFoundError,
+    NotADirectoryError,
+    PermissionError,
+)
 
 
 def _day(moment: dt.datetime) -> dt.date:
-    return moment.astimezone(dt.timezone.utc).date()
+    return moment.astimezone(dt.UTC).date()
 
 
 # ---- what a step takes from its run ---------------------------------------------------------------
@@ -105,8 +113,9 @@ def changed_reference(file: str, table_name: str) -> Given:
         if delta is not None:
             last = delta.history(1)[0]
             if path.stat().st_mtime * 1000 < last["timestamp"]:
-                raise Skip(f"{path} has not changed since {table_name} version {last['version']} was written: "
-                           "nothing to load")
+                raise Skip(
+                    f"{path} has not changed since {table_name} version {last['version']} was written: nothing to load"
+                )
         return (path,), {}
 
     return given
@@ -120,8 +129,10 @@ def first_day_unless_moved_on(settings: Settings, interval: Interval) -> Argumen
     day = _day(interval[0])
     later = moved_on(settings, day)
     if later is not None:
-        raise Skip(f"the online store reflects the features up to {later:%Y-%m-%d %H:%M} UTC: the check of {day} "
-                   "was made when the store reflected that day, and its rows stand")
+        raise Skip(
+            f"the online store reflects the features up to {later:%Y-%m-%d %H:%M} UTC: the check of {day} "
+            "was made when the store reflected that day, and its rows stand"
+        )
     return (day,), {}
 
 
@@ -160,8 +171,10 @@ def find_step(name: str) -> TaskStep:
     try:
         return STEPS[name]
     except KeyError:
-        raise UnknownStep(f"no step {name!r}: a DAG task names a step strata.orchestration.tasks.STEPS does not "
-                          f"declare (known: {', '.join(STEPS)}); fix the task's name or declare the step") from None
+        raise UnknownStep(
+            f"no step {name!r}: a DAG task names a step strata.orchestration.tasks.STEPS does not "
+            f"declare (known: {', '.join(STEPS)}); fix the task's name or declare the step"
+        ) from None
 
 
 # ---- running a step -------------------------------------------------------------------------------
@@ -172,12 +185,16 @@ def task_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     home = env.get("STRATA_HOME", "")
     if not home:
-        raise StepRefused("STRATA_HOME is not set: a scheduled task does not guess where the lake is (a worker "
-                          "started elsewhere would begin a second lake); set STRATA_HOME to the same absolute "
-                          "path on the scheduler and every worker")
+        raise StepRefused(
+            "STRATA_HOME is not set: a scheduled task does not guess where the lake is (a worker "
+            "started elsewhere would begin a second lake); set STRATA_HOME to the same absolute "
+            "path on the scheduler and every worker"
+        )
     if not Path(home).is_absolute():
-        raise StepRefused(f"STRATA_HOME={home!r} is relative, so each worker would resolve it against its own "
-                          "folder; set it to an absolute path")
+        raise StepRefused(
+            f"STRATA_HOME={home!r} is relative, so each worker would resolve it against its own "
+            "folder; set it to an absolute path"
+        )
     try:
         return load_settings(env)
     except ConfigError as exc:
@@ -188,8 +205,10 @@ def interval_of(context: Mapping[str, Any]) -> Interval:
     """The run's data interval; refused for a run without one (asset-triggered, or no logical date)."""
     start, end = context.get("data_interval_start"), context.get("data_interval_end")
     if start is None or end is None:
-        raise StepRefused("this run has no data interval (a run without a logical date, such as an asset-triggered "
-                          "one): trigger it with a logical date, or use `airflow backfill create`")
+        raise StepRefused(
+            "this run has no data interval (a run without a logical date, such as an asset-triggered "
+            "one): trigger it with a logical date, or use `airflow backfill create`"
+        )
     return start, end
 
 
@@ -226,7 +245,7 @@ def run_step(name: str, context: Mapping[str, Any], **options: Any) -> dict[str,
         raise Skip(f"{what}: {one_line(exc)}") from None
     except _REFUSALS as exc:
         raise StepRefused(f"{what}: {one_line(exc)}") from exc
-    except Exception as exc:  # noqa: BLE001 - anything else may pass on a retry
+    except Exception as exc:
         raise StepFailed(f"{what} failed ({type(exc).__name__}): {one_line(exc)}") from exc
     return result.summary()
 
@@ -236,8 +255,10 @@ def shards(name: str, model: str = "user_risk") -> list[list[int]]:
     a skip while no model is registered."""
     step = find_step(name)
     if not step.sharded:
-        raise StepRefused(f"{name} is not a sharded step: a mapped task runs one of "
-                          f"{', '.join(n for n, s in STEPS.items() if s.sharded)}")
+        raise StepRefused(
+            f"{name} is not a sharded step: a mapped task runs one of "
+            f"{', '.join(n for n, s in STEPS.items() if s.sharded)}"
+        )
     settings = task_settings()
     _registered_model(settings, model)
     return [[i, settings.score_shards] for i in range(settings.score_shards)]

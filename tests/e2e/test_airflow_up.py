@@ -22,8 +22,9 @@ def _strata(home: Path, *args: str, key: bool = True) -> subprocess.CompletedPro
         env["STRATA_PSEUDONYM_KEY"] = "test-key-not-a-secret-0123456789"
     else:
         env.pop("STRATA_PSEUDONYM_KEY", None)
-    return subprocess.run([sys.executable, "-m", "strata.cli", "airflow", *args], env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "strata.cli", "airflow", *args], env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_up_refuses_without_the_key_the_dags_need(tmp_path: Path) -> None:
@@ -44,12 +45,16 @@ def test_up_starts_airflow_with_the_dags_unpaused_and_down_stops_every_process(t
         passwords = json.loads((tmp_path / "airflow" / "simple_auth_manager_passwords.json.generated").read_text())
         assert passwords["admin"] in up.stdout  # printed once
         token_request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/auth/token", method="POST", headers={"Content-Type": "application/json"},
-            data=json.dumps({"username": "admin", "password": passwords["admin"]}).encode())
+            f"http://127.0.0.1:{port}/auth/token",
+            method="POST",
+            headers={"Content-Type": "application/json"},
+            data=json.dumps({"username": "admin", "password": passwords["admin"]}).encode(),
+        )
         with urllib.request.urlopen(token_request, timeout=30) as response:
             token = json.load(response)["access_token"]
-        dags_request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v2/dags",
-                                              headers={"Authorization": f"Bearer {token}"})
+        dags_request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/v2/dags", headers={"Authorization": f"Bearer {token}"}
+        )
         with urllib.request.urlopen(dags_request, timeout=30) as response:
             dags = {d["dag_id"]: d["is_paused"] for d in json.load(response)["dags"]}
         assert dags == dict.fromkeys(["strata_daily", "strata_ingest", "strata_retention", "strata_train"], False)

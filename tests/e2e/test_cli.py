@@ -18,15 +18,35 @@ def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
 def test_help_lists_every_command(tmp_path: Path) -> None:
     result = _run(["--help"], {"STRATA_HOME": str(tmp_path), "COLUMNS": "200"})
     assert result.returncode == 0
-    for command in ("config", "generate", "demo", "ingest", "landed", "build", "prices", "retention", "forget",
-                    "contracts", "quotas", "sql", "docs"):
+    for command in (
+        "config",
+        "generate",
+        "demo",
+        "ingest",
+        "landed",
+        "build",
+        "prices",
+        "retention",
+        "forget",
+        "contracts",
+        "quotas",
+        "sql",
+        "docs",
+    ):
         assert f" {command} " in result.stdout
 
 
 def test_config_masks_the_pseudonym_key(tmp_path: Path) -> None:
     secret = "super-secret-key-123456"
-    result = _run(["config"], {"STRATA_HOME": str(tmp_path), "STRATA_PSEUDONYM_KEY": secret,
-                               "STRATA_REDIS_URL": "redis://user:hunter2@127.0.0.1:6379/0", "COLUMNS": "200"})
+    result = _run(
+        ["config"],
+        {
+            "STRATA_HOME": str(tmp_path),
+            "STRATA_PSEUDONYM_KEY": secret,
+            "STRATA_REDIS_URL": "redis://user:hunter2@127.0.0.1:6379/0",
+            "COLUMNS": "200",
+        },
+    )
     assert result.returncode == 0, result.stderr
     assert secret not in result.stdout + result.stderr
     assert "hunter2" not in result.stdout + result.stderr
@@ -57,10 +77,27 @@ def test_an_error_keeps_text_that_looks_like_markup(tmp_path: Path) -> None:
 def test_landed_files_are_listed_and_build_dwd_takes_several_dates(tmp_path: Path) -> None:
     env = {"STRATA_HOME": str(tmp_path / "home"), "STRATA_PSEUDONYM_KEY": "test-key-not-a-secret-0123456789"}
     logs = tmp_path / "logs.jsonl"
-    logs.write_text("".join(json.dumps({
-        "request_id": f"r{day}", "ts": f"2026-02-0{day}T12:00:00Z", "duration_ms": 10.0, "tenant_id": "t",
-        "user_id": "u", "operation": "chat", "model": "m", "input_tokens": 1, "output_tokens": 1,
-        "status_code": 200}) + "\n" for day in (1, 2)) + "{broken\n")
+    logs.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "request_id": f"r{day}",
+                    "ts": f"2026-02-0{day}T12:00:00Z",
+                    "duration_ms": 10.0,
+                    "tenant_id": "t",
+                    "user_id": "u",
+                    "operation": "chat",
+                    "model": "m",
+                    "input_tokens": 1,
+                    "output_tokens": 1,
+                    "status_code": 200,
+                }
+            )
+            + "\n"
+            for day in (1, 2)
+        )
+        + "{broken\n"
+    )
     ingested = _run(["ingest", str(logs)], env)
     assert ingested.returncode == 0 and "started" not in ingested.stderr  # the log shows from WARNING by default
     landed = _run(["landed"], {**env, "COLUMNS": "200"})

@@ -25,8 +25,13 @@ from warehouse.tables import table
 def _demo(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "STRATA_HOME": str(home), "COLUMNS": "200"}
     env.pop("STRATA_PSEUDONYM_KEY", None)
-    return subprocess.run([sys.executable, "-m", "strata.cli", "demo", "--days", "1", "--requests-per-day", "800",
-                           *args], env=env, capture_output=True, text=True, timeout=1800)
+    return subprocess.run(
+        [sys.executable, "-m", "strata.cli", "demo", "--days", "1", "--requests-per-day", "800", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
 
 
 @pytest.mark.timeout(1800)
@@ -35,7 +40,7 @@ def test_demo_runs_the_dags_end_to_end_and_prints_the_lake(tmp_path: Path) -> No
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     out = first.stdout
     start = dt.date.fromisoformat(json.loads((tmp_path / "demo" / "demo.json").read_text())["start"])
-    today = dt.datetime.now(dt.timezone.utc).date()
+    today = dt.datetime.now(dt.UTC).date()
     assert start == today - dt.timedelta(days=4)  # 1 day of traffic and 3 of late reviews: the last is yesterday
     assert f"✓ strata_ingest {start}" in out and f"✓ strata_daily {start}" in out
     assert "= manifest" in out and "≠ manifest" not in out and "✗" not in out.split("3/3")[0]
@@ -72,10 +77,16 @@ def test_demo_runs_the_dags_end_to_end_and_prints_the_lake(tmp_path: Path) -> No
     # The CLI refuses a date without data, as an error, for DWS as for DWD (it published empty partitions).
     env = {**os.environ, "STRATA_HOME": str(tmp_path / "demo"), "STRATA_PSEUDONYM_KEY": key, "COLUMNS": "200"}
     before = start - dt.timedelta(days=1)
-    dws = subprocess.run([sys.executable, "-m", "strata.cli", "build", "dws", "--date", str(before)], env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert dws.returncode != 0 and f"no dwd.request rows from {before - dt.timedelta(days=8)} to {before}" in \
-        " ".join((dws.stdout + dws.stderr).split())
+    dws = subprocess.run(
+        [sys.executable, "-m", "strata.cli", "build", "dws", "--date", str(before)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert dws.returncode != 0 and f"no dwd.request rows from {before - dt.timedelta(days=8)} to {before}" in " ".join(
+        (dws.stdout + dws.stderr).split()
+    )
 
 
 def test_the_demo_keeps_its_dates_and_starts_its_corner_afresh_when_its_parameters_change(tmp_path: Path) -> None:

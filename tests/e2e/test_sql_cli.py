@@ -19,8 +19,14 @@ PRICES = "model,effective_from,input_price_per_1k,output_price_per_1k\nm,2026-01
 
 
 def _run(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(STRATA + list(args), env={**os.environ, "COLUMNS": "200", **env}, input=stdin,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        STRATA + list(args),
+        env={**os.environ, "COLUMNS": "200", **env},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +41,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         prices.write_text(PRICES.format(price=price))
         load_prices(load_settings(env), prices)
     quotas = root / "quotas.csv"
-    quotas.write_text("tenant_id,effective_from,daily_request_quota,daily_token_quota\n"
-                      "t1,2026-01-01,100,5000\nt2,2026-01-01,,\n")
+    quotas.write_text(
+        "tenant_id,effective_from,daily_request_quota,daily_token_quota\nt1,2026-01-01,100,5000\nt2,2026-01-01,,\n"
+    )
     loaded = _run(env, "quotas", "load", str(quotas))
     assert loaded.returncode == 0 and "dwd.tenant_quota is now version 0" in loaded.stdout, loaded.stderr
     return env
@@ -50,8 +57,10 @@ def test_csv_to_stdout_and_parquet_to_a_file(env: dict[str, str], tmp_path: Path
     out = tmp_path / "q.parquet"
     written = _run(env, "sql", query, "--format", "parquet", "--out", str(out))
     assert written.returncode == 0 and "wrote 2 row(s)" in written.stderr
-    assert pq.read_table(out).to_pylist() == [{"tenant_id": "t1", "daily_request_quota": 100},
-                                              {"tenant_id": "t2", "daily_request_quota": None}]
+    assert pq.read_table(out).to_pylist() == [
+        {"tenant_id": "t1", "daily_request_quota": 100},
+        {"tenant_id": "t2", "daily_request_quota": None},
+    ]
 
 
 def test_refusals_and_errors_are_one_clear_line(env: dict[str, str]) -> None:
@@ -72,15 +81,20 @@ def test_as_of_reads_an_older_version(env: dict[str, str]) -> None:
 
 
 def test_the_prompt_runs_statements_and_keeps_history(env: dict[str, str]) -> None:
-    session = "select 6 * 7 as answer;\nselect\n  count(*) as quotas\nfrom dwd.tenant_quota;\ndelete from " \
-              "dwd.tenant_quota;\n.tables\n.quit\n"
+    session = (
+        "select 6 * 7 as answer;\nselect\n  count(*) as quotas\nfrom dwd.tenant_quota;\ndelete from "
+        "dwd.tenant_quota;\n.tables\n.quit\n"
+    )
     result = _run(env, "sql", stdin=session)
     assert result.returncode == 0, result.stderr
     assert "42" in result.stdout and "dwd.tenant_quota" in result.stdout and "1 row(s)" in result.stdout
     assert "DELETE statements are refused" in result.stderr  # an error does not end the session
     history = (Path(env["STRATA_HOME"]) / "sql_history").read_text().splitlines()
-    assert history[-3:] == ["select 6 * 7 as answer;", "select count(*) as quotas from dwd.tenant_quota;",
-                            "delete from dwd.tenant_quota;"]
+    assert history[-3:] == [
+        "select 6 * 7 as answer;",
+        "select count(*) as quotas from dwd.tenant_quota;",
+        "delete from dwd.tenant_quota;",
+    ]
 
 
 def test_out_writes_aside_and_never_into_strata_home(env: dict[str, str], tmp_path: Path) -> None:
@@ -114,8 +128,14 @@ def _cpu_s(pid: int) -> float:
 
 
 def test_ctrl_c_cancels_the_query_not_the_prompt(env: dict[str, str]) -> None:
-    prompt = subprocess.Popen([*STRATA, "sql"], env={**os.environ, **env, "STRATA_SQL_TIMEOUT_S": "60"},
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    prompt = subprocess.Popen(
+        [*STRATA, "sql"],
+        env={**os.environ, **env, "STRATA_SQL_TIMEOUT_S": "60"},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert prompt.stderr is not None and prompt.stdin is not None and prompt.stdout is not None
     errors: list[str] = []
     threading.Thread(target=lambda: errors.extend(iter(prompt.stderr.readline, "")), daemon=True).start()

@@ -30,8 +30,7 @@ STORM_SCALE = 100_000
 def build_lake(home: Path, landing: Path, *, days: int, requests_per_day: int, seed: int) -> tuple[Settings, dict]:
     """Generate, land, load the reference data, build DWD for the days, then ADS in one run."""
     settings = load_settings({"STRATA_HOME": str(home), "STRATA_PSEUDONYM_KEY": "test-key-0123456789abcdef"})
-    manifest = generate(landing, days=days, requests_per_day=requests_per_day, seed=seed, start=START,
-                        fault_rate=0.01)
+    manifest = generate(landing, days=days, requests_per_day=requests_per_day, seed=seed, start=START, fault_rate=0.01)
     pipeline.land(settings, [landing / "requests", landing / "feedback"])
     pipeline.load_prices(settings, landing / "prices.csv")
     pipeline.load_quotas(settings, landing / "quotas.csv")
@@ -44,8 +43,9 @@ def build_lake(home: Path, landing: Path, *, days: int, requests_per_day: int, s
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, dict, Path]:
     landing = tmp_path_factory.mktemp("landing")
-    settings, manifest = build_lake(tmp_path_factory.mktemp("home"), landing, days=2,
-                                    requests_per_day=STORM_SCALE, seed=3)
+    settings, manifest = build_lake(
+        tmp_path_factory.mktemp("home"), landing, days=2, requests_per_day=STORM_SCALE, seed=3
+    )
     return settings, manifest, landing
 
 
@@ -75,11 +75,18 @@ def test_model_daily_equals_the_manifest(built: tuple[Settings, dict, Path]) -> 
             assert sums["errors_other"] == 0
             assert dict(zip(mine["model_version"], mine["requests"])) == truth["versions"], (day, model)
     # Labels come from DWD (the manifest knows feedback events, not the latest label per request).
-    labels = dwd_requests(settings).with_columns(model_version=pl.col("model_version").fill_null("(none)")).group_by(
-        "event_date", "model", "model_version").agg(
-        labelled=pl.col("feedback_kind").is_not_null().sum(),
-        positive=((pl.col("feedback_kind") == "thumb") & (pl.col("feedback_value") == "up")
-                  | (pl.col("feedback_kind") == "review") & (pl.col("feedback_value") == "ok")).sum())
+    labels = (
+        dwd_requests(settings)
+        .with_columns(model_version=pl.col("model_version").fill_null("(none)"))
+        .group_by("event_date", "model", "model_version")
+        .agg(
+            labelled=pl.col("feedback_kind").is_not_null().sum(),
+            positive=(
+                (pl.col("feedback_kind") == "thumb") & (pl.col("feedback_value") == "up")
+                | (pl.col("feedback_kind") == "review") & (pl.col("feedback_value") == "ok")
+            ).sum(),
+        )
+    )
     joined = daily.join(labels, on=["event_date", "model", "model_version"])
     assert joined.height == daily.height and joined["labelled"].eq(joined["labelled_requests"]).all()
     share = joined.filter(pl.col("labelled") > 0)
@@ -89,19 +96,36 @@ def test_model_daily_equals_the_manifest(built: tuple[Settings, dict, Path]) -> 
 def test_cost_per_tenant_is_prices_times_tokens_under_the_billing_rule(built: tuple[Settings, dict, Path]) -> None:
     settings, _, landing = built
     # Per-token prices in units of 1e-11 USD are whole numbers: the cost is computed exactly, in integers.
-    prices = pl.read_csv(landing / "prices.csv", infer_schema=False).with_columns(
-        pl.col("effective_from").str.to_datetime("%Y-%m-%d", time_zone="UTC"),
-        *(pl.col(c).map_elements(lambda p: int(Decimal(p) * 10**8), return_dtype=pl.Int64)
-          for c in ("input_price_per_1k", "output_price_per_1k", "cached_input_price_per_1k")),
-    ).sort("effective_from")
-    requests = dwd_requests(settings).sort("ts").join_asof(
-        prices, left_on="ts", right_on="effective_from", by="model", strategy="backward", check_sortedness=False)
+    prices = (
+        pl.read_csv(landing / "prices.csv", infer_schema=False)
+        .with_columns(
+            pl.col("effective_from").str.to_datetime("%Y-%m-%d", time_zone="UTC"),
+            *(
+                pl.col(c).map_elements(lambda p: int(Decimal(p) * 10**8), return_dtype=pl.Int64)
+                for c in ("input_price_per_1k", "output_price_per_1k", "cached_input_price_per_1k")
+            ),
+        )
+        .sort("effective_from")
+    )
+    requests = (
+        dwd_requests(settings)
+        .sort("ts")
+        .join_asof(
+            prices, left_on="ts", right_on="effective_from", by="model", strategy="backward", check_sortedness=False
+        )
+    )
     refused = pl.col("status_code").is_between(400, 499)  # the generator's price list bills no refusals
     cached = pl.col("cached_input_tokens").fill_null(0)
-    units = ((pl.col("input_tokens") - cached).clip(lower_bound=0) * pl.col("input_price_per_1k")
-             + cached * pl.col("cached_input_price_per_1k") + pl.col("output_tokens") * pl.col("output_price_per_1k"))
-    expected = (requests.with_columns(nano=pl.when(refused).then(0).otherwise((units + 50) // 100))
-                .group_by("event_date", "tenant_id").agg(pl.col("nano").sum()))
+    units = (
+        (pl.col("input_tokens") - cached).clip(lower_bound=0) * pl.col("input_price_per_1k")
+        + cached * pl.col("cached_input_price_per_1k")
+        + pl.col("output_tokens") * pl.col("output_price_per_1k")
+    )
+    expected = (
+        requests.with_columns(nano=pl.when(refused).then(0).otherwise((units + 50) // 100))
+        .group_by("event_date", "tenant_id")
+        .agg(pl.col("nano").sum())
+    )
     tenants = ads(settings, "tenant_daily")
     joined = tenants.join(expected, on=["event_date", "tenant_id"], how="full", coalesce=True)
     assert joined.height == tenants.height == expected.height
@@ -128,8 +152,13 @@ def test_latency_percentiles_equal_duckdb_quantile_cont_over_dwd(built: tuple[Se
         from delta_scan('{DWD_REQUEST.uri(settings)}') group by all""").pl()
     mine = ads(settings, "model_daily").join(expected, on=["event_date", "model", "model_version"])
     assert mine.height == expected.height == ads(settings, "model_daily").height
-    for ours, theirs in (("latency_p50_ms", "p50"), ("latency_p95_ms", "p95"), ("latency_p99_ms", "p99"),
-                         ("ttft_p50_ms", "ttft50"), ("ttft_p95_ms", "ttft95")):
+    for ours, theirs in (
+        ("latency_p50_ms", "p50"),
+        ("latency_p95_ms", "p95"),
+        ("latency_p99_ms", "p99"),
+        ("ttft_p50_ms", "ttft50"),
+        ("ttft_p95_ms", "ttft95"),
+    ):
         assert mine[ours].eq_missing(mine[theirs]).all(), ours
     stages = con.execute(f"""
         select event_date, model, quantile_cont(inference_ms, 0.95) as p95, avg(queue_ms) as queue_mean
@@ -147,13 +176,18 @@ def test_latency_percentiles_equal_duckdb_quantile_cont_over_dwd(built: tuple[Se
 
 def storms_found(settings: Settings, manifest: dict) -> tuple[set[int], list[dict]]:
     """Planted storms (by index) that a storm window overlaps, and the windows that overlap none."""
-    planted = [(s["tenant_id"], dt.datetime.fromisoformat(s["start"]), dt.datetime.fromisoformat(s["end"]))
-               for s in manifest["retry_storms"]]
+    planted = [
+        (s["tenant_id"], dt.datetime.fromisoformat(s["start"]), dt.datetime.fromisoformat(s["end"]))
+        for s in manifest["retry_storms"]
+    ]
     found: set[int] = set()
     false: list[dict] = []
     for window in ads(settings, "retry_storms").iter_rows(named=True):
-        hits = {i for i, (tenant, start, end) in enumerate(planted)
-                if tenant == window["tenant_id"] and window["window_start"] < end and window["window_end"] > start}
+        hits = {
+            i
+            for i, (tenant, start, end) in enumerate(planted)
+            if tenant == window["tenant_id"] and window["window_start"] < end and window["window_end"] > start
+        }
         found |= hits
         if not hits:
             false.append(window)
@@ -171,8 +205,9 @@ def test_every_planted_retry_storm_is_found(built: tuple[Settings, dict, Path]) 
 
 @pytest.mark.slow
 def test_a_week_of_retry_storms_found_with_at_most_one_false_storm(tmp_path: Path) -> None:
-    settings, manifest = build_lake(tmp_path / "home", tmp_path / "landing", days=7,
-                                    requests_per_day=STORM_SCALE, seed=11)
+    settings, manifest = build_lake(
+        tmp_path / "home", tmp_path / "landing", days=7, requests_per_day=STORM_SCALE, seed=11
+    )
     found, false = storms_found(settings, manifest)
     assert found == set(range(len(manifest["retry_storms"]))) and len(manifest["retry_storms"]) >= 2
     # A false storm is a tenant's run of windows that overlaps no planted storm.
@@ -184,8 +219,13 @@ def test_quota_use_is_against_the_quota_in_effect(built: tuple[Settings, dict, P
     quotas = pl.read_csv(landing / "quotas.csv", try_parse_dates=True).sort("effective_from")
     tenants = ads(settings, "tenant_daily").sort("event_date")
     expected = tenants.select("event_date", "tenant_id").join_asof(
-        quotas, left_on="event_date", right_on="effective_from", by="tenant_id", strategy="backward",
-        check_sortedness=False)
+        quotas,
+        left_on="event_date",
+        right_on="effective_from",
+        by="tenant_id",
+        strategy="backward",
+        check_sortedness=False,
+    )
     got = tenants.join(expected, on=["event_date", "tenant_id"], suffix="_expected")
     assert got["daily_request_quota"].eq_missing(got["daily_request_quota_expected"]).all()
     assert got["daily_token_quota"].eq_missing(got["daily_token_quota_expected"]).all()
@@ -194,7 +234,8 @@ def test_quota_use_is_against_the_quota_in_effect(built: tuple[Settings, dict, P
     with_quota = got.filter(pl.col("daily_request_quota").is_not_null())
     assert (with_quota["request_quota_used"] == with_quota["requests"] / with_quota["daily_request_quota"]).all()
     over = (with_quota["requests"] > with_quota["daily_request_quota"]) | (
-        with_quota["total_tokens"] > with_quota["daily_token_quota"])
+        with_quota["total_tokens"] > with_quota["daily_token_quota"]
+    )
     assert with_quota["is_over_quota"].eq(over).all() and over.any() and not over.all()
     assert not got.filter(pl.col("daily_request_quota").is_null())["is_over_quota"].any()
 
@@ -227,15 +268,22 @@ def test_data_quality_reports_the_books_the_quarantine_and_the_audits(built: tup
         row = quality.filter((pl.col("event_date") == day) & (pl.col("table_name") == "dwd.request")).row(0, named=True)
         kept = books.filter((pl.col("event_date") == day) & (pl.col("table_name") == "dwd.request")).row(0, named=True)
         assert (row["ods_rows"], row["quarantined"], row["malformed"], row["duplicates"]) == (
-            kept["ods_rows"], kept["quarantined"], kept["malformed"], kept["duplicates"])
+            kept["ods_rows"],
+            kept["quarantined"],
+            kept["malformed"],
+            kept["duplicates"],
+        )
         assert row["status"] == "published" and row["books_balanced"] and row["rows_published"] == kept["dwd_rows"]
         rules = quarantine.filter(pl.col("event_date") == day)["rules"].explode().value_counts()
         assert dict(zip(row["quarantine_rules"], row["quarantine_rule_counts"])) == dict(rules.iter_rows())
         assert row["quarantine_rule_counts"] == sorted(row["quarantine_rule_counts"], reverse=True)
         assert row["freshness_sla_hours"] == 26 and row["is_fresh"] is False  # built long after 2026-03
     # Each day's books once: a late-label rewrite of several days is a row of its own, without them.
-    per_day = quality.filter(pl.col("table_name") == "dwd.request").group_by("event_date").agg(
-        pl.col("quarantined").sum(), pl.col("ods_rows").sum())
+    per_day = (
+        quality.filter(pl.col("table_name") == "dwd.request")
+        .group_by("event_date")
+        .agg(pl.col("quarantined").sum(), pl.col("ods_rows").sum())
+    )
     kept = books.filter(pl.col("table_name") == "dwd.request").select("event_date", "quarantined", "ods_rows")
     assert per_day.sort("event_date").equals(kept.sort("event_date"))
     assert set(quality["table_name"]) >= {"dwd.request", "dwd.feedback", "dwd.quarantine", "ops.books"}
@@ -253,12 +301,15 @@ def test_every_ads_table_reads_with_polars_and_deltalake(built: tuple[Settings, 
         assert scanned.height == delta.num_rows
         assert delta.schema.names == arrow_schema(mart.contract).names
         assert set(scanned["event_date"]) <= set(DAYS)
-    assert pl.scan_delta(ADS_MODEL_DAILY.uri(settings)).select(pl.col("requests").sum()).collect().item() == 2 * \
-        STORM_SCALE
+    assert (
+        pl.scan_delta(ADS_MODEL_DAILY.uri(settings)).select(pl.col("requests").sum()).collect().item()
+        == 2 * STORM_SCALE
+    )
 
 
-def test_a_rebuild_replaces_exactly_its_day(built: tuple[Settings, dict, Path], caplog: pytest.LogCaptureFixture
-                                           ) -> None:
+def test_a_rebuild_replaces_exactly_its_day(
+    built: tuple[Settings, dict, Path], caplog: pytest.LogCaptureFixture
+) -> None:
     settings, _, _ = built
     before = {m.name: ads(settings, m.name.split(".")[1]) for m in MARTS}
     versions = {m.name: lake.version(settings, m) for m in MARTS}
@@ -267,7 +318,8 @@ def test_a_rebuild_replaces_exactly_its_day(built: tuple[Settings, dict, Path], 
     assert result.versions == {name: v + 1 for name, v in versions.items()}
     logged = [r.getMessage() for r in caplog.records if r.name.startswith("strata.")]  # a task's log, as it runs
     assert f"build_ads {DAYS[1]}: started" in logged and any(
-        m.startswith(f"build_ads {DAYS[1]}: dbt build ") for m in logged)
+        m.startswith(f"build_ads {DAYS[1]}: dbt build ") for m in logged
+    )
     assert any(m.startswith(f"build_ads {DAYS[1]}: done in ") and "model_daily_rows=" in m for m in logged)
     for mart in MARTS[:-1]:  # data_quality now lists the ADS tables' own writes as well
         after = ads(settings, mart.name.split(".")[1])
@@ -276,8 +328,9 @@ def test_a_rebuild_replaces_exactly_its_day(built: tuple[Settings, dict, Path], 
 
 
 def test_late_labels_reach_the_marts_of_earlier_days_in_the_next_daily_build(tmp_path: Path) -> None:
-    settings = load_settings({"STRATA_HOME": str(tmp_path / "home"),
-                              "STRATA_PSEUDONYM_KEY": "test-key-0123456789abcdef"})
+    settings = load_settings(
+        {"STRATA_HOME": str(tmp_path / "home"), "STRATA_PSEUDONYM_KEY": "test-key-0123456789abcdef"}
+    )
     landing = tmp_path / "landing"
     generate(landing, days=2, requests_per_day=400, seed=5, start=START, fault_rate=0.0)
     pipeline.load_prices(settings, landing / "prices.csv")
@@ -302,13 +355,17 @@ def test_late_labels_reach_the_marts_of_earlier_days_in_the_next_daily_build(tmp
 
 
 def test_a_model_of_the_wrong_type_fails_the_build_and_publishes_nothing(
-        built: tuple[Settings, dict, Path], tmp_path: Path) -> None:
+    built: tuple[Settings, dict, Path], tmp_path: Path
+) -> None:
     settings, _, _ = built
     project = tmp_path / "ads"
     shutil.copytree(PROJECT_DIR, project, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
     sql = project / "models" / "marts" / "tenant_daily.sql"
-    sql.write_text(sql.read_text().replace("tenant_totals.models_used,", "cast(tenant_totals.models_used as varchar) "
-                                           "as models_used,"))
+    sql.write_text(
+        sql.read_text().replace(
+            "tenant_totals.models_used,", "cast(tenant_totals.models_used as varchar) as models_used,"
+        )
+    )
     versions = {m.name: lake.version(settings, m) for m in MARTS}
     with pytest.raises(DbtFailed) as failed:
         build(settings, DAYS[:1], project_dir=project)

@@ -31,8 +31,14 @@ from warehouse.tables import table
 DAY = dt.date(2026, 2, 2)
 
 
-def _post(url: str, body: bytes, content_type: str = "application/json", path: str = "/v1/traces",
-          method: str = "POST", **headers: str) -> tuple[int, dict[str, str], bytes]:
+def _post(
+    url: str,
+    body: bytes,
+    content_type: str = "application/json",
+    path: str = "/v1/traces",
+    method: str = "POST",
+    **headers: str,
+) -> tuple[int, dict[str, str], bytes]:
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
     try:
@@ -44,9 +50,21 @@ def _post(url: str, body: bytes, content_type: str = "application/json", path: s
 
 
 def _records(prefix: str, n: int) -> list[dict]:
-    return [{"request_id": f"{prefix}-{i}", "ts": dt.datetime(2026, 2, 2, 8, 0, i % 60, tzinfo=dt.timezone.utc),
-             "duration_ms": 120, "tenant_id": "t1", "user_id": "bob", "operation": "chat", "model": "m1",
-             "input_tokens": 10, "output_tokens": 5, "status_code": 200} for i in range(n)]
+    return [
+        {
+            "request_id": f"{prefix}-{i}",
+            "ts": dt.datetime(2026, 2, 2, 8, 0, i % 60, tzinfo=dt.UTC),
+            "duration_ms": 120,
+            "tenant_id": "t1",
+            "user_id": "bob",
+            "operation": "chat",
+            "model": "m1",
+            "input_tokens": 10,
+            "output_tokens": 5,
+            "status_code": 200,
+        }
+        for i in range(n)
+    ]
 
 
 def _landed(settings) -> list[Path]:
@@ -67,11 +85,22 @@ def test_the_sdk_exporters_protobuf_lands_in_ods_byte_exact_and_reads_into_dwd(s
             results: list[SpanExportResult] = []
             provider.add_span_processor(SimpleSpanProcessor(exporter))
             real_export = exporter.export
-            exporter.export = lambda spans: results.append(real_export(spans)) or results[-1]  # type: ignore
+
+            def export(spans, results=results, real_export=real_export):  # this iteration's, bound now
+                results.append(real_export(spans))
+                return results[-1]
+
+            exporter.export = export  # type: ignore[method-assign]
             with provider.get_tracer("app").start_as_current_span("chat m1") as span:
-                span.set_attributes({"gen_ai.operation.name": "chat", "gen_ai.request.model": "m1",
-                                     "gen_ai.response.id": f"resp-{compression.value}",
-                                     "gen_ai.usage.input_tokens": 10, "gen_ai.usage.output_tokens": 5})
+                span.set_attributes(
+                    {
+                        "gen_ai.operation.name": "chat",
+                        "gen_ai.request.model": "m1",
+                        "gen_ai.response.id": f"resp-{compression.value}",
+                        "gen_ai.usage.input_tokens": 10,
+                        "gen_ai.usage.output_tokens": 5,
+                    }
+                )
             provider.shutdown()
             assert results == [SpanExportResult.SUCCESS]
         # a JSON body, pretty-printed: kept as sent, on one line
@@ -88,10 +117,11 @@ def test_the_sdk_exporters_protobuf_lands_in_ods_byte_exact_and_reads_into_dwd(s
     converted = [json.loads(line)["resourceSpans"][0] for line in lines[:2]]
     for resource_spans in converted:
         assert {"key": "strata.converted_from", "value": {"stringValue": "protobuf"}} in resource_spans["resource"][
-            "attributes"]
+            "attributes"
+        ]
         span = resource_spans["scopeSpans"][0]["spans"][0]
         assert len(span["traceId"]) == 32 and int(span["traceId"], 16) and len(span["spanId"]) == 16
-    today = dt.datetime.now(dt.timezone.utc).date()
+    today = dt.datetime.now(dt.UTC).date()
     build(settings, "requests", today)
     ids = pl.from_arrow(lake.read(settings, table("dwd.request"))).get_column("request_id").to_list()
     assert sorted(ids) == ["resp-gzip", "resp-none"]
@@ -104,9 +134,12 @@ def test_the_answers_follow_otlp_http(strata_env: Path, tmp_path: Path) -> None:
     tokens.write_text("token-of-acme-0123456789 acme\n")
     tokens.chmod(0o600)
     body = otlp_export_line([{**r, "tenant_id": None} for r in _records("a", 3)])
-    with receiver_thread(STRATA_COLLECT_MAX_BODY_BYTES=str(64 << 10), STRATA_COLLECT_TOKENS_FILE=str(tokens),
-                         STRATA_COLLECT_SPOOL_MAX_BYTES=str(2 * len(body)),
-                         STRATA_COLLECT_SEGMENT_SECONDS="3600") as url:
+    with receiver_thread(
+        STRATA_COLLECT_MAX_BODY_BYTES=str(64 << 10),
+        STRATA_COLLECT_TOKENS_FILE=str(tokens),
+        STRATA_COLLECT_SPOOL_MAX_BYTES=str(2 * len(body)),
+        STRATA_COLLECT_SEGMENT_SECONDS="3600",
+    ) as url:
         auth = {"Authorization": "Bearer token-of-acme-0123456789"}
         assert _post(url, body)[0] == 401
         assert _post(url, body, Authorization="Bearer token-of-acme-012345678X")[0] == 401
@@ -138,12 +171,14 @@ def test_the_answers_follow_otlp_http(strata_env: Path, tmp_path: Path) -> None:
     [segment] = _landed(load_settings())
     lines = [json.loads(line) for line in segment.read_bytes().splitlines()]
     assert len(lines) == 2
-    assert all({"key": "strata.tenant_id", "value": {"stringValue": "acme"}} in rs["resource"]["attributes"]
-               for line in lines for rs in line["resourceSpans"])
+    assert all(
+        {"key": "strata.tenant_id", "value": {"stringValue": "acme"}} in rs["resource"]["attributes"]
+        for line in lines
+        for rs in line["resourceSpans"]
+    )
 
 
-def test_a_restarted_receiver_converts_and_lands_what_a_killed_one_left_cut_to_whole_records(
-        strata_env: Path) -> None:
+def test_a_restarted_receiver_converts_and_lands_what_a_killed_one_left_cut_to_whole_records(strata_env: Path) -> None:
     from google.protobuf.json_format import ParseDict
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
@@ -165,8 +200,10 @@ def test_a_restarted_receiver_converts_and_lands_what_a_killed_one_left_cut_to_w
     with receiver_thread():
         pass
     [landed] = _landed(settings)
-    assert landed.relative_to(settings.landing_dir).as_posix() == \
-        "otlp/date=2026-02-02/collect-gone-1-deadbeef-000001.otlp.jsonl"
+    assert (
+        landed.relative_to(settings.landing_dir).as_posix()
+        == "otlp/date=2026-02-02/collect-gone-1-deadbeef-000001.otlp.jsonl"
+    )
     assert landed.read_bytes().splitlines() == [line, decode(protobuf, PROTOBUF, "acme").line]
     assert b'"strata.converted_from"' in landed.read_bytes() and not list(spool.iterdir())
 
@@ -195,8 +232,7 @@ class _Sender(threading.Thread):
                     time.sleep(0.02)  # refused or cut off: the receiver is down; retry
 
 
-def test_sigkill_loses_no_span_answered_200_and_a_resent_span_is_a_duplicate(strata_env: Path,
-                                                                             tmp_path: Path) -> None:
+def test_sigkill_loses_no_span_answered_200_and_a_resent_span_is_a_duplicate(strata_env: Path, tmp_path: Path) -> None:
     port = free_port()
     env = {"STRATA_COLLECT_SEGMENT_SECONDS": "0.3"}
     senders = [_Sender(port, [otlp_export_line(_records(f"s{s}-r{r}", 5)) for r in range(60)]) for s in range(4)]
@@ -220,9 +256,14 @@ def test_sigkill_loses_no_span_answered_200_and_a_resent_span_is_a_duplicate(str
     assert receiver.wait(timeout=60) in (0, -signal.SIGTERM)
     assert all(all(s.acked) for s in senders) and acked_before_kill < 240
     settings = load_settings()
-    stored = [span["attributes"][0]["value"]["stringValue"]
-              for path in _landed(settings) for line in path.read_bytes().splitlines()
-              for rs in json.loads(line)["resourceSpans"] for scope in rs["scopeSpans"] for span in scope["spans"]]
+    stored = [
+        span["attributes"][0]["value"]["stringValue"]
+        for path in _landed(settings)
+        for line in path.read_bytes().splitlines()
+        for rs in json.loads(line)["resourceSpans"]
+        for scope in rs["scopeSpans"]
+        for span in scope["spans"]
+    ]
     assert len(stored) > 1200 and not list((settings.home / "collect" / "spool").rglob("*.otlp.spool*"))
     ingest(settings, [settings.landing_dir])
     report = build(settings, "requests", DAY)
@@ -239,22 +280,30 @@ def _self_signed(folder: Path) -> tuple[Path, Path]:
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = dt.datetime.now(dt.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(1).not_valid_before(now - dt.timedelta(minutes=1)).not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .sign(key, hashes.SHA256()))
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - dt.timedelta(minutes=1))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
     cert_path, key_path = folder / "cert.pem", folder / "key.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     key_path.chmod(0o600)
     return cert_path, key_path
 
 
-def test_the_cli_serves_https_with_tokens_and_refuses_a_tokens_file_others_can_read(strata_env: Path,
-                                                                                   tmp_path: Path) -> None:
+def test_the_cli_serves_https_with_tokens_and_refuses_a_tokens_file_others_can_read(
+    strata_env: Path, tmp_path: Path
+) -> None:
     import ssl
     import subprocess
     import sys
@@ -262,20 +311,36 @@ def test_the_cli_serves_https_with_tokens_and_refuses_a_tokens_file_others_can_r
     tokens = tmp_path / "tokens"
     tokens.write_text("token-of-acme-0123456789 acme\n")
     tokens.chmod(0o644)
-    refused = subprocess.run([sys.executable, "-m", "strata", "collect"], capture_output=True, text=True,
-                             env={**os.environ, "STRATA_COLLECT_TOKENS_FILE": str(tokens)})
+    refused = subprocess.run(
+        [sys.executable, "-m", "strata", "collect"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "STRATA_COLLECT_TOKENS_FILE": str(tokens)},
+    )
     assert refused.returncode == 1 and "chmod 600" in refused.stdout + refused.stderr
     assert "token-of-acme" not in refused.stdout + refused.stderr
     tokens.chmod(0o600)
     cert, key = _self_signed(tmp_path)
     port = free_port()
-    receiver = start_cli(port, {"STRATA_COLLECT_TOKENS_FILE": str(tokens), "STRATA_COLLECT_TLS_CERT": str(cert),
-                                "STRATA_COLLECT_TLS_KEY": str(key)}, tmp_path / "collect.log")
+    receiver = start_cli(
+        port,
+        {
+            "STRATA_COLLECT_TOKENS_FILE": str(tokens),
+            "STRATA_COLLECT_TLS_CERT": str(cert),
+            "STRATA_COLLECT_TLS_KEY": str(key),
+        },
+        tmp_path / "collect.log",
+    )
     try:
-        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=30,
-                                           context=ssl.create_default_context(cafile=str(cert)))
-        conn.request("POST", "/v1/traces", body=otlp_export_line([{**_records("tls", 1)[0], "tenant_id": None}]),
-                     headers={"Content-Type": "application/json", "Authorization": "Bearer token-of-acme-0123456789"})
+        conn = http.client.HTTPSConnection(
+            "127.0.0.1", port, timeout=30, context=ssl.create_default_context(cafile=str(cert))
+        )
+        conn.request(
+            "POST",
+            "/v1/traces",
+            body=otlp_export_line([{**_records("tls", 1)[0], "tenant_id": None}]),
+            headers={"Content-Type": "application/json", "Authorization": "Bearer token-of-acme-0123456789"},
+        )
         assert conn.getresponse().status == 200
         conn.close()
     finally:
@@ -292,7 +357,9 @@ def test_receivers_sharing_a_spool_leave_each_others_open_segments_alone(strata_
         assert _post(first, body)[0] == 200
         with receiver_thread() as second:  # its start-up recovery finds the first one's open segment, locked
             assert _post(second, body)[0] == 200
-        assert len(_landed(settings)) == 1 and len(list((settings.home / "collect" / "spool").rglob("*.otlp.spool"))) == 1
+        assert (
+            len(_landed(settings)) == 1 and len(list((settings.home / "collect" / "spool").rglob("*.otlp.spool"))) == 1
+        )
     landed = _landed(settings)
     assert len(landed) == 2 and len({p.name for p in landed}) == 2
     assert [p.read_bytes() for p in landed] == [body + b"\n"] * 2

@@ -49,8 +49,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     generate(data, days=1, requests_per_day=60, seed=3, start=DAY, fault_rate=0.05)
     landing = [data / "requests" / f"date={DAY}", data / "feedback" / f"date={DAY}"]
     first = next((data / "requests" / f"date={DAY}").rglob("*.jsonl.gz"))
-    victim = next(json.loads(line)["user_id"] for line in gzip.decompress(first.read_bytes()).splitlines()
-                  if line.startswith(b"{") and b'"user_id"' in line and line.endswith(b"}"))
+    victim = next(
+        json.loads(line)["user_id"]
+        for line in gzip.decompress(first.read_bytes()).splitlines()
+        if line.startswith(b"{") and b'"user_id"' in line and line.endswith(b"}")
+    )
     homes = {"empty": root / "empty", "ingested": root / "ingested", "built": root / "built"}
     homes["empty"].mkdir()
     settings = _settings(homes["ingested"])
@@ -101,18 +104,31 @@ def _written_outside(outside: Path) -> list[str]:
     """What the isolated processes left in their /tmp, /dev/shm and home."""
     kept = {("tmp", top.name) for top in _kept(outside)}
     found = [p for p in outside.rglob("*") if p.relative_to(outside).parts[:2] not in kept]
-    return sorted(str(p) for p in found if p.is_file() or (p.is_dir() and not any(p.iterdir())
-                                                             and p.name not in ("tmp", "dev-shm", "home")))
+    return sorted(
+        str(p)
+        for p in found
+        if p.is_file() or (p.is_dir() and not any(p.iterdir()) and p.name not in ("tmp", "dev-shm", "home"))
+    )
 
 
 def _run_stopping(command: Command, home: Path, outside: Path, pause: str) -> list[Path]:
     """Run the command as a process that stops at boundaries; copy the home at each stop.
     With ``pause`` = ``every`` it goes on after each copy; with a number it is killed there."""
-    env = {**os.environ, "HOME": str(outside / "home"), "STRATA_HOME": str(home), "STRATA_PSEUDONYM_KEY": KEY,
-           "STRATA_PAUSE_AFTER": pause}
+    env = {
+        **os.environ,
+        "HOME": str(outside / "home"),
+        "STRATA_HOME": str(home),
+        "STRATA_PSEUDONYM_KEY": KEY,
+        "STRATA_PAUSE_AFTER": pause,
+    }
     (outside / "home").mkdir(parents=True)
-    proc = subprocess.Popen(_isolated([sys.executable, "-m", "strata.cli", *command.args], outside), env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _isolated([sys.executable, "-m", "strata.cli", *command.args], outside),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     copies: list[Path] = []
     while proc.poll() is None:
         if not _stopped(proc.pid):
@@ -153,7 +169,9 @@ def test_a_rerun_after_a_crash_at_any_commit_boundary_equals_a_clean_run(world: 
 
     for copy in copies:
         command.rerun(_settings(copy))
-        assert not differences(contents(_settings(copy)), expected), (copy.name, differences(
-            contents(_settings(copy)), expected))
+        assert not differences(contents(_settings(copy)), expected), (
+            copy.name,
+            differences(contents(_settings(copy)), expected),
+        )
         if name == "forget":
             assert_no_trace(copy / "lake", world["victim"])

@@ -69,8 +69,10 @@ OUTLETS = {
     "dws.build_dws": ["dws.model_features", "dws.tenant_features", "dws.user_features"],
     "features.materialize": ["features.online_store"],
     "features.check_consistency": ["ads.feature_consistency"],
-    "ads.build_ads": [f"ads.{mart}" for mart in ("data_quality", "latency_breakdown", "model_daily", "retry_storms",
-                                                 "tenant_daily", "version_mix")],
+    "ads.build_ads": [
+        f"ads.{mart}"
+        for mart in ("data_quality", "latency_breakdown", "model_daily", "retry_storms", "tenant_daily", "version_mix")
+    ],
     "apply_retention": ["dwd.quarantine", "ods.feedback_raw", "ods.request_log_raw"],
     "train": ["models.user_risk"],
     "scores.score": ["ads.user_risk_scores"],  # each shard's
@@ -113,14 +115,16 @@ def _landing(tmp_path_factory: pytest.TempPathFactory, generated: tuple[Path, di
 
 
 @pytest.fixture(scope="module")
-def single_runs(tmp_path_factory: pytest.TempPathFactory, generated: tuple[Path, dict[str, Any]],
-                cluster: ClusterRun) -> SingleRuns:
+def single_runs(
+    tmp_path_factory: pytest.TempPathFactory, generated: tuple[Path, dict[str, Any]], cluster: ClusterRun
+) -> SingleRuns:
     """The embedded runs, while the cluster works (its test compares its lake with this one)."""
     folder, manifest = generated
     home = tmp_path_factory.mktemp("embedded")
     landing = _landing(tmp_path_factory, generated, "landing")
-    settings = load_settings({"STRATA_HOME": str(home), "STRATA_LANDING_DIR": str(landing),
-                              "STRATA_PSEUDONYM_KEY": KEY})
+    settings = load_settings(
+        {"STRATA_HOME": str(home), "STRATA_LANDING_DIR": str(landing), "STRATA_PSEUDONYM_KEY": KEY}
+    )
     days = sorted(manifest["days"])
     plan: list[Run] = []
     for day in days:
@@ -157,7 +161,7 @@ def single_runs(tmp_path_factory: pytest.TempPathFactory, generated: tuple[Path,
 @pytest.mark.timeout(2400)  # its fixture runs 14 DAG runs
 def test_every_dag_runs_through_airflow_and_a_rerun_leaves_every_table_equal(single_runs: SingleRuns) -> None:
     settings, manifest, days = single_runs.settings, single_runs.manifest, single_runs.days
-    first, again = single_runs.reports[:len(single_runs.plan)], single_runs.reports[len(single_runs.plan):]
+    first, again = single_runs.reports[: len(single_runs.plan)], single_runs.reports[len(single_runs.plan) :]
     assert [r.dag_id for r in again].count("strata_daily") == len(days)  # the reruns: each day's ingest and daily
     for report in single_runs.reports:
         succeeded = [task.split("[")[0] for task, state in report.tasks.items() if state == "success"]
@@ -183,8 +187,10 @@ def test_every_dag_runs_through_airflow_and_a_rerun_leaves_every_table_equal(sin
     # Running the same dates again changes no table; the last day's scores are new.
     scored_tables = {ADS_USER_RISK_SCORES.name, ADS_SCORE_DAILY.name}
     assert set(single_runs.after_rerun) - set(single_runs.after_first_pass) == scored_tables
-    assert_same_lake(single_runs.after_first_pass,
-                     {name: rows for name, rows in single_runs.after_rerun.items() if name not in scored_tables})
+    assert_same_lake(
+        single_runs.after_first_pass,
+        {name: rows for name, rows in single_runs.after_rerun.items() if name not in scored_tables},
+    )
 
     # The weekly training registered a model, and the last day's rerun scored its users shard by shard.
     trained, scored = (next(r for r in again if r.dag_id == "strata_train"), again[-1])
@@ -224,13 +230,21 @@ class Cluster:
 
     def boot(self) -> None:
         """Migrate the metadata database and start every component, in the background."""
+
         def run() -> None:
             try:
                 self.airflow("db", "migrate")
                 for component in (["api-server"], ["scheduler"], ["dag-processor"], ["celery", "worker"]):
                     with open(self.logs / f"{'-'.join(component)}.log", "ab") as out:
-                        self.processes.append(subprocess.Popen([self._bin(), *component], env=self.env, stdout=out,
-                                                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+                        self.processes.append(
+                            subprocess.Popen(
+                                [self._bin(), *component],
+                                env=self.env,
+                                stdout=out,
+                                stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL,
+                            )
+                        )
             except BaseException as exc:  # reported by ready()
                 self._boot_error = exc
 
@@ -258,8 +272,9 @@ class Cluster:
             return {}
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        request = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method="POST",
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.url + path, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=30) as response:
             return json.load(response)
 
@@ -306,16 +321,30 @@ class ClusterRun:
             self.node.ready()
             self.node.post("/dags/strata_ingest/dagRuns", {"logical_date": _midnight_after(self.days[-1]).isoformat()})
             self.node.wait_runs("strata_ingest", "manual", 1, INGEST_S)
-            self.node.airflow("backfill", "create", "--dag-id", "strata_daily", "--from-date", self.days[0],
-                              "--to-date", self.days[-1], "--max-active-runs", "1")
+            self.node.airflow(
+                "backfill",
+                "create",
+                "--dag-id",
+                "strata_daily",
+                "--from-date",
+                self.days[0],
+                "--to-date",
+                self.days[-1],
+                "--max-active-runs",
+                "1",
+            )
             self.runs = self.node.wait_runs("strata_daily", "backfill", len(self.days), BACKFILL_S)
         except BaseException as exc:  # raised again by the test
             self.error = exc
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, generated: tuple[Path, dict[str, Any]],
-            postgres_server: Postgres, redis_server: Redis) -> Iterator[ClusterRun]:
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+    generated: tuple[Path, dict[str, Any]],
+    postgres_server: Postgres,
+    redis_server: Redis,
+) -> Iterator[ClusterRun]:
     """A cluster on fresh services, booting and then working in the background from the moment it is
     asked for; everything is stopped, dropped and flushed afterwards."""
     logs = tmp_path_factory.mktemp("cluster")
@@ -323,19 +352,36 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, generated: tuple[Path, dic
     days = sorted(generated[1]["days"])
     for day in days:  # every day's files, as the embedded runs see them arrive one day at a time
         arrive(generated[0], landing, day)
-    with s3_server(logs / "moto.log") as endpoint, postgres_server.database("strata_af_") as database, \
-            redis_server.databases(12, 13) as (broker, results):
+    with (
+        s3_server(logs / "moto.log") as endpoint,
+        postgres_server.database("strata_af_") as database,
+        redis_server.databases(12, 13) as (broker, results),
+    ):
         create_bucket(endpoint, "strata-lake")
-        settings = load_settings({"STRATA_HOME": str(logs / "home"), "STRATA_LAKE_URI": "s3://strata-lake/lake",
-                                  "STRATA_LANDING_DIR": str(landing),
-                                  "STRATA_S3_ENDPOINT_URL": endpoint, "STRATA_S3_REGION": "us-east-1",
-                                  # the writers' locks every worker sees: advisory locks in Postgres
-                                  "STRATA_LOCK_URL": postgres_server.url(database),
-                                  "STRATA_PSEUDONYM_KEY": KEY, **S3_KEYS})
-        env = {**os.environ, **airflow_env(
-            settings, port=free_port(), log_port=free_port(),
-            database=postgres_server.url(database, scheme="postgresql+psycopg"),
-            celery_broker=broker, celery_results=results)}
+        settings = load_settings(
+            {
+                "STRATA_HOME": str(logs / "home"),
+                "STRATA_LAKE_URI": "s3://strata-lake/lake",
+                "STRATA_LANDING_DIR": str(landing),
+                "STRATA_S3_ENDPOINT_URL": endpoint,
+                "STRATA_S3_REGION": "us-east-1",
+                # the writers' locks every worker sees: advisory locks in Postgres
+                "STRATA_LOCK_URL": postgres_server.url(database),
+                "STRATA_PSEUDONYM_KEY": KEY,
+                **S3_KEYS,
+            }
+        )
+        env = {
+            **os.environ,
+            **airflow_env(
+                settings,
+                port=free_port(),
+                log_port=free_port(),
+                database=postgres_server.url(database, scheme="postgresql+psycopg"),
+                celery_broker=broker,
+                celery_results=results,
+            ),
+        }
         # Runs here are triggered or backfilled, never scheduled by the clock; the scheduler looks for
         # work five times a second, not once (ten task transitions a day), and the DAG files, which
         # do not change here, are parsed once.
@@ -357,7 +403,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, generated: tuple[Path, dic
 
 @pytest.mark.timeout(PARSE_S + INGEST_S + BACKFILL_S)
 def test_the_same_dags_on_postgres_celery_and_s3_where_a_backfill_of_three_days_equals_three_single_runs(
-        cluster: ClusterRun, single_runs: SingleRuns, generated: tuple[Path, dict[str, Any]]) -> None:
+    cluster: ClusterRun, single_runs: SingleRuns, generated: tuple[Path, dict[str, Any]]
+) -> None:
     node, settings = cluster.node, cluster.settings
     manifest = generated[1]
     assert node.env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"

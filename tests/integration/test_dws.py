@@ -44,8 +44,12 @@ class Lake:
 
 
 def _requests_by_entity(settings: Settings) -> dict[str, dict[str, list[dict]]]:
-    rows = pl.read_delta(DWD_REQUEST.uri(settings)).sort("ts").with_columns(
-        model_key=pl.col("model") + "@" + pl.col("model_version").fill_null("unknown")).to_dicts()
+    rows = (
+        pl.read_delta(DWD_REQUEST.uri(settings))
+        .sort("ts")
+        .with_columns(model_key=pl.col("model") + "@" + pl.col("model_version").fill_null("unknown"))
+        .to_dicts()
+    )
     out: dict[str, dict[str, list[dict]]] = {name: {} for name in KEYS}
     for row in rows:
         for name, key in KEYS.items():
@@ -100,10 +104,13 @@ def direct(requests: list[dict], feature_ts: dt.datetime, window: str, distinct:
         "rate_limited_share": share([r["error_type"] == "rate_limited" or r["status_code"] == 429 for r in inside]),
         "latency_p50_ms": _quantile(known("duration_ms"), 0.5),
         "latency_p95_ms": _quantile(known("duration_ms"), 0.95),
-        "ttft_p95_ms": _quantile([r["ttft_ms"] for r in inside if r["operation"] == "chat"
-                                  and r["ttft_ms"] is not None], 0.95),
-        "input_tokens_mean": mean(known("input_tokens")), "output_tokens_mean": mean(known("output_tokens")),
-        "input_tokens_sum": sum(known("input_tokens")), "output_tokens_sum": sum(known("output_tokens")),
+        "ttft_p95_ms": _quantile(
+            [r["ttft_ms"] for r in inside if r["operation"] == "chat" and r["ttft_ms"] is not None], 0.95
+        ),
+        "input_tokens_mean": mean(known("input_tokens")),
+        "output_tokens_mean": mean(known("output_tokens")),
+        "input_tokens_sum": sum(known("input_tokens")),
+        "output_tokens_sum": sum(known("output_tokens")),
         "cost_usd_sum": sum(known("cost_usd")),
         "cache_hit_rate": share(known("cache_hit")),
         "night_share": share([r["ts"].hour >= 22 or r["ts"].hour < 6 for r in inside]),
@@ -122,8 +129,10 @@ def expected_row(requests: list[dict], feature_ts: dt.datetime, distinct: bool) 
 
 def changed(requests: list[dict], feature_ts: dt.datetime) -> bool:
     """Whether any window ending at feature_ts holds other requests than the one ending an hour before."""
-    return any(_span(requests, feature_ts - w, feature_ts) != _span(requests, feature_ts - HOUR - w, feature_ts - HOUR)
-               for w in WINDOWS.values())
+    return any(
+        _span(requests, feature_ts - w, feature_ts) != _span(requests, feature_ts - HOUR - w, feature_ts - HOUR)
+        for w in WINDOWS.values()
+    )
 
 
 def assert_same(found: dict[str, object], expected: dict[str, object], where: object) -> None:
@@ -236,9 +245,16 @@ def test_a_rebuild_is_idempotent_and_picks_up_a_dwd_change(built: Lake, monkeypa
     # A late change of one user's requests of `day` (slower, and one fewer): rebuild day..day+8.
     user = before.sort("request_count_1h")["user_pseudonym"][-1]
     gone = next(r["request_id"] for r in built.requests[users.name][user] if r["ts"].date() == day)
-    republish(settings, DWD_REQUEST, lambda f: f.filter(pl.col("request_id") != gone).with_columns(
-        duration_ms=pl.when(pl.col("user_pseudonym") == user).then(pl.col("duration_ms") * 3)
-        .otherwise(pl.col("duration_ms"))), partitions=[{"event_date": day}])
+    republish(
+        settings,
+        DWD_REQUEST,
+        lambda f: f.filter(pl.col("request_id") != gone).with_columns(
+            duration_ms=pl.when(pl.col("user_pseudonym") == user)
+            .then(pl.col("duration_ms") * 3)
+            .otherwise(pl.col("duration_ms"))
+        ),
+        partitions=[{"event_date": day}],
+    )
     for d in affected_days(day):
         if d in BUILT:
             build_entity(settings, USER, d)

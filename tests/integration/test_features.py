@@ -49,8 +49,9 @@ BOB = pseudonym(KEY.encode(), "bob")
 
 
 def _settings(home: Path, lake_dir: Path, **env: str) -> Settings:
-    return load_settings({"STRATA_HOME": str(home), "STRATA_LAKE_URI": str(lake_dir), "STRATA_PSEUDONYM_KEY": KEY,
-                          **env})
+    return load_settings(
+        {"STRATA_HOME": str(home), "STRATA_LAKE_URI": str(lake_dir), "STRATA_PSEUDONYM_KEY": KEY, **env}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -68,15 +69,19 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def _rows(path: Path, view: str) -> list[tuple]:
     with sqlite3.connect(path) as con:
-        return con.execute(f'SELECT entity_key, feature_name, value, value_text, vector_value, event_ts, created_ts '
-                           f'FROM "{PROJECT}_{view}" ORDER BY entity_key, feature_name').fetchall()
+        return con.execute(
+            f"SELECT entity_key, feature_name, value, value_text, vector_value, event_ts, created_ts "
+            f'FROM "{PROJECT}_{view}" ORDER BY entity_key, feature_name'
+        ).fetchall()
 
 
 def test_our_sqlite_rows_are_byte_identical_to_feasts(world: dict) -> None:
     assert {v.mode for v in world["report"].views} == {"full"}
     for source in feature_tables():
-        ours, theirs = _rows(sqlite_path(world["ours"]), view_name(source)), _rows(sqlite_path(world["feast"]),
-                                                                                  view_name(source))
+        ours, theirs = (
+            _rows(sqlite_path(world["ours"]), view_name(source)),
+            _rows(sqlite_path(world["feast"]), view_name(source)),
+        )
         assert len(ours) == len(world["keys"][source.name]) * len(feature_names(source))
         assert ours == theirs
         if any(not source.contract.column(f).required for f in feature_names(source)):
@@ -95,15 +100,20 @@ def test_batched_reader_returns_what_the_sdk_returns(world: dict) -> None:
         view = views_of(view_name(source))[0]
         keys = [*world["keys"][source.name][:40], "nobody-at-all"]
         features = list(view.features[:20])
-        sdk = store.get_online_features(features=[f"{view.name}:{f}" for f in features],
-                                        entity_rows=[{view.key: k} for k in keys]).to_dict()
+        sdk = store.get_online_features(
+            features=[f"{view.name}:{f}" for f in features], entity_rows=[{view.key: k} for k in keys]
+        ).to_dict()
         ours, times = reader(world["ours"]).read(view, keys, features)
         assert ours == sdk
         assert times[-1] is None and times[0] is not None and times[0].tzinfo is not None
     values = get_online_features(world["ours"], "user", "alice")
     assert len(views_of("user")) == 2  # the user's features and the batch scores, read together
-    assert values == {f: v[0] for view in views_of("user")
-                      for f, v in reader(world["ours"]).read(view, [ALICE])[0].items() if f != "user_pseudonym"}
+    assert values == {
+        f: v[0]
+        for view in views_of("user")
+        for f, v in reader(world["ours"]).read(view, [ALICE])[0].items()
+        if f != "user_pseudonym"
+    }
 
 
 def test_a_rebuilt_partition_is_materialized_again_and_read_offline(world: dict) -> None:
@@ -112,8 +122,12 @@ def test_a_rebuilt_partition_is_materialized_again_and_read_offline(world: dict)
     keys = world["keys"][source.name]
     only_day1, both_days = keys[-2], keys[0]  # the first half has a newer row on day 2
     before = reader(settings).read(views_of("user")[0], [only_day1, both_days], ["request_count_24h"])[0]
-    republish(settings, source, lambda f: f.with_columns(pl.col("request_count_24h") + 1000),
-              partitions=[{"event_date": DAY1}])
+    republish(
+        settings,
+        source,
+        lambda f: f.with_columns(pl.col("request_count_24h") + 1000),
+        partitions=[{"event_date": DAY1}],
+    )
     report = materialize(settings)
     run = next(v for v in report.views if v.view == "user_features")
     assert (run.mode, run.partitions, run.entities) == ("incremental", [DAY1.isoformat()], len(keys))
@@ -128,9 +142,14 @@ def test_a_rebuilt_partition_is_materialized_again_and_read_offline(world: dict)
 
     store, _ = applied_store(settings)
     at = pd.Timestamp(dt.datetime.combine(DAY1, dt.time(23, 59), dt.UTC))
-    frame = store.get_historical_features(
-        entity_df=pd.DataFrame({"user_pseudonym": [only_day1, "nobody"], "event_timestamp": [at, at]}),
-        features=["user_features:request_count_24h"]).to_df().set_index("user_pseudonym")
+    frame = (
+        store.get_historical_features(
+            entity_df=pd.DataFrame({"user_pseudonym": [only_day1, "nobody"], "event_timestamp": [at, at]}),
+            features=["user_features:request_count_24h"],
+        )
+        .to_df()
+        .set_index("user_pseudonym")
+    )
     assert frame.loc[only_day1, "request_count_24h"] == after["request_count_24h"][0]
     assert pd.isna(frame.loc["nobody", "request_count_24h"]) and len(frame) == 2
 
@@ -161,8 +180,9 @@ def test_redis_matches_feasts_layout_and_reads_back(world: dict, redis_server: R
         view = views_of("user")[0]
         users = [*world["keys"]["dws.user_features"][:30], "nobody"]
         ours_store, _ = applied_store(ours)
-        sdk = ours_store.get_online_features(features=[f"{view.name}:{f}" for f in view.features],
-                                             entity_rows=[{view.key: k} for k in users]).to_dict()
+        sdk = ours_store.get_online_features(
+            features=[f"{view.name}:{f}" for f in view.features], entity_rows=[{view.key: k} for k in users]
+        ).to_dict()
         assert reader(ours).read(view, users)[0] == sdk
         newest = reader(ours).read(view, users[:1])[1][0]
         materialize(ours, start=START, end=dt.datetime.combine(DAY2, dt.time(), dt.UTC))  # older rows
@@ -189,7 +209,8 @@ def test_consistency_is_clean_then_finds_a_planted_skew(world: dict) -> None:
     with pytest.raises(LookupError, match="cannot be made again"):
         check_consistency(settings, DAY2 - dt.timedelta(days=1))
     assert {v.view: v.sampled for v in clean.views} == {
-        view_name(t): lake.read_frame(settings, t)[join_key(t)].n_unique() for t in feature_tables()}
+        view_name(t): lake.read_frame(settings, t)[join_key(t)].n_unique() for t in feature_tables()
+    }
     written = lake.read_frame(settings, table("ads.feature_consistency"))
     assert written.height == sum(len(feature_names(t)) + 1 for t in feature_tables())
     assert written["mismatches"].sum() == 0 and written["mismatch_rate"].max() == 0.0
@@ -199,15 +220,19 @@ def test_consistency_is_clean_then_finds_a_planted_skew(world: dict) -> None:
     victim = world["keys"]["dws.tenant_features"][0]
     ek = entity_keys(view.key, pa.array([victim]))[0]
     with sqlite3.connect(sqlite_path(settings)) as con:
-        changed = con.execute(f'UPDATE "{PROJECT}_{view.name}" SET value = ? WHERE entity_key = ? AND feature_name = ?',
-                              [b")" + struct.pack("<d", 123.25), ek, "latency_p95_ms_24h"]).rowcount
+        changed = con.execute(
+            f'UPDATE "{PROJECT}_{view.name}" SET value = ? WHERE entity_key = ? AND feature_name = ?',
+            [b")" + struct.pack("<d", 123.25), ek, "latency_p95_ms_24h"],
+        ).rowcount
     assert changed == 1
     skewed = check_consistency(settings, DAY2, sample=10_000)
     assert skewed.skewed() == [("tenant_features", "latency_p95_ms_24h", 1)]
     assert skewed.views[1].examples["latency_p95_ms_24h"][0][:2] == (victim, 123.25)
     rows = lake.read_frame(settings, table("ads.feature_consistency")).filter(pl.col("mismatches") > 0)
-    assert sorted(rows.select("feature_view", "feature").rows()) == [("tenant_features", "*"),
-                                                                     ("tenant_features", "latency_p95_ms_24h")]
+    assert sorted(rows.select("feature_view", "feature").rows()) == [
+        ("tenant_features", "*"),
+        ("tenant_features", "latency_p95_ms_24h"),
+    ]
 
 
 def test_pipeline_steps_and_the_get_command(world: dict) -> None:
@@ -222,10 +247,12 @@ def test_pipeline_steps_and_the_get_command(world: dict) -> None:
     assert unchanged.counts["values_written"] == 0 and unchanged.versions["dws.user_features"] is not None
     values = pipeline.get_online_features(settings, "user", "alice")
     assert set(values) == set(feature_names(table("dws.user_features"))) | set(
-        feature_names(table("ads.user_risk_scores")))  # the user's features and scores, together
+        feature_names(table("ads.user_risk_scores"))
+    )  # the user's features and scores, together
     assert values["request_count_1h"] is not None
-    result = CliRunner().invoke(app, ["features", "get", "user=alice", "-f", "request_count_1h,error_rate_7d"],
-                                env=settings.to_env())
+    result = CliRunner().invoke(
+        app, ["features", "get", "user=alice", "-f", "request_count_1h,error_rate_7d"], env=settings.to_env()
+    )
     assert result.exit_code == 0, result.output
     assert str(values["request_count_1h"]) in result.output and "2026-03-0" in result.output
     assert "alice" in result.output and ALICE not in result.output
@@ -239,11 +266,13 @@ def test_forget_removes_the_users_online_rows(world: dict) -> None:
     assert ALICE.encode() in path.read_bytes()
     result = pipeline.forget(settings, "alice")
     assert result.counts["online_sqlite_removed"] == sum(
-        len(feature_names(table(t))) for t in ("dws.user_features", "ads.user_risk_scores"))
+        len(feature_names(table(t))) for t in ("dws.user_features", "ads.user_risk_scores")
+    )
     assert result.counts["dws.user_features_removed"] >= 1
     with sqlite3.connect(path) as con:
-        left = con.execute(f'SELECT count(*) FROM "{PROJECT}_user_features" WHERE instr(entity_key, ?) > 0',
-                           [ALICE.encode()]).fetchone()[0]
+        left = con.execute(
+            f'SELECT count(*) FROM "{PROJECT}_user_features" WHERE instr(entity_key, ?) > 0', [ALICE.encode()]
+        ).fetchone()[0]
         others = con.execute(f'SELECT count(DISTINCT entity_key) FROM "{PROJECT}_user_features"').fetchone()[0]
     # Bob, forgotten in the shared lake by the Redis test, left this store at its next materialization.
     assert left == 0 and others == len(world["keys"]["dws.user_features"]) - 2
@@ -254,8 +283,13 @@ def test_forget_removes_the_users_online_rows(world: dict) -> None:
 
 def _serve(port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:  # the server holds its own copy
-        return subprocess.Popen([str(Path(sys.executable).parent / "strata"), "features", "serve", "--port",
-                                 str(port)], env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return subprocess.Popen(
+            [str(Path(sys.executable).parent / "strata"), "features", "serve", "--port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
 
 
 def _call(port: int, method: str, path: str, body: Any = None) -> tuple[int, str]:
@@ -306,8 +340,9 @@ def test_the_feature_server_serves_over_http_and_dies_whole(world: dict, tmp_pat
     server = _serve(port, env, log)
     try:
         answer = _lookup(port, body, server, log)
-        served = {name: result["values"] for name, result in zip(answer["metadata"]["feature_names"],
-                                                                  answer["results"])}
+        served = {
+            name: result["values"] for name, result in zip(answer["metadata"]["feature_names"], answer["results"])
+        }
         assert served == ours
         assert _call(port, "POST", "/write-to-online-store", {})[0] == 404  # reads only (Feast's app: 422)
         server.kill()  # the master, with SIGKILL: it can do nothing about it
@@ -359,20 +394,32 @@ def test_the_feature_server_answers_lookups_only_and_refuses_bad_ones_with_4xx(w
 
     store, _ = applied_store(world["ours"])
     every = get_app(store).routes
-    assert {"/write-to-online-store", "/materialize", "/push", "/materialize-incremental", "/chat", "/ws/chat",
-            "/static"} <= {r.path for r in every}
+    assert {
+        "/write-to-online-store",
+        "/materialize",
+        "/push",
+        "/materialize-incremental",
+        "/chat",
+        "/ws/chat",
+        "/static",
+    } <= {r.path for r in every}
     view = views_of("user")[0]
     keys = world["keys"]["dws.user_features"][:2]
     lookup = {"features": [f"{view.name}:{f}" for f in view.features[:3]], "entities": {view.key: keys}}
-    refused = {"a body over the limit": ({**lookup, "pad": "x" * 5000}, 413, "over the limit of 4,096 bytes"),
-               "too many entities": ({**lookup, "entities": {view.key: ["k"] * 51}}, 413, "at most 50"),
-               "a number for a string key": ({**lookup, "entities": {view.key: [7]}}, 422, "takes str values"),
-               "a null key": ({**lookup, "entities": {view.key: [None]}}, 422, "takes str values, not null"),
-               "an unknown key": ({**lookup, "entities": {"user": keys}}, 422, "unknown entity key"),
-               "the wrong key": ({**lookup, "entities": {"tenant_id": ["t"]}}, 422, "need the entity key"),
-               "keys of unequal length": ({**lookup, "entities": {view.key: keys, "tenant_id": ["t"]}}, 422,
-                                          "differ in length"),
-               "no features": ({"entities": {view.key: keys}}, 422, "name the features")}
+    refused = {
+        "a body over the limit": ({**lookup, "pad": "x" * 5000}, 413, "over the limit of 4,096 bytes"),
+        "too many entities": ({**lookup, "entities": {view.key: ["k"] * 51}}, 413, "at most 50"),
+        "a number for a string key": ({**lookup, "entities": {view.key: [7]}}, 422, "takes str values"),
+        "a null key": ({**lookup, "entities": {view.key: [None]}}, 422, "takes str values, not null"),
+        "an unknown key": ({**lookup, "entities": {"user": keys}}, 422, "unknown entity key"),
+        "the wrong key": ({**lookup, "entities": {"tenant_id": ["t"]}}, 422, "need the entity key"),
+        "keys of unequal length": (
+            {**lookup, "entities": {view.key: keys, "tenant_id": ["t"]}},
+            422,
+            "differ in length",
+        ),
+        "no features": ({"entities": {view.key: keys}}, 422, "name the features"),
+    }
     for allow_writes in (False, True):
         app = build_app(store, allow_writes=allow_writes, limits=Limits(max_body=4096, max_entities=50))
         served = READ_ROUTES | (WRITE_ROUTES if allow_writes else frozenset())
@@ -410,7 +457,8 @@ def test_end_to_end_from_generated_logs(tmp_path: Path) -> None:
     row = latest.row(0, named=True)
     online = get_online_features(settings, "user", row["user_pseudonym"], pseudonymize=False)
     assert online == {f: row[f] for f in feature_names(table("dws.user_features"))} | {
-        f: None for f in feature_names(table("ads.user_risk_scores"))}  # nothing scored yet
+        f: None for f in feature_names(table("ads.user_risk_scores"))
+    }  # nothing scored yet
     check = pipeline.check_consistency(settings, days[-1])
     assert check.counts["mismatches"] == 0 and check.counts["missing"] == 0 and check.counts["entities_sampled"] > 0
 
@@ -420,11 +468,14 @@ def test_training_sets_by_duckdb_equal_feasts(world: dict) -> None:
     from features.retrieval import historical_features
 
     keys = [*world["keys"]["dws.user_features"][:40], "nobody"]
-    instants = [dt.datetime.combine(DAY1, dt.time(12), dt.UTC),
-                dt.datetime.combine(DAY2, dt.time(23, 59), dt.UTC),
-                dt.datetime.combine(DAY2 + dt.timedelta(days=9), dt.time(6), dt.UTC)]  # past the TTL
-    rows = pl.DataFrame({"user_pseudonym": [k for k in keys for _ in instants],
-                         "event_timestamp": [t for _ in keys for t in instants]})
+    instants = [
+        dt.datetime.combine(DAY1, dt.time(12), dt.UTC),
+        dt.datetime.combine(DAY2, dt.time(23, 59), dt.UTC),
+        dt.datetime.combine(DAY2 + dt.timedelta(days=9), dt.time(6), dt.UTC),
+    ]  # past the TTL
+    rows = pl.DataFrame(
+        {"user_pseudonym": [k for k in keys for _ in instants], "event_timestamp": [t for _ in keys for t in instants]}
+    )
     feast = historical_features(world["ours"], rows, "user_risk_v1", engine="feast")
     duck = historical_features(world["ours"], rows, "user_risk_v1", engine="duckdb")
     assert feast.features == duck.features and feast.source_table == duck.source_table == "dws.user_features"
@@ -450,11 +501,13 @@ def test_the_sources_name_the_stores_endpoint_only_for_a_lake_on_it(tmp_path: Pa
 
 
 def test_the_feast_config_names_the_redis_password_and_feast_reads_it_from_the_environment(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(REDIS_PASSWORD_VARIABLE, "stale")  # the settings win; restored afterwards
     password = "s3cret-pw$HOME"  # a '$' in it is not expanded either
-    settings = load_settings({"STRATA_HOME": str(tmp_path),
-                              "STRATA_ONLINE_STORE": f"redis://app:{password}@127.0.0.1:6379/11"})
+    settings = load_settings(
+        {"STRATA_HOME": str(tmp_path), "STRATA_ONLINE_STORE": f"redis://app:{password}@127.0.0.1:6379/11"}
+    )
     store = open_store(settings)
     assert password not in (tmp_path / "feast" / "feature_store.yaml").read_text()
     assert store.config.online_store.connection_string == f"127.0.0.1:6379,db=11,username=app,password={password}"

@@ -53,8 +53,7 @@ LANDING: dict[str, Path] = {}
 
 
 def _env(home: Path, **more: str) -> dict[str, str]:
-    return {"STRATA_HOME": str(home), "STRATA_PSEUDONYM_KEY": KEY, "STRATA_LANDING_DIR": str(LANDING["dir"]),
-            **more}
+    return {"STRATA_HOME": str(home), "STRATA_PSEUDONYM_KEY": KEY, "STRATA_LANDING_DIR": str(LANDING["dir"]), **more}
 
 
 def _train(settings: Settings) -> None:
@@ -63,11 +62,14 @@ def _train(settings: Settings) -> None:
     source = table("dws.user_features")
     rows = lake.read_frame(settings, source)
     names = [c.name for c in source.contract.columns if c.name.endswith(("_1h", "_24h", "_7d"))]
-    frame = rows.with_columns(event_timestamp=pl.col("feature_ts"),
-                              label=(pl.int_range(pl.len()) % 2).cast(pl.Int8))
-    fit_and_register(settings, "user_risk", TrainingSet(frame, "user_pseudonym", names, "user_risk_v1", source.name,
-                                                        dt.timedelta(days=8)),
-                     split_at=frame.get_column("event_timestamp").sort()[frame.height // 2], window=(DAYS[1], DAYS[1]))
+    frame = rows.with_columns(event_timestamp=pl.col("feature_ts"), label=(pl.int_range(pl.len()) % 2).cast(pl.Int8))
+    fit_and_register(
+        settings,
+        "user_risk",
+        TrainingSet(frame, "user_pseudonym", names, "user_risk_v1", source.name, dt.timedelta(days=8)),
+        split_at=frame.get_column("event_timestamp").sort()[frame.height // 2],
+        window=(DAYS[1], DAYS[1]),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +125,10 @@ def _assert_nowhere(home: Path, redis_url: str, texts: list[str]) -> None:
     import redis
 
     client = redis.Redis.from_url(redis_url)
-    held = b"".join(k + (b"".join(client.hgetall(k).values()) if client.type(k) == b"hash" else client.dump(k) or b"")
-                    for k in client.keys())  # noqa: SIM118 - Redis KEYS, not a dict
+    held = b"".join(
+        k + (b"".join(client.hgetall(k).values()) if client.type(k) == b"hash" else client.dump(k) or b"")
+        for k in client.keys()  # noqa: SIM118 - Redis KEYS, not a dict
+    )
     for text in texts:
         assert_no_trace(home, text)  # the lake, the landing zone, the online SQLite file, scratch
         assert text.encode() not in held, f"{text!r} is still in Redis"
@@ -142,16 +146,26 @@ def _stopped(proc: subprocess.Popen[str], step: str) -> None:
 def _race(world: dict, step: str, home: Path, lock_env: dict[str, str]) -> None:
     env = {**os.environ, **_env(home, **lock_env), "STRATA_LOCK_WAIT": "300"}
     cli = [sys.executable, "-m", "strata.cli"]
-    runner = subprocess.Popen([*cli, *STEPS[step]], env={**env, "STRATA_PAUSE_AT_READ": step}, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    runner = subprocess.Popen(
+        [*cli, *STEPS[step]],
+        env={**env, "STRATA_PAUSE_AT_READ": step},
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         _stopped(runner, step)
         # Paused after its first read, the step holds a lock forget needs: a forget now has to wait.
         settings = load_settings({**_env(home, **lock_env), "STRATA_LOCK_WAIT": "0"})
         with pytest.raises(locks.LockHeld), locks.hold(settings, write=[(t, None) for t in searched_tables()]):
             pass
-        forget = subprocess.Popen([*cli, "forget", "--user", world["victim"]], env=env, text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        forget = subprocess.Popen(
+            [*cli, "forget", "--user", world["victim"]],
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         runner.send_signal(18)  # SIGCONT
         for proc, name in ((runner, step), (forget, "forget")):
             _, err = proc.communicate(timeout=120)
@@ -168,9 +182,9 @@ OTHERS = {step: "postgres" if backend == "files" else "files" for step, backend 
 
 
 @pytest.mark.parametrize("backends", [MIXED, pytest.param(OTHERS, marks=pytest.mark.slow)], ids=["mixed", "others"])
-def test_forget_wins_against_every_step_paused_after_its_first_read(world: dict, backends: dict[str, str],
-                                                                    tmp_path: Path,
-                                                                    request: pytest.FixtureRequest) -> None:
+def test_forget_wins_against_every_step_paused_after_its_first_read(
+    world: dict, backends: dict[str, str], tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     import redis
 
     victim = world["victim"]

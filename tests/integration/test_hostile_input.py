@@ -27,9 +27,18 @@ STRATA = [sys.executable, "-m", "strata.cli"]
 
 
 def record(request_id: str, day: dt.date = DAY, **fields: object) -> dict:
-    base = {"request_id": request_id, "ts": f"{day.isoformat()}T09:00:00Z", "duration_ms": 10.0, "tenant_id": "t1",
-            "user_id": "u1", "operation": "chat", "model": "m1", "input_tokens": 3, "output_tokens": 4,
-            "status_code": 200}
+    base = {
+        "request_id": request_id,
+        "ts": f"{day.isoformat()}T09:00:00Z",
+        "duration_ms": 10.0,
+        "tenant_id": "t1",
+        "user_id": "u1",
+        "operation": "chat",
+        "model": "m1",
+        "input_tokens": 3,
+        "output_tokens": 4,
+        "status_code": 200,
+    }
     base.update(fields)
     return base
 
@@ -41,8 +50,13 @@ def write_lines(path: Path, records: list[dict]) -> Path:
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*STRATA, *args], env={**os.environ, "COLUMNS": "200", **(env or {})},
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [*STRATA, *args],
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def assert_exact_types(settings) -> None:
@@ -62,41 +76,57 @@ def test_ingest_after_forget_and_every_rewrite_keeps_exact_types(tmp_path: Path,
     settings = load_settings()
     write_lines(tmp_path / "a" / "requests.jsonl", [record("r1", user_id="victim"), record("r2")])
     feedback = tmp_path / "a" / "feedback" / "fb.jsonl"
-    write_lines(feedback, [{"request_id": "r2", "ts": f"{DAY}T12:00:00Z", "kind": "thumb", "value": "up",
-                            "source": "app"}])
+    write_lines(
+        feedback, [{"request_id": "r2", "ts": f"{DAY}T12:00:00Z", "kind": "thumb", "value": "up", "source": "app"}]
+    )
     ingest(settings, [tmp_path / "a"])
     build_day(settings, DAY)
     forget_user(settings, "victim")  # rewrites ODS, DWD, the quarantine
     assert_exact_types(settings)
     report = ingest(settings, [write_lines(tmp_path / "b.jsonl", [record("r3")])])  # failed before: string_view
     assert [f.lines for f in report.landed] == [1]
-    write_lines(tmp_path / "c" / "feedback" / "late.jsonl", [{  # late feedback: a relabel (was a Delta MERGE)
-        "request_id": "r3", "ts": f"{DAY + dt.timedelta(days=1)}T08:00:00Z", "kind": "flag", "value": "spam",
-        "source": "trust"}])
+    write_lines(
+        tmp_path / "c" / "feedback" / "late.jsonl",
+        [
+            {  # late feedback: a relabel (was a Delta MERGE)
+                "request_id": "r3",
+                "ts": f"{DAY + dt.timedelta(days=1)}T08:00:00Z",
+                "kind": "flag",
+                "value": "spam",
+                "source": "trust",
+            }
+        ],
+    )
     ingest(settings, [tmp_path / "c"])
     build_day(settings, DAY)
     build_day(settings, DAY + dt.timedelta(days=1))
-    assert lake.read_frame(settings, DWD_REQUEST).filter(pl.col("request_id") == "r3")["feedback_value"].to_list() \
-        == ["spam"]
+    assert lake.read_frame(settings, DWD_REQUEST).filter(pl.col("request_id") == "r3")["feedback_value"].to_list() == [
+        "spam"
+    ]
     ingest(settings, [tmp_path / "b.jsonl"], reland=True)
     apply_retention(settings, days=1, today=DAY + dt.timedelta(days=10))
     assert_exact_types(settings)
 
 
 def test_a_mapping_is_checked_before_anything_is_written_and_kept_only_when_lines_land(
-        tmp_path: Path, strata_env: Path) -> None:
+    tmp_path: Path, strata_env: Path
+) -> None:
     settings = load_settings()
     sample = write_lines(tmp_path / "trace.jsonl", [{"id": "x1", "t": 1772355600000, "tok": 5}])
     escaping = tmp_path / "escape.yaml"
-    escaping.write_text('name: "../../../../tmp/strata-escape"\nformat: jsonl\nfields: {request_id: id, ts: t}\n'
-                        "timestamp: {unit: ms}\nconstants: {tenant_id: t, model: m}\n")
+    escaping.write_text(
+        'name: "../../../../tmp/strata-escape"\nformat: jsonl\nfields: {request_id: id, ts: t}\n'
+        "timestamp: {unit: ms}\nconstants: {tenant_id: t, model: m}\n"
+    )
     with pytest.raises(ValueError, match=r"escape\.yaml: name:"):
         ingest(settings, [sample], mapping_file=escaping)
     assert not Path(settings.lake_uri).exists() and not Path("/tmp/strata-escape.yaml").exists()
 
     misspelt = tmp_path / "misspelt.yaml"
-    misspelt.write_text("name: mytrace\nformat: jsonl\nfields: {request_id: id, ts: t, input_tokens: tokn}\n"
-                        "timestamp: {unit: ms}\nconstants: {tenant_id: t, model: m}\n")
+    misspelt.write_text(
+        "name: mytrace\nformat: jsonl\nfields: {request_id: id, ts: t, input_tokens: tokn}\n"
+        "timestamp: {unit: ms}\nconstants: {tenant_id: t, model: m}\n"
+    )
     report = ingest(settings, [sample], mapping_file=misspelt)
     assert any("input_tokens" in w and "'tokn'" in w for w in report.warnings), report.warnings
     registered = sorted(p.name for p in (Path(settings.lake_uri) / "ods" / "_mappings").iterdir())
@@ -109,9 +139,14 @@ def test_a_mapping_is_checked_before_anything_is_written_and_kept_only_when_line
 
 def test_implausible_timestamps_are_quarantined_with_their_own_rules(tmp_path: Path, strata_env: Path) -> None:
     settings = load_settings()
-    lines = [record("ok"), record("y1969", ts="1969-12-31T23:00:00Z"), record("y1970", ts="1970-01-01T00:00:01Z"),
-             record("y1999", ts="1999-06-01T00:00:00Z"), record("epoch_s", ts=1772355600),  # seconds, read as ms
-             record("inf", duration_ms="Infinity")]
+    lines = [
+        record("ok"),
+        record("y1969", ts="1969-12-31T23:00:00Z"),
+        record("y1970", ts="1970-01-01T00:00:01Z"),
+        record("y1999", ts="1999-06-01T00:00:00Z"),
+        record("epoch_s", ts=1772355600),  # seconds, read as ms
+        record("inf", duration_ms="Infinity"),
+    ]
     ingest(settings, [write_lines(tmp_path / f"date={DAY}" / "r.jsonl", lines)])
     result = build(settings, "requests", DAY)
     rules = {r["request_id"]: r["rules"] for r in lake.read_frame(settings, DWD_QUARANTINE).iter_rows(named=True)}
@@ -125,17 +160,22 @@ def test_a_trace_whose_mapping_forgot_its_epoch_offset_is_quarantined_whole(tmp_
     settings = load_settings()
     trace = write_lines(tmp_path / f"date={DAY}" / "trace.jsonl", [{"id": f"x{i}", "t": 60 * i} for i in range(5)])
     mapping = tmp_path / "relative.yaml"  # seconds since the trace started, and no epoch_offset_s
-    mapping.write_text("name: relative\nformat: jsonl\nfields: {request_id: id, ts: t}\ntimestamp: {unit: s}\n"
-                       "constants: {tenant_id: t, model: m}\n")
+    mapping.write_text(
+        "name: relative\nformat: jsonl\nfields: {request_id: id, ts: t}\ntimestamp: {unit: s}\n"
+        "constants: {tenant_id: t, model: m}\n"
+    )
     ingest(settings, [trace], mapping_file=mapping)
     result = build(settings, "requests", DAY)
     assert result.published == 0 and result.rules.get("ts.floor") == 5
 
 
-def test_a_build_without_its_key_writes_nothing(tmp_path: Path, strata_env: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    write_lines(tmp_path / "feedback" / "fb.jsonl", [{"request_id": "r1", "ts": f"{DAY}T12:00:00Z",
-                                                      "kind": "thumb", "value": "up", "source": "app"}])
+def test_a_build_without_its_key_writes_nothing(
+    tmp_path: Path, strata_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_lines(
+        tmp_path / "feedback" / "fb.jsonl",
+        [{"request_id": "r1", "ts": f"{DAY}T12:00:00Z", "kind": "thumb", "value": "up", "source": "app"}],
+    )
     write_lines(tmp_path / "requests.jsonl", [record("r1")])
     ingest(load_settings(), [tmp_path])
     monkeypatch.delenv("STRATA_PSEUDONYM_KEY")
@@ -161,22 +201,39 @@ def test_a_commit_refused_by_a_concurrent_writer_leaves_its_audit_row(tmp_path: 
         "    yield pl.DataFrame({'table_name': ['dwd.request'], 'event_date': [dt.date(2026, 3, 1)], 'ods_rows': [1],"
         " 'dwd_rows': [1], 'duplicates': [0], 'quarantined': [0], 'malformed': [0], 'balanced': [True]})\n"
         "publish(load_settings(), OPS_BOOKS, rows(), partitions=[{'event_date': dt.date(2026, 3, 1)}],"
-        " expectations=False)\n")
+        " expectations=False)\n"
+    )
     env = {**os.environ, "STRATA_LAKE_URI": str(lake_root)}
-    existing = subprocess.run([sys.executable, "-c", slow.replace("time.sleep(4)", "pass").replace(
-        "dt.date(2026, 3, 1)", "dt.date(2026, 2, 28)")], env={**env, "STRATA_HOME": str(tmp_path / "h0")})
+    existing = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            slow.replace("time.sleep(4)", "pass").replace("dt.date(2026, 3, 1)", "dt.date(2026, 2, 28)"),
+        ],
+        env={**env, "STRATA_HOME": str(tmp_path / "h0")},
+    )
     assert existing.returncode == 0  # the table exists: its first commit is not a race of creations
-    first = subprocess.Popen([sys.executable, "-c", slow], env={**env, "STRATA_HOME": str(tmp_path / "h1")},
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [sys.executable, "-c", slow],
+        env={**env, "STRATA_HOME": str(tmp_path / "h1")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert first.stdout is not None and first.stdout.readline().strip() == "writing"
-    second = subprocess.run([sys.executable, "-c", slow.replace("time.sleep(4)", "pass")],
-                            env={**env, "STRATA_HOME": str(tmp_path / "h2")}, capture_output=True, text=True)
+    second = subprocess.run(
+        [sys.executable, "-c", slow.replace("time.sleep(4)", "pass")],
+        env={**env, "STRATA_HOME": str(tmp_path / "h2")},
+        capture_output=True,
+        text=True,
+    )
     assert second.returncode == 0, second.stderr
     _, err = first.communicate(timeout=120)
     assert first.returncode != 0 and "concurrent" in err.lower(), err
     settings = load_settings({**env, "STRATA_HOME": str(tmp_path / "h1")})
-    audit = lake.read_frame(settings, OPS_AUDIT_LOG).filter(pl.col("table_name") == "ops.books",
-                                                             pl.col("partition") == "event_date = '2026-03-01'")
+    audit = lake.read_frame(settings, OPS_AUDIT_LOG).filter(
+        pl.col("table_name") == "ops.books", pl.col("partition") == "event_date = '2026-03-01'"
+    )
     assert sorted(audit["status"].to_list()) == ["failed", "published"]
     assert "concurrent" in audit.filter(pl.col("status") == "failed")["message"][0].lower()
 
@@ -215,8 +272,14 @@ def test_one_unreadable_gzip_does_not_stop_the_others(tmp_path: Path, strata_env
 def test_lineage_is_absolute_and_every_write_says_which_lake(tmp_path: Path, strata_env: Path) -> None:
     day_folder = tmp_path / f"date={DAY}"
     write_lines(day_folder / "r.jsonl", [record("r1"), record("r2", ts=f"{DAY + dt.timedelta(days=1)}T01:00:00Z")])
-    result = subprocess.run([*STRATA, "ingest", f"date={DAY}/r.jsonl"], cwd=tmp_path, capture_output=True, text=True,
-                            env={**os.environ, "COLUMNS": "200"}, timeout=300)
+    result = subprocess.run(
+        [*STRATA, "ingest", f"date={DAY}/r.jsonl"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert f"lake: {load_settings().lake_uri}" in result.stderr
     text = " ".join(result.stdout.split())

@@ -91,5 +91,6 @@ def test_lake_readers_share_an_instance_but_not_what_a_caller_registers(settings
     assert two.execute("SELECT current_setting('preserve_insertion_order')").fetchone() == (False,)
     assert one.execute("SELECT current_setting('preserve_insertion_order')").fetchone() == (True,)
     # one instance: the delta extension was loaded once, for both
-    assert one.execute("SELECT count(*) FROM duckdb_extensions() WHERE loaded AND extension_name = 'delta'"
-                       ).fetchone() == (1,)
+    assert one.execute(
+        "SELECT count(*) FROM duckdb_extensions() WHERE loaded AND extension_name = 'delta'"
+    ).fetchone() == (1,)

@@ -35,8 +35,12 @@ def settings(tmp_path: Path, strata_env: Path, monkeypatch: pytest.MonkeyPatch) 
     """Settings of a lake in a bucket of a fresh moto server, from the environment as a worker reads them."""
     with s3_server(tmp_path / "moto.log") as endpoint:
         create_bucket(endpoint, "lake")
-        for name, value in {"STRATA_LAKE_URI": "s3://lake/strata", "STRATA_S3_ENDPOINT_URL": endpoint,
-                            "STRATA_S3_REGION": "us-east-1", **S3_KEYS}.items():
+        for name, value in {
+            "STRATA_LAKE_URI": "s3://lake/strata",
+            "STRATA_S3_ENDPOINT_URL": endpoint,
+            "STRATA_S3_REGION": "us-east-1",
+            **S3_KEYS,
+        }.items():
             monkeypatch.setenv(name, value)
         yield load_settings()
 
@@ -118,9 +122,11 @@ def test_training_and_scoring_on_an_s3_lake(tmp_path: Path, settings: Settings) 
     assert ADS_USER_RISK_SCORES.uri(settings).startswith("s3://")
     # The busiest user of the scored day: their score is in the table and online.
     day_files = (tmp_path / "gen" / "requests" / f"date={days[3]}").rglob("*.jsonl.gz")
-    users_of_day = Counter(re.findall(rb'"user_id": ?"(u_[0-9a-f]+)"',
-                                      b"".join(gzip.decompress(f.read_bytes()) for f in day_files)))
+    users_of_day = Counter(
+        re.findall(rb'"user_id": ?"(u_[0-9a-f]+)"', b"".join(gzip.decompress(f.read_bytes()) for f in day_files))
+    )
     user = users_of_day.most_common(1)[0][0].decode()
     mine = scores.filter(pl.col("user_pseudonym") == pseudonym(settings.require_pseudonym_key(), user))
     assert mine.height == 1 and pipeline.get_online_features(settings, "user", user)["score"] == pytest.approx(
-        mine["score"][0])
+        mine["score"][0]
+    )

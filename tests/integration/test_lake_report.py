@@ -36,24 +36,52 @@ def test_sections_of_layers_not_built_yet_are_one_line_each(strata_env: Path) ->
 
 def test_ads_answers_and_the_model_are_read_from_whatever_columns_their_tables_have(strata_env: Path) -> None:
     settings = load_settings()
-    tenants = pl.DataFrame({"event_date": [DAY, DAY, DAY - dt.timedelta(days=1)], "tenant_id": ["t1", "t2", "t1"],
-                            "requests": [10, 20, 5], "cost_usd": [1.5, 9.25, 0.1], "unrelated": ["x", "y", "z"]})
+    tenants = pl.DataFrame(
+        {
+            "event_date": [DAY, DAY, DAY - dt.timedelta(days=1)],
+            "tenant_id": ["t1", "t2", "t1"],
+            "requests": [10, 20, 5],
+            "cost_usd": [1.5, 9.25, 0.1],
+            "unrelated": ["x", "y", "z"],
+        }
+    )
     tenants.write_delta(Table("ads.tenant_daily").uri(settings))
-    scores = pl.DataFrame({"event_date": [DAY] * 3, "user_pseudonym": ["a", "b", "c"], "score": [0.2, 0.97, 0.5],
-                           "model_version": ["v3"] * 3})
+    scores = pl.DataFrame(
+        {
+            "event_date": [DAY] * 3,
+            "user_pseudonym": ["a", "b", "c"],
+            "score": [0.2, 0.97, 0.5],
+            "model_version": ["v3"] * 3,
+        }
+    )
     scores.write_delta(Table("ads.user_risk_scores").uri(settings))
-    register(settings, ModelCard(
-        name="user_risk", version="", features=(), feature_service="user_risk_v1", entity="user_pseudonym",
-        training_window=("2026-01-01", "2026-01-06"), metrics={"roc_auc": 0.93, "parity_max_abs": 1e-7}, sha256="",
-        libraries={}, threshold=0.5, created_at="2026-01-07T00:00:00Z"), b"not a real model")
+    register(
+        settings,
+        ModelCard(
+            name="user_risk",
+            version="",
+            features=(),
+            feature_service="user_risk_v1",
+            entity="user_pseudonym",
+            training_window=("2026-01-01", "2026-01-06"),
+            metrics={"roc_auc": 0.93, "parity_max_abs": 1e-7},
+            sha256="",
+            libraries={},
+            threshold=0.5,
+            created_at="2026-01-07T00:00:00Z",
+        ),
+        b"not a real model",
+    )
 
     said: list[Any] = []
     lake_report.ads_section(settings, said.append, DAY)
     lake_report.model_section(settings, said.append, DAY, planted=frozenset({"b"}))
     tables = [s for s in said if isinstance(s, RichTable)]
-    assert [t.title for t in tables] == ["cost per tenant (ads.tenant_daily, 2026-01-07)",
-                                         "model user_risk@v1, trained on 2026-01-01 … 2026-01-06",
-                                         "riskiest users (ads.user_risk_scores, 2026-01-07)"]
+    assert [t.title for t in tables] == [
+        "cost per tenant (ads.tenant_daily, 2026-01-07)",
+        "model user_risk@v1, trained on 2026-01-01 … 2026-01-06",
+        "riskiest users (ads.user_risk_scores, 2026-01-07)",
+    ]
     text = _render(tables)
     assert text.index("t2") < text.index("t1")  # the costliest tenant first, the day's rows only
     assert "unrelated" not in text and "0.1" not in text

@@ -28,8 +28,9 @@ def landed(tmp_path: Path, strata_env: Path) -> Settings:
     return settings
 
 
-def test_a_dwd_build_takes_each_partition_lock_once_and_opens_ods_once(landed: Settings,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_dwd_build_takes_each_partition_lock_once_and_opens_ods_once(
+    landed: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     takes: Counter[str] = Counter()
     hold = locks.hold
 

@@ -60,8 +60,14 @@ def backend(request: pytest.FixtureRequest, strata_env: Path, monkeypatch: pytes
 
 
 def _holding(what: str, *more: str, script: str = HOLDER) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", script, what, *more], env=os.environ.copy(), text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, what, *more],
+        env=os.environ.copy(),
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
     return proc
 
@@ -112,14 +118,22 @@ def test_a_writer_that_lost_its_lock_publishes_nothing(backend: str) -> None:
     try:
         if backend == "postgres":
             with psycopg.connect(os.environ["STRATA_LOCK_URL"], autocommit=True) as admin:
-                (ended,) = admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
-                                         "application_name LIKE %s", (f"strata: pid {first.pid} %",)).fetchone()
+                (ended,) = admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE %s",
+                    (f"strata: pid {first.pid} %",),
+                ).fetchone()
             assert ended
         else:
             for lock_file in (load_settings().home / "locks").glob("*.lock"):
                 lock_file.unlink()
-        second = pl.DataFrame({"tenant_id": ["second"], "effective_from": ["2026-01-01"],
-                               "daily_request_quota": ["2"], "daily_token_quota": ["2"]})
+        second = pl.DataFrame(
+            {
+                "tenant_id": ["second"],
+                "effective_from": ["2026-01-01"],
+                "daily_request_quota": ["2"],
+                "daily_token_quota": ["2"],
+            }
+        )
         assert publish(load_settings(), DWD_TENANT_QUOTA, second, mode="overwrite", expectations=False).version == 0
     finally:
         _release(first)
@@ -131,7 +145,8 @@ def test_a_writer_that_lost_its_lock_publishes_nothing(backend: str) -> None:
 
 
 def test_a_table_wide_writer_excludes_partition_writers_and_a_waiter_gets_its_turn(
-        backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     holder = _holding("2026-03-01")
     try:
         with pytest.raises(locks.LockHeld), locks.hold(load_settings(), write=[(DWD_REQUEST, None)]):

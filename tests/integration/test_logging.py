@@ -73,11 +73,17 @@ def _register_a_model(settings: Settings) -> None:
     source = table("dws.user_features")
     frame = lake.read_frame(settings, source)
     names = [c.name for c in source.contract.columns if c.name.endswith(("_1h", "_24h", "_7d"))]
-    frame = frame.with_columns(event_timestamp=pl.col("feature_ts"),
-                               label=pl.Series(np.arange(frame.height) % 3 == 0).cast(pl.Int8))
+    frame = frame.with_columns(
+        event_timestamp=pl.col("feature_ts"), label=pl.Series(np.arange(frame.height) % 3 == 0).cast(pl.Int8)
+    )
     split = frame.get_column("event_timestamp").sort()[frame.height // 2]
-    fit_and_register(settings, "user_risk", TrainingSet(frame, "user_pseudonym", names, "user_risk_v1", source.name,
-                                                        dt.timedelta(days=8)), split_at=split, window=(DAY, DAY))
+    fit_and_register(
+        settings,
+        "user_risk",
+        TrainingSet(frame, "user_pseudonym", names, "user_risk_v1", source.name, dt.timedelta(days=8)),
+        split_at=split,
+        window=(DAY, DAY),
+    )
 
 
 def _lines(out: Path) -> list[str]:
@@ -100,22 +106,30 @@ def _users(out: Path) -> list[str]:
     return sorted(users)
 
 
-def test_every_step_logs_its_start_and_its_counts_at_info(captured: tuple[Settings, Path, list[str], _Everything]
-                                                          ) -> None:
+def test_every_step_logs_its_start_and_its_counts_at_info(
+    captured: tuple[Settings, Path, list[str], _Everything],
+) -> None:
     *_, handler = captured
-    info = [text for record, text in handler.records if record.levelno == logging.INFO
-            and record.name.startswith("strata.")]
-    for step, counts in (("land", "files_landed="), ("build_dwd 2026-01-05", "request_published="),
-                         ("build_dws 2026-01-05", "user_features_rows="), ("materialize 2026-01-05", "values_written="),
-                         ("check_consistency 2026-01-05", "entities_sampled="), ("score 2026-01-05", "entities="),
-                         ("forget", "dwd.request_removed="),
-                         ("apply_retention 2026-01-08", "ods.request_log_raw_deleted=")):
+    info = [
+        text for record, text in handler.records if record.levelno == logging.INFO and record.name.startswith("strata.")
+    ]
+    for step, counts in (
+        ("land", "files_landed="),
+        ("build_dwd 2026-01-05", "request_published="),
+        ("build_dws 2026-01-05", "user_features_rows="),
+        ("materialize 2026-01-05", "values_written="),
+        ("check_consistency 2026-01-05", "entities_sampled="),
+        ("score 2026-01-05", "entities="),
+        ("forget", "dwd.request_removed="),
+        ("apply_retention 2026-01-08", "ods.request_log_raw_deleted="),
+    ):
         assert any(f"strata.pipeline {step}: started" in line for line in info), step
         assert any(f"strata.pipeline {step}: done in " in line and counts in line for line in info), (step, counts)
     # progress, with no callback given: each table as it is built, from the library
     assert any("build_dwd 2026-01-05: dwd.request " in line and "(100%)" in line for line in info)
-    assert any(line.startswith("INFO strata.warehouse.ods.ingest ods.request_log_raw version 0: landed ")
-               for line in info)
+    assert any(
+        line.startswith("INFO strata.warehouse.ods.ingest ods.request_log_raw version 0: landed ") for line in info
+    )
     assert any(line.startswith("INFO strata.batch_inference.training registered user_risk v1") for line in info)
 
 
@@ -128,4 +142,3 @@ def test_no_secret_raw_line_or_user_id_is_logged(captured: tuple[Settings, Path,
     secret = {KEY} | set(users) | set(pseudonyms) | {pseudonym(KEY.encode(), u) for u in users} | set(lines)
     leaks = [(text, s) for _, text in handler.records for s in secret if s in text]
     assert not leaks, f"{len(leaks)} leak(s), e.g. {leaks[0]}"
-

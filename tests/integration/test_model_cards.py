@@ -15,9 +15,18 @@ from strata.commands.models import app
 from warehouse.settings import Settings, load_settings
 
 CARD = ModelCard(
-    name="user_risk", version="", features=(Feature("a_1h", "float32"), Feature("b_1h", "float32")),
-    feature_service="user_risk_v1", entity="user_pseudonym", training_window=("2026-01-01", "2026-01-06"),
-    metrics={"roc_auc": 0.8}, sha256="", libraries={}, threshold=0.7, created_at="2026-01-07T00:00:00Z")
+    name="user_risk",
+    version="",
+    features=(Feature("a_1h", "float32"), Feature("b_1h", "float32")),
+    feature_service="user_risk_v1",
+    entity="user_pseudonym",
+    training_window=("2026-01-01", "2026-01-06"),
+    metrics={"roc_auc": 0.8},
+    sha256="",
+    libraries={},
+    threshold=0.7,
+    created_at="2026-01-07T00:00:00Z",
+)
 
 
 def _edit(settings: Settings, version: str, text: str) -> None:
@@ -49,8 +58,11 @@ def test_model_list_names_each_bad_version_and_lists_the_good(strata_env: Path) 
     old = json.loads((settings.registry_dir / "user_risk" / "v3" / "model.json").read_text())
     del old["card_sha256"]  # a card registered before cards were hashed
     _edit(settings, "v3", json.dumps(old))
-    assert [(e.version, e.card is not None) for e in list_models(settings)] == [("v1", False), ("v2", True),
-                                                                               ("v3", False)]
+    assert [(e.version, e.card is not None) for e in list_models(settings)] == [
+        ("v1", False),
+        ("v2", True),
+        ("v3", False),
+    ]
     result = CliRunner().invoke(app, ["list"], env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
     assert "unusable user_risk@v1: its model.json is not a model card (JSONDecodeError" in result.output

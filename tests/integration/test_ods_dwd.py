@@ -33,8 +33,15 @@ FAULT_RULES = {
     "oversized_line": {"line.oversized"},
     "negative_duration": {"duration_ms.min"},
     "far_future_ts": {"ts.future"},
-    "wrong_type": {"input_tokens.type", "duration_ms.type", "status_code.type", "output_tokens.type",
-                   "ts.type", "attempt.type", "cache_hit.type"},
+    "wrong_type": {
+        "input_tokens.type",
+        "duration_ms.type",
+        "status_code.type",
+        "output_tokens.type",
+        "ts.type",
+        "attempt.type",
+        "cache_hit.type",
+    },
     "missing_required": {"request_id.required", "ts.required", "tenant_id.required", "model.required"},
 }
 
@@ -52,8 +59,11 @@ def assert_same_rows(mine: pl.DataFrame, theirs: pl.DataFrame, label: str) -> No
         extra = left.join(right, on=left.columns, how="anti", nulls_equal=True)
         if not extra.is_empty():
             twin = right.filter(pl.col(left.columns[0]).is_in(extra.get_column(left.columns[0]).implode()))
-            differ = {c: (extra.row(0, named=True)[c], twin.row(0, named=True)[c]) for c in left.columns
-                      if twin.height and extra.row(0, named=True)[c] != twin.row(0, named=True)[c]}
+            differ = {
+                c: (extra.row(0, named=True)[c], twin.row(0, named=True)[c])
+                for c in left.columns
+                if twin.height and extra.row(0, named=True)[c] != twin.row(0, named=True)[c]
+            }
             raise AssertionError(f"{label}: {extra.height} row(s) differ, e.g. {differ}")
 
 
@@ -81,7 +91,8 @@ def test_dwd_counts_equal_the_manifest(built: Settings, generated: tuple[Path, d
     _, manifest = generated
     books = pl.from_arrow(lake.read(built, table("ops.books"))).filter(pl.col("table_name") == "dwd.request")
     quarantine = pl.from_arrow(lake.read(built, table("dwd.quarantine"))).filter(
-        pl.col("target_table") == "dwd.request")
+        pl.col("target_table") == "dwd.request"
+    )
     request = pl.from_arrow(lake.read(built, table("dwd.request")))
     for day in DAYS:
         truth = manifest["days"][day.isoformat()]
@@ -91,8 +102,9 @@ def test_dwd_counts_equal_the_manifest(built: Settings, generated: tuple[Path, d
         assert row["dwd_rows"] == truth["requests"] == request.filter(pl.col("event_date") == day).height
         assert row["duplicates"] == truth["duplicates"]
         assert row["malformed"] == sum(truth["faults"][k] for k in ("truncated_json", "invalid_utf8", "oversized_line"))
-        assert row["quarantined"] == sum(truth["faults"][k] for k in
-                                         ("negative_duration", "far_future_ts", "wrong_type", "missing_required"))
+        assert row["quarantined"] == sum(
+            truth["faults"][k] for k in ("negative_duration", "far_future_ts", "wrong_type", "missing_required")
+        )
         held = quarantine.filter(pl.col("event_date") == day)
         for kind, rules in FAULT_RULES.items():
             hit = held.filter(pl.col("rules").list.eval(pl.element().is_in(list(rules))).list.any())
@@ -108,9 +120,17 @@ def test_dwd_token_and_error_sums_per_model_equal_the_manifest(built: Settings, 
     _, manifest = generated
     request = pl.from_arrow(lake.read(built, table("dwd.request")))
     for day in DAYS:
-        sums = (request.filter(pl.col("event_date") == day).group_by("model")
-                .agg(pl.len().alias("requests"), pl.col("input_tokens").sum(), pl.col("output_tokens").sum(),
-                     pl.col("cached_input_tokens").sum(), (pl.col("status_code") >= 400).sum().alias("errors")))
+        sums = (
+            request.filter(pl.col("event_date") == day)
+            .group_by("model")
+            .agg(
+                pl.len().alias("requests"),
+                pl.col("input_tokens").sum(),
+                pl.col("output_tokens").sum(),
+                pl.col("cached_input_tokens").sum(),
+                (pl.col("status_code") >= 400).sum().alias("errors"),
+            )
+        )
         got = {r["model"]: r for r in sums.iter_rows(named=True)}
         for model, truth in manifest["days"][day.isoformat()]["models"].items():
             for key in ("requests", "input_tokens", "output_tokens", "cached_input_tokens", "errors"):
@@ -122,8 +142,9 @@ def test_dwd_is_clean_pseudonymized_and_priced(built: Settings, generated: tuple
     request = pl.from_arrow(lake.read(built, table("dwd.request")))
     assert request.get_column("request_id").is_unique().all()
     assert request.get_column("ts").dt.date().eq(request.get_column("event_date")).all()
-    raw_users = {json.loads(line)["user_id"] for line in _lines(out, DAYS[0]) if b'"user_id"' in line
-                 and _is_json(line)}
+    raw_users = {
+        json.loads(line)["user_id"] for line in _lines(out, DAYS[0]) if b'"user_id"' in line and _is_json(line)
+    }
     assert not raw_users & set(request.get_column("user_pseudonym").drop_nulls().to_list())
     assert request.get_column("user_pseudonym").drop_nulls().str.len_chars().eq(32).all()
     assert request.get_column("cost_usd").null_count() == 0
@@ -195,22 +216,41 @@ def test_late_events_and_late_feedback_are_picked_up_by_a_rerun(tmp_path: Path, 
     ingest(settings, [late])
     assert build(settings, "requests", day).books.dwd_rows == 3
     later = day + dt.timedelta(days=3)
-    fb = _write(landing / "feedback" / "fb.jsonl", [
-        {"request_id": "r1", "ts": f"{later.isoformat()}T10:00:00Z", "kind": "review", "value": "abusive",
-         "source": "trust"}])
+    fb = _write(
+        landing / "feedback" / "fb.jsonl",
+        [
+            {
+                "request_id": "r1",
+                "ts": f"{later.isoformat()}T10:00:00Z",
+                "kind": "review",
+                "value": "abusive",
+                "source": "trust",
+            }
+        ],
+    )
     ingest(settings, [fb])
     build_day(settings, later)  # builds that day's feedback and merges it into earlier requests
     labels = pl.from_arrow(lake.read(settings, table("dwd.request"))).sort("request_id")
     assert labels.get_column("feedback_value").to_list() == ["abusive", None, None]
     build(settings, "requests", day)  # a rebuild of the request day keeps the label
     assert pl.from_arrow(lake.read(settings, table("dwd.request"))).sort("request_id").get_column(
-        "feedback_value").to_list() == ["abusive", None, None]
+        "feedback_value"
+    ).to_list() == ["abusive", None, None]
 
 
 def _record(request_id: str, day: dt.date, *, hour: int = 12, user: str = "bob") -> dict:
-    return {"request_id": request_id, "ts": f"{day.isoformat()}T{hour:02d}:00:00.000+00:00", "duration_ms": 120.5,
-            "tenant_id": "t1", "user_id": user, "operation": "chat", "model": "m1", "input_tokens": 10,
-            "output_tokens": 5, "status_code": 200}
+    return {
+        "request_id": request_id,
+        "ts": f"{day.isoformat()}T{hour:02d}:00:00.000+00:00",
+        "duration_ms": 120.5,
+        "tenant_id": "t1",
+        "user_id": user,
+        "operation": "chat",
+        "model": "m1",
+        "input_tokens": 10,
+        "output_tokens": 5,
+        "status_code": 200,
+    }
 
 
 def _write(path: Path, records: list[dict]) -> Path:
@@ -220,7 +260,8 @@ def _write(path: Path, records: list[dict]) -> Path:
 
 
 def test_sigkill_during_a_dwd_build_then_rerun_equals_a_clean_build(
-        tmp_path: Path, generated: tuple[Path, dict]) -> None:
+    tmp_path: Path, generated: tuple[Path, dict]
+) -> None:
     out, _ = generated
     env = {"STRATA_HOME": str(tmp_path / "home"), "STRATA_PSEUDONYM_KEY": "test-key-0123456789abcdef"}
     settings = load_settings(env)
@@ -236,8 +277,9 @@ def test_sigkill_during_a_dwd_build_then_rerun_equals_a_clean_build(
         "scan.BATCH_ROWS = 1000\n"
         f"dwd.build(load_settings(), 'requests', dt.date.fromisoformat('{DAYS[0].isoformat()}'))\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, **env},
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], env={**os.environ, **env}, stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None
     for _ in range(3):
         assert proc.stdout.readline().strip() == "started"
@@ -270,7 +312,8 @@ def test_azure_trace_ingests_through_its_mapping(strata_env: Path) -> None:
     assert request.get_column("output_tokens").sum() == sum(int(r["GeneratedTokens"]) for r in rows)
     first = min(rows, key=lambda r: r["TIMESTAMP"])["TIMESTAMP"]
     assert request.get_column("ts").min() == dt.datetime.strptime(first[:26], "%Y-%m-%d %H:%M:%S.%f").replace(
-        tzinfo=dt.UTC)
+        tzinfo=dt.UTC
+    )
 
 
 def test_a_day_of_only_bad_lines_publishes_its_quarantine_and_books(tmp_path: Path, strata_env: Path) -> None:
@@ -300,8 +343,11 @@ def test_a_file_landed_with_a_wrong_mapping_is_landed_again_with_reland(tmp_path
         rows = list(csv.DictReader(handle))
     shipped = SHIPPED_AZURE_MAPPING
     wrong = tmp_path / "azure_swapped.yaml"  # a mapping bug: the token columns swapped
-    wrong.write_text(shipped.read_text().replace("input_tokens: ContextTokens", "input_tokens: GeneratedTokens")
-                     .replace("output_tokens: GeneratedTokens", "output_tokens: ContextTokens"))
+    wrong.write_text(
+        shipped.read_text()
+        .replace("input_tokens: ContextTokens", "input_tokens: GeneratedTokens")
+        .replace("output_tokens: GeneratedTokens", "output_tokens: ContextTokens")
+    )
     settings = load_settings()
 
     def build_and_sum(days: set[dt.date]) -> int:
@@ -331,8 +377,7 @@ def test_otlp_export_ingests_to_dwd(tmp_path: Path, strata_env: Path) -> None:
     from fixtures_otlp import otlp_export_line
 
     day = dt.date(2026, 2, 2)
-    records = [{**_record(f"span-{i}", day), "ts": dt.datetime(2026, 2, 2, 8, i, tzinfo=dt.UTC)}
-               for i in range(5)]
+    records = [{**_record(f"span-{i}", day), "ts": dt.datetime(2026, 2, 2, 8, i, tzinfo=dt.UTC)} for i in range(5)]
     path = tmp_path / "otlp" / "date=2026-02-02" / "traces-otlp.json"  # the broken line's date
     path.parent.mkdir(parents=True)
     path.write_bytes(otlp_export_line(records[:3]) + b"\n" + otlp_export_line(records[3:]) + b"\n{broken\n")
@@ -341,7 +386,8 @@ def test_otlp_export_ingests_to_dwd(tmp_path: Path, strata_env: Path) -> None:
     report = build(settings, "requests", day)
     assert (report.books.ods_rows, report.books.dwd_rows, report.books.malformed) == (6, 5, 1)
     assert sorted(pl.from_arrow(lake.read(settings, table("dwd.request"))).get_column("request_id").to_list()) == [
-        f"span-{i}" for i in range(5)]
+        f"span-{i}" for i in range(5)
+    ]
 
 
 def test_ingesting_a_generated_folder_takes_only_the_logs(tmp_path: Path, strata_env: Path) -> None:
@@ -350,8 +396,10 @@ def test_ingesting_a_generated_folder_takes_only_the_logs(tmp_path: Path, strata
     report = ingest(load_settings(), [out])  # manifest.json, prices.csv and quotas.csv sit beside the logs
     landed = {f.path.name for f in report.landed}
     assert not landed & {"manifest.json", "prices.csv", "quotas.csv"}
-    assert sum(f.lines for f in report.landed if f.table.name == "ods.request_log_raw") == \
-        manifest["days"][START.isoformat()]["lines"]
+    assert (
+        sum(f.lines for f in report.landed if f.table.name == "ods.request_log_raw")
+        == manifest["days"][START.isoformat()]["lines"]
+    )
     assert any(f.table.name == "ods.feedback_raw" for f in report.landed)
 
 
@@ -403,7 +451,8 @@ def test_ingest_tells_otlp_by_content_and_names_the_files_it_does_not_read(tmp_p
     assert {p.name: why for p, why in report.passed_over} == {
         "metrics.json": "an OpenTelemetry metrics export (Strata reads OTLP traces)",
         "logs.json": "an OpenTelemetry logs export (Strata reads OTLP traces)",
-        "manifest.json": "a .json file that is not an OTLP trace export"}
+        "manifest.json": "a .json file that is not an OTLP trace export",
+    }
     with pytest.raises(ValueError, match=r"metrics export .*\(OTEL_TRACES_EXPORTER\)"):
         ingest(settings, [folder / "metrics.json"], fmt="otlp-json")
     with pytest.raises(ValueError, match="--format jsonl"):
@@ -416,8 +465,14 @@ def test_spans_without_a_tenant_take_the_sources_then_the_service_name(tmp_path:
     day = dt.date(2026, 2, 2)
 
     def export(name: str, resource: list[dict]) -> Path:
-        doc = {"resourceSpans": [{"resource": {"attributes": resource},
-                                  "scopeSpans": [{"spans": [span({**_span_record(name), "tenant_id": None})]}]}]}
+        doc = {
+            "resourceSpans": [
+                {
+                    "resource": {"attributes": resource},
+                    "scopeSpans": [{"spans": [span({**_span_record(name), "tenant_id": None})]}],
+                }
+            ]
+        }
         return _write(tmp_path / f"{name}.json", [doc])
 
     settings = load_settings()

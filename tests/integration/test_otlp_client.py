@@ -36,8 +36,13 @@ def _run_client(base_url: str, folder: Path, mode: str, collector: str | None = 
     via = "collect" if collector else "file"
     traces = f"{collector}/v1/traces" if collector else str(folder / f"{mode}-traces.json")
     truth = folder.parent / f"{mode}-{via}-truth.json"
-    done = subprocess.run([sys.executable, str(CLIENT), base_url, traces, str(truth)], env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(CLIENT), base_url, traces, str(truth)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(truth.read_text())
 
@@ -46,12 +51,18 @@ def test_an_instrumented_openai_client_equals_dwd_request(tmp_path: Path, strata
     exports = tmp_path / "exports"
     exports.mkdir()
     with serve() as base_url, receiver_thread() as collector:  # one server: response ids unique across runs
-        truth = [call for mode in MODES for collect in (None, collector)
-                 for call in _run_client(base_url, exports, mode, collect)]
+        truth = [
+            call
+            for mode in MODES
+            for collect in (None, collector)
+            for call in _run_client(base_url, exports, mode, collect)
+        ]
     settings = load_settings()
     prices = tmp_path / "prices.csv"  # every model priced: a null cost can only mean no usage was reported
-    prices.write_text("model,effective_from,input_price_per_1k,output_price_per_1k\n" + "".join(
-        f"{model},2020-01-01,0.001,0.002\n" for model in sorted({c["model"] for c in truth})))
+    prices.write_text(
+        "model,effective_from,input_price_per_1k,output_price_per_1k\n"
+        + "".join(f"{model},2020-01-01,0.001,0.002\n" for model in sorted({c["model"] for c in truth}))
+    )
     load_prices(settings, prices)
     # no --format, no --tenant: the spans name none either; the receiver's segments landed on its shutdown
     report = ingest(settings, [exports, settings.landing_dir])
@@ -61,7 +72,8 @@ def test_an_instrumented_openai_client_equals_dwd_request(tmp_path: Path, strata
     assert isinstance(dwd, pl.DataFrame)
 
     assert Counter((c["model"], c["operation"], c["status"]) for c in truth) == Counter(
-        dwd.select("model", "operation", "status_code").iter_rows())
+        dwd.select("model", "operation", "status_code").iter_rows()
+    )
     for field in ("input_tokens", "output_tokens"):
         expected = Counter()
         for c in truth:
@@ -70,16 +82,21 @@ def test_an_instrumented_openai_client_equals_dwd_request(tmp_path: Path, strata
         assert dict(got.iter_rows()) == dict(expected), field
     assert sum(r.books.quarantined + r.books.malformed for r in runs) == 0
     assert dwd.get_column("tenant_id").unique().to_list() == ["chat-app"]  # the resource's service.name
-    errors = dict(dwd.filter(pl.col("status_code") >= 400).group_by("status_code").agg(
-        pl.col("error_type").unique()).iter_rows())
+    errors = dict(
+        dwd.filter(pl.col("status_code") >= 400).group_by("status_code").agg(pl.col("error_type").unique()).iter_rows()
+    )
     assert errors == {400: ["invalid_request"], 429: ["rate_limited"], 500: ["upstream_error"]}
     no_usage = sum(1 for c in truth if c["input_tokens"] is None)  # failed calls, a stream without usage
     assert sum(r.counts.no_usage for r in runs) == no_usage and sum(r.counts.incomplete for r in runs) == 0
 
     # Workflows: the calls of one trace share it and their parent span, in the order they were made.
     parents = dwd.with_columns(parent=pl.col("attributes").str.json_path_match("$['otel.parent_span_id']"))
-    flows = parents.filter(pl.col("parent").is_not_null()).sort("ts").group_by("trace_id", maintain_order=True).agg(
-        pl.col("parent").n_unique().alias("parents"), pl.col("model"))
+    flows = (
+        parents.filter(pl.col("parent").is_not_null())
+        .sort("ts")
+        .group_by("trace_id", maintain_order=True)
+        .agg(pl.col("parent").n_unique().alias("parents"), pl.col("model"))
+    )
     expected_flows = {}
     for c in truth:
         if c["workflow"]:

@@ -20,17 +20,17 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import REPO
 from deltalake import DeltaTable
 
-from conftest import REPO
 from warehouse.settings import Settings, load_settings
-from warehouse.tables import OPS_AUDIT_LOG, Table, table
 from warehouse.storage import lake
 from warehouse.storage.publish import AuditFailed, InvariantFailure, Tally, keeps_every_row, publish
+from warehouse.tables import OPS_AUDIT_LOG, Table, table
 
 DAY1, DAY2 = dt.date(2026, 1, 1), dt.date(2026, 1, 2)
-NOW = dt.datetime(2026, 1, 3, tzinfo=dt.timezone.utc)
-UTC = dt.timezone.utc
+NOW = dt.datetime(2026, 1, 3, tzinfo=dt.UTC)
+UTC = dt.UTC
 
 
 @pytest.fixture
@@ -43,26 +43,41 @@ def settings(strata_env: Path) -> Settings:
 
 def books(day: dt.date, *names: str, ods: int = 10) -> pl.DataFrame:
     """ops.books rows for ``day``, one per DWD table name (balanced)."""
-    return pl.DataFrame([{
-        "table_name": n, "event_date": day, "ods_rows": ods, "dwd_rows": ods - 1, "duplicates": 1,
-        "quarantined": 0, "malformed": 0, "balanced": True,
-    } for n in names], schema_overrides={"event_date": pl.Date})
+    return pl.DataFrame(
+        [
+            {
+                "table_name": n,
+                "event_date": day,
+                "ods_rows": ods,
+                "dwd_rows": ods - 1,
+                "duplicates": 1,
+                "quarantined": 0,
+                "malformed": 0,
+                "balanced": True,
+            }
+            for n in names
+        ],
+        schema_overrides={"event_date": pl.Date},
+    )
 
 
 def feedback(day: dt.date, start: int, n: int, *, batch: str = "b1") -> pl.DataFrame:
     """``n`` valid dwd.feedback rows of ``day`` with distinct keys from ``start``."""
     base = dt.datetime(day.year, day.month, day.day, 12, tzinfo=UTC)
-    return pl.DataFrame({
-        "request_id": [f"req-{i:06d}" for i in range(start, start + n)],
-        "ts": [base + dt.timedelta(seconds=i) for i in range(start, start + n)],
-        "event_date": [day] * n,
-        "kind": ["thumb", "review", "flag"] * (n // 3) + ["thumb"] * (n % 3),
-        "value": [f"v{i}" for i in range(start, start + n)],
-        "source": ["ui"] * n,
-        "source_file": ["landing/feedback.jsonl"] * n,
-        "line_no": list(range(start + 1, start + n + 1)),
-        "batch_id": [batch] * n,
-    }, schema_overrides={"ts": pl.Datetime("us", "UTC"), "event_date": pl.Date})
+    return pl.DataFrame(
+        {
+            "request_id": [f"req-{i:06d}" for i in range(start, start + n)],
+            "ts": [base + dt.timedelta(seconds=i) for i in range(start, start + n)],
+            "event_date": [day] * n,
+            "kind": ["thumb", "review", "flag"] * (n // 3) + ["thumb"] * (n % 3),
+            "value": [f"v{i}" for i in range(start, start + n)],
+            "source": ["ui"] * n,
+            "source_file": ["landing/feedback.jsonl"] * n,
+            "line_no": list(range(start + 1, start + n + 1)),
+            "batch_id": [batch] * n,
+        },
+        schema_overrides={"ts": pl.Datetime("us", "UTC"), "event_date": pl.Date},
+    )
 
 
 def contents(settings: Settings, table: Table) -> pl.DataFrame:
@@ -97,24 +112,39 @@ def same_rows(a: pl.DataFrame, b: pl.DataFrame) -> bool:
 
 
 def test_publish_commits_one_version_and_one_audit_row(settings: Settings) -> None:
-    first = publish(settings, table("ops.books"), books(DAY1, "dwd.request", "dwd.feedback"),
-                    partitions=[{"event_date": DAY1}], now=NOW)  # full audit, GX suite included
+    first = publish(
+        settings,
+        table("ops.books"),
+        books(DAY1, "dwd.request", "dwd.feedback"),
+        partitions=[{"event_date": DAY1}],
+        now=NOW,
+    )  # full audit, GX suite included
     assert first.version == 0 and lake.version(settings, table("ops.books")) == 0
     assert commits(settings, table("ops.books")) == 1
     log = audit_log(settings)
     assert log.height == 1
     row = log.row(0, named=True)
     assert row | {"started_at": None, "duration_ms": None, "attempt_id": None} == {
-        "table_name": "ops.books", "partition": "event_date = '2026-01-01'", "delta_version": 0,
-        "status": "published", "rows_in": 2, "rows_published": 2, "rows_rejected": 0, "rules_failed": [],
-        "started_at": None, "duration_ms": None, "message": "", "attempt_id": None,
+        "table_name": "ops.books",
+        "partition": "event_date = '2026-01-01'",
+        "delta_version": 0,
+        "status": "published",
+        "rows_in": 2,
+        "rows_published": 2,
+        "rows_rejected": 0,
+        "rules_failed": [],
+        "started_at": None,
+        "duration_ms": None,
+        "message": "",
+        "attempt_id": None,
     }
     # The attempt's id is stamped on its commit too, so a crash between the two can be repaired.
     assert DeltaTable(table("ops.books").uri(settings)).history(1)[0]["strata.attempt"] == row["attempt_id"]
 
     # A second publish with one bad row: one more version, one more audit row with the counts.
     bad = books(DAY2, "dwd.request", "dwd.feedback", "dwd.quarantine").with_columns(
-        ods_rows=pl.when(pl.col("table_name") == "dwd.quarantine").then(-5).otherwise(pl.col("ods_rows")))
+        ods_rows=pl.when(pl.col("table_name") == "dwd.quarantine").then(-5).otherwise(pl.col("ods_rows"))
+    )
     second = publish(settings, table("ops.books"), bad, partitions=[{"event_date": DAY2}], now=NOW, expectations=False)
     assert second.version == 1 and lake.version(settings, table("ops.books")) == 1
     assert commits(settings, table("ops.books")) == 2
@@ -123,7 +153,11 @@ def test_publish_commits_one_version_and_one_audit_row(settings: Settings) -> No
     assert log.height == 2
     row = log.row(1, named=True)
     assert (row["table_name"], row["partition"], row["status"], row["delta_version"]) == (
-        "ops.books", "event_date = '2026-01-02'", "published", 1)
+        "ops.books",
+        "event_date = '2026-01-02'",
+        "published",
+        1,
+    )
     assert (row["rows_in"], row["rows_published"], row["rows_rejected"]) == (3, 2, 1)
     assert row["rules_failed"] == ["ods_rows.min"]
     assert row["started_at"] <= dt.datetime.now(UTC) and row["duration_ms"] > 0
@@ -135,12 +169,15 @@ def test_publish_commits_one_version_and_one_audit_row(settings: Settings) -> No
 
 def test_row_checks_reject_bad_rows_and_publish_only_good_ones(settings: Settings) -> None:
     jan = dt.date(2026, 1, 1)
-    prices = pl.DataFrame({
-        "model":              ["gpt-a", "gpt-b", "gpt-c", "gpt-d", "gpt-a", "gpt-e"],
-        "effective_from":     [jan, jan, None, jan, jan, jan],
-        "input_price_per_1k": [0.5, 0.1, 0.2, -0.3, 0.9, 0.0],
-        "output_price_per_1k": [1.5, 0.2, 0.4, 0.6, 1.9, 0.0],
-    }, schema_overrides={"effective_from": pl.Date})
+    prices = pl.DataFrame(
+        {
+            "model": ["gpt-a", "gpt-b", "gpt-c", "gpt-d", "gpt-a", "gpt-e"],
+            "effective_from": [jan, jan, None, jan, jan, jan],
+            "input_price_per_1k": [0.5, 0.1, 0.2, -0.3, 0.9, 0.0],
+            "output_price_per_1k": [1.5, 0.2, 0.4, 0.6, 1.9, 0.0],
+        },
+        schema_overrides={"effective_from": pl.Date},
+    )
     result = publish(settings, table("dwd.model_price"), prices, mode="overwrite", now=NOW, expectations=False)
 
     rejected = {r["model"]: (r["input_price_per_1k"], r["rules"]) for r in result.rejected.iter_rows(named=True)}
@@ -157,14 +194,22 @@ def test_row_checks_reject_bad_rows_and_publish_only_good_ones(settings: Setting
 
 def test_row_checks_reject_values_outside_the_allowed_set(settings: Settings) -> None:
     good = feedback(DAY1, 0, 4)
-    bad = pl.concat([
-        feedback(DAY1, 10, 1).with_columns(kind=pl.lit("emoji")),        # not in [thumb, review, flag]
-        feedback(DAY1, 11, 1).with_columns(line_no=pl.lit(0, pl.Int64)),  # line_no minimum is 1
-        feedback(DAY1, 12, 1).with_columns(ts=pl.lit(None, pl.Datetime("us", "UTC"))),
-        good.head(1).with_columns(value=pl.lit("again")),                   # same (request_id, kind, ts)
-    ])
-    result = publish(settings, table("dwd.feedback"), pl.concat([good, bad]), partitions=[{"event_date": DAY1}],
-                     now=NOW, expectations=False)
+    bad = pl.concat(
+        [
+            feedback(DAY1, 10, 1).with_columns(kind=pl.lit("emoji")),  # not in [thumb, review, flag]
+            feedback(DAY1, 11, 1).with_columns(line_no=pl.lit(0, pl.Int64)),  # line_no minimum is 1
+            feedback(DAY1, 12, 1).with_columns(ts=pl.lit(None, pl.Datetime("us", "UTC"))),
+            good.head(1).with_columns(value=pl.lit("again")),  # same (request_id, kind, ts)
+        ]
+    )
+    result = publish(
+        settings,
+        table("dwd.feedback"),
+        pl.concat([good, bad]),
+        partitions=[{"event_date": DAY1}],
+        now=NOW,
+        expectations=False,
+    )
     got = {(r["request_id"], r["value"]): r["rules"] for r in result.rejected.iter_rows(named=True)}
     assert got == {
         ("req-000010", "v10"): ["kind.allowed_values"],
@@ -174,7 +219,11 @@ def test_row_checks_reject_values_outside_the_allowed_set(settings: Settings) ->
     }
     assert same_rows(contents(settings, table("dwd.feedback")), good)
     assert audit_log(settings).row(0, named=True)["rules_failed"] == [
-        "kind.allowed_values", "line_no.min", "primary_key.unique", "ts.required"]
+        "kind.allowed_values",
+        "line_no.min",
+        "primary_key.unique",
+        "ts.required",
+    ]
 
 
 # ---------------------------------------------------------------- 3. a failed audit changes nothing
@@ -186,10 +235,22 @@ def _snapshot(settings: Settings, table: Table) -> tuple[int | None, list[tuple]
 
 
 def test_failed_invariant_leaves_table_unchanged(settings: Settings) -> None:
-    publish(settings, table("ops.books"), books(DAY1, "dwd.request", "dwd.feedback"), partitions=[{"event_date": DAY1}],
-            now=NOW, expectations=False)
-    publish(settings, table("ops.books"), books(DAY2, "dwd.request"), partitions=[{"event_date": DAY2}],
-            now=NOW, expectations=False)
+    publish(
+        settings,
+        table("ops.books"),
+        books(DAY1, "dwd.request", "dwd.feedback"),
+        partitions=[{"event_date": DAY1}],
+        now=NOW,
+        expectations=False,
+    )
+    publish(
+        settings,
+        table("ops.books"),
+        books(DAY2, "dwd.request"),
+        partitions=[{"event_date": DAY2}],
+        now=NOW,
+        expectations=False,
+    )
     before = _snapshot(settings, table("ops.books"))
     assert before[0] == 1
     seen: list[Tally] = []
@@ -203,8 +264,15 @@ def test_failed_invariant_leaves_table_unchanged(settings: Settings) -> None:
 
     replacement = pl.concat([books(DAY1, "dwd.request", ods=99), books(DAY1, "dwd.Bad_name", ods=99)])
     with pytest.raises(AuditFailed) as err:
-        publish(settings, table("ops.books"), replacement, partitions=[{"event_date": DAY1}],
-                invariants=[nothing_rejected], now=NOW, expectations=False)
+        publish(
+            settings,
+            table("ops.books"),
+            replacement,
+            partitions=[{"event_date": DAY1}],
+            invariants=[nothing_rejected],
+            now=NOW,
+            expectations=False,
+        )
     message = str(err.value)
     assert "ops.books" in message and "event_date = '2026-01-01'" in message
     assert "books.no_rejects" in message and "'dwd.Bad_name'" in message
@@ -216,7 +284,10 @@ def test_failed_invariant_leaves_table_unchanged(settings: Settings) -> None:
     assert commits(settings, table("ops.books")) == 2
     failed = audit_log(settings).row(-1, named=True)
     assert (failed["table_name"], failed["status"], failed["rules_failed"]) == (
-        "ops.books", "failed", ["books.no_rejects"])
+        "ops.books",
+        "failed",
+        ["books.no_rejects"],
+    )
     assert (failed["rows_in"], failed["rows_published"], failed["rows_rejected"]) == (2, 0, 1)
     assert failed["delta_version"] is None  # nothing was committed by this attempt
     assert "books.no_rejects" in failed["message"]
@@ -224,15 +295,20 @@ def test_failed_invariant_leaves_table_unchanged(settings: Settings) -> None:
 
 @pytest.mark.parametrize("rows", [0, 1001], ids=["below", "above"])
 def test_row_count_bounds_refuse_publish(settings: Settings, rows: int) -> None:
-    publish(settings, table("ops.books"), books(DAY1, "dwd.request"), partitions=[{"event_date": DAY1}],
-            now=NOW, expectations=False)
+    publish(
+        settings,
+        table("ops.books"),
+        books(DAY1, "dwd.request"),
+        partitions=[{"event_date": DAY1}],
+        now=NOW,
+        expectations=False,
+    )
     before = _snapshot(settings, table("ops.books"))
     names = [f"dwd.t{i}" for i in range(rows)]
     frame = books(DAY1, *names) if rows else books(DAY1, "dwd.request").clear()
     with pytest.raises(AuditFailed) as err:
         # ops.books needs 1..1000 rows per write; the empty write would otherwise wipe the partition
-        publish(settings, table("ops.books"), frame, partitions=[{"event_date": DAY1}], now=NOW,
-                expectations=rows == 0)
+        publish(settings, table("ops.books"), frame, partitions=[{"event_date": DAY1}], now=NOW, expectations=rows == 0)
     assert err.value.rules == ["table.row_count"]
     assert "ops.books" in str(err.value) and f"{rows} rows published" in str(err.value)
     assert _snapshot(settings, table("ops.books")) == before
@@ -241,8 +317,14 @@ def test_row_count_bounds_refuse_publish(settings: Settings, rows: int) -> None:
 
 
 def test_failed_expectation_suite_leaves_table_unchanged(settings: Settings) -> None:
-    publish(settings, table("ops.books"), books(DAY1, "dwd.request"), partitions=[{"event_date": DAY1}],
-            now=NOW, expectations=False)
+    publish(
+        settings,
+        table("ops.books"),
+        books(DAY1, "dwd.request"),
+        partitions=[{"event_date": DAY1}],
+        now=NOW,
+        expectations=False,
+    )
     before = _snapshot(settings, table("ops.books"))
     # Each batch is fine on its own; only the suite, which audits the whole stream, sees the
     # key (dwd.request, 2026-01-01) twice.
@@ -269,10 +351,22 @@ def test_check_time_now_applies_to_conform_and_audit(settings: Settings) -> None
 
 
 def test_partition_replace_is_exact_and_idempotent(settings: Settings) -> None:
-    publish(settings, table("ops.books"), books(DAY1, "dwd.request", "dwd.feedback", ods=10),
-            partitions=[{"event_date": DAY1}], now=NOW, expectations=False)
-    publish(settings, table("ops.books"), books(DAY2, "dwd.request", "dwd.feedback", ods=20),
-            partitions=[{"event_date": DAY2}], now=NOW, expectations=False)
+    publish(
+        settings,
+        table("ops.books"),
+        books(DAY1, "dwd.request", "dwd.feedback", ods=10),
+        partitions=[{"event_date": DAY1}],
+        now=NOW,
+        expectations=False,
+    )
+    publish(
+        settings,
+        table("ops.books"),
+        books(DAY2, "dwd.request", "dwd.feedback", ods=20),
+        partitions=[{"event_date": DAY2}],
+        now=NOW,
+        expectations=False,
+    )
     day1 = contents(settings, table("ops.books")).filter(pl.col("event_date") == DAY1)
     assert day1.height == 2
 
@@ -280,21 +374,30 @@ def test_partition_replace_is_exact_and_idempotent(settings: Settings) -> None:
     r = publish(settings, table("ops.books"), new_day2, partitions=[{"event_date": DAY2}], now=NOW, expectations=False)
     assert r.version == 2
     after = contents(settings, table("ops.books"))
-    assert same_rows(after.filter(pl.col("event_date") == DAY1), day1)        # untouched
-    assert same_rows(after.filter(pl.col("event_date") == DAY2), new_day2)    # exactly the new rows
+    assert same_rows(after.filter(pl.col("event_date") == DAY1), day1)  # untouched
+    assert same_rows(after.filter(pl.col("event_date") == DAY2), new_day2)  # exactly the new rows
     assert after.height == 3
 
-    again = publish(settings, table("ops.books"), new_day2, partitions=[{"event_date": DAY2}], now=NOW, expectations=False)
+    again = publish(
+        settings, table("ops.books"), new_day2, partitions=[{"event_date": DAY2}], now=NOW, expectations=False
+    )
     assert again.version == 3
     assert contents(settings, table("ops.books")).equals(after)
 
     # a replace scoped by two columns (as dwd does for the books) leaves the sibling row alone
     one = books(DAY1, "dwd.feedback", ods=5)
-    publish(settings, table("ops.books"), one, partitions=[{"event_date": DAY1, "table_name": "dwd.feedback"}],
-            now=NOW, expectations=False)
+    publish(
+        settings,
+        table("ops.books"),
+        one,
+        partitions=[{"event_date": DAY1, "table_name": "dwd.feedback"}],
+        now=NOW,
+        expectations=False,
+    )
     final = contents(settings, table("ops.books"))
-    assert same_rows(final.filter(pl.col("event_date") == DAY1),
-                     pl.concat([day1.filter(pl.col("table_name") == "dwd.request"), one]))
+    assert same_rows(
+        final.filter(pl.col("event_date") == DAY1), pl.concat([day1.filter(pl.col("table_name") == "dwd.request"), one])
+    )
     assert same_rows(final.filter(pl.col("event_date") == DAY2), new_day2)
 
 
@@ -310,8 +413,9 @@ def test_stream_commits_once(settings: Settings) -> None:
             pulled.append(i)
             yield part
 
-    result = publish(settings, table("dwd.feedback"), frames(), partitions=[{"event_date": DAY1}], now=NOW,
-                     expectations=False)
+    result = publish(
+        settings, table("dwd.feedback"), frames(), partitions=[{"event_date": DAY1}], now=NOW, expectations=False
+    )
     assert pulled == [0, 1, 2]
     assert result.version == 0 and commits(settings, table("dwd.feedback")) == 1
     assert (result.rows_in, result.rows_published) == (13, 13)
@@ -324,8 +428,14 @@ class SourceBroke(RuntimeError):
 
 
 def test_stream_error_midway_commits_nothing_and_propagates(settings: Settings) -> None:
-    publish(settings, table("dwd.feedback"), feedback(DAY1, 0, 4), partitions=[{"event_date": DAY1}], now=NOW,
-            expectations=False)
+    publish(
+        settings,
+        table("dwd.feedback"),
+        feedback(DAY1, 0, 4),
+        partitions=[{"event_date": DAY1}],
+        now=NOW,
+        expectations=False,
+    )
     before = _snapshot(settings, table("dwd.feedback"))
 
     def frames() -> Iterator[pl.DataFrame]:
@@ -334,7 +444,9 @@ def test_stream_error_midway_commits_nothing_and_propagates(settings: Settings) 
         raise SourceBroke("landing file vanished after 100 rows")
 
     with pytest.raises(SourceBroke, match="landing file vanished after 100 rows"):
-        publish(settings, table("dwd.feedback"), frames(), partitions=[{"event_date": DAY1}], now=NOW, expectations=False)
+        publish(
+            settings, table("dwd.feedback"), frames(), partitions=[{"event_date": DAY1}], now=NOW, expectations=False
+        )
     assert _snapshot(settings, table("dwd.feedback")) == before
     assert commits(settings, table("dwd.feedback")) == 1
     failed = audit_log(settings).row(-1, named=True)
@@ -381,15 +493,27 @@ def _table_files(root: Path) -> set[Path]:
 
 def test_killed_writer_leaves_nothing_visible(settings: Settings) -> None:
     old = pl.concat([feedback(DAY1, 0, 3), feedback(DAY2, 3, 3)])
-    publish(settings, table("dwd.feedback"), old, partitions=[{"event_date": DAY1}, {"event_date": DAY2}], now=NOW,
-            expectations=False)
+    publish(
+        settings,
+        table("dwd.feedback"),
+        old,
+        partitions=[{"event_date": DAY1}, {"event_date": DAY2}],
+        now=NOW,
+        expectations=False,
+    )
     before = _snapshot(settings, table("dwd.feedback"))
     log_before = audit_log(settings)
     root = Path(table("dwd.feedback").uri(settings))
     files_before = _table_files(root)
 
-    writer = subprocess.Popen([sys.executable, "-c", WRITER], cwd=REPO, env=dict(os.environ),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER],
+        cwd=REPO,
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         ready, _, _ = select.select([writer.stdout], [], [], 60)
         assert ready, "writer did not start within 60 s"
@@ -414,40 +538,70 @@ def test_killed_writer_leaves_nothing_visible(settings: Settings) -> None:
     assert audit_log(settings).equals(log_before)
 
     new = feedback(DAY2, 100, 4, batch="after-kill")
-    result = publish(settings, table("dwd.feedback"), new, partitions=[{"event_date": DAY2}], now=NOW, expectations=False)
+    result = publish(
+        settings, table("dwd.feedback"), new, partitions=[{"event_date": DAY2}], now=NOW, expectations=False
+    )
     assert result.version == before[0] + 1
     assert same_rows(contents(settings, table("dwd.feedback")), pl.concat([feedback(DAY1, 0, 3), new]))
 
 
 def test_rows_outside_the_replaced_partition_are_refused_even_on_a_new_table(strata_env: Path) -> None:
     settings = load_settings()
-    rows = pl.DataFrame({"table_name": ["dwd.request", "dwd.request"],
-                         "event_date": [dt.date(2026, 1, 1), dt.date(2026, 1, 2)],
-                         "ods_rows": [1, 1], "dwd_rows": [1, 1], "duplicates": [0, 0], "quarantined": [0, 0],
-                         "malformed": [0, 0], "balanced": [True, True]})
-    with pytest.raises(Exception, match="(?i)invalid data|partition|predicate"):
-        publish(settings, table("ops.books"), rows, partitions=[{"event_date": dt.date(2026, 1, 1)}], expectations=False)
+    rows = pl.DataFrame(
+        {
+            "table_name": ["dwd.request", "dwd.request"],
+            "event_date": [dt.date(2026, 1, 1), dt.date(2026, 1, 2)],
+            "ods_rows": [1, 1],
+            "dwd_rows": [1, 1],
+            "duplicates": [0, 0],
+            "quarantined": [0, 0],
+            "malformed": [0, 0],
+            "balanced": [True, True],
+        }
+    )
+    with pytest.raises(Exception, match=r"(?i)invalid data|partition|predicate"):
+        publish(
+            settings, table("ops.books"), rows, partitions=[{"event_date": dt.date(2026, 1, 1)}], expectations=False
+        )
     assert lake.open_table(settings, table("ops.books")) is None
 
 
 def test_a_table_that_keeps_every_row_publishes_nothing_when_a_row_is_refused(settings: Settings) -> None:
     def quarantine(line_no: list[int]) -> pl.DataFrame:
         n = len(line_no)
-        return pl.DataFrame({
-            "event_date": [dt.date(2026, 1, 1)] * n, "target_table": ["dwd.request"] * n,
-            "request_id": [f"r{i}" for i in range(n)], "rules": [["ts.type"]] * n,
-            "raw_line": [b"{}"] * n, "source_file": ["a.jsonl"] * n, "line_no": line_no,
-            "batch_id": ["b1"] * n,
-            "quarantined_at": [dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)] * n,
-        })
+        return pl.DataFrame(
+            {
+                "event_date": [dt.date(2026, 1, 1)] * n,
+                "target_table": ["dwd.request"] * n,
+                "request_id": [f"r{i}" for i in range(n)],
+                "rules": [["ts.type"]] * n,
+                "raw_line": [b"{}"] * n,
+                "source_file": ["a.jsonl"] * n,
+                "line_no": line_no,
+                "batch_id": ["b1"] * n,
+                "quarantined_at": [dt.datetime(2026, 1, 1, tzinfo=dt.UTC)] * n,
+            }
+        )
 
     keep_all = [keeps_every_row("quarantine.keeps_every_row")]
     partition = [{"event_date": dt.date(2026, 1, 1), "target_table": "dwd.request"}]
-    first = publish(settings, table("dwd.quarantine"), quarantine([1, 2]), partitions=partition, expectations=False,
-                    invariants=keep_all)
+    first = publish(
+        settings,
+        table("dwd.quarantine"),
+        quarantine([1, 2]),
+        partitions=partition,
+        expectations=False,
+        invariants=keep_all,
+    )
     with pytest.raises(AuditFailed) as err:  # line_no 0 breaks line_no.min: the row would be lost
-        publish(settings, table("dwd.quarantine"), quarantine([1, 0, 3]), partitions=partition, expectations=False,
-                invariants=keep_all)
+        publish(
+            settings,
+            table("dwd.quarantine"),
+            quarantine([1, 0, 3]),
+            partitions=partition,
+            expectations=False,
+            invariants=keep_all,
+        )
     assert err.value.rules == ["quarantine.keeps_every_row"] and "line_no.min" in str(err.value)
     assert lake.version(settings, table("dwd.quarantine")) == first.version
     assert lake.read_frame(settings, table("dwd.quarantine")).height == 2

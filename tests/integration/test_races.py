@@ -47,10 +47,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     generate(data, days=2, requests_per_day=60, seed=4, start=DAYS[0], fault_rate=0.05)
     landing = [data / "requests", data / "feedback"]
     # The first user in the hourly files, in name order (an hour may hold only service accounts' requests).
-    victim = next(json.loads(line)["user_id"] for path in sorted((data / "requests").rglob("*.jsonl.gz"))
-                  for line in gzip.decompress(path.read_bytes()).splitlines()
-                  if line.startswith(b"{") and b'"user_id"' in line and line.endswith(b"}")
-                  and json.loads(line).get("user_id"))
+    victim = next(
+        json.loads(line)["user_id"]
+        for path in sorted((data / "requests").rglob("*.jsonl.gz"))
+        for line in gzip.decompress(path.read_bytes()).splitlines()
+        if line.startswith(b"{") and b'"user_id"' in line and line.endswith(b"}") and json.loads(line).get("user_id")
+    )
     ingested = root / "ingested"
     pipeline.land(_settings(ingested), landing)
     pipeline.load_prices(_settings(ingested), data / "prices.csv")
@@ -66,8 +68,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"root": root, "homes": {"empty": empty, "ingested": ingested}, "steps": steps, "victim": victim}
 
 
-PAIRS = [("ingest", "ingest", "empty"), ("build", "build", "ingested"), ("build", "forget", "ingested"),
-         ("ingest", "retention", "empty"), ("build", "build2", "ingested")]
+PAIRS = [
+    ("ingest", "ingest", "empty"),
+    ("build", "build", "ingested"),
+    ("build", "forget", "ingested"),
+    ("ingest", "retention", "empty"),
+    ("build", "build2", "ingested"),
+]
 
 
 def _serial(world: dict, base: str, order: tuple[str, str], where: Path) -> dict[str, object]:
@@ -82,8 +89,15 @@ def _race(world: dict, pair: tuple[str, str], home: Path, rng: random.Random) ->
     procs = []
     for name in pair:
         time.sleep(rng.uniform(0, 0.6))
-        procs.append(subprocess.Popen([sys.executable, "-m", "strata.cli", *world["steps"][name][0]], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "strata.cli", *world["steps"][name][0]],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     for proc in procs:
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err
@@ -94,8 +108,9 @@ def _rounds(request: pytest.FixtureRequest) -> int:
 
 
 @pytest.mark.parametrize(("first", "second", "base"), PAIRS, ids=[f"{a}-{b}" for a, b, _ in PAIRS])
-def test_two_commands_at_once_equal_one_after_the_other(world: dict, first: str, second: str, base: str,
-                                                        request: pytest.FixtureRequest) -> None:
+def test_two_commands_at_once_equal_one_after_the_other(
+    world: dict, first: str, second: str, base: str, request: pytest.FixtureRequest
+) -> None:
     work = world["root"] / f"{first}-{second}"
     serial = [_serial(world, base, (first, second), work / "serial-ab")]
     if first != second:

@@ -63,12 +63,21 @@ DAYS = [dt.date(2026, 1, 1), dt.date(2026, 3, 1)]
 def added(tmp_path: Path, strata_env: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "more-contracts"
     folder.mkdir()
-    for name, column, classification in (("ads.user_notes", "user_pseudonym", "pseudonymous"),
-                                         ("ods.support_tickets", "user_id", "pii")):
+    for name, column, classification in (
+        ("ads.user_notes", "user_pseudonym", "pseudonymous"),
+        ("ods.support_tickets", "user_id", "pii"),
+    ):
         layer, short = name.split(".")
-        (folder / f"{name}.yaml").write_text(CONTRACT.format(
-            id=name.replace(".", "_"), name=name, layer=layer, short=short, user_column=column,
-            classification=classification))
+        (folder / f"{name}.yaml").write_text(
+            CONTRACT.format(
+                id=name.replace(".", "_"),
+                name=name,
+                layer=layer,
+                short=short,
+                user_column=column,
+                classification=classification,
+            )
+        )
     monkeypatch.setenv(SEARCH_PATH_VARIABLE, str(folder))
     clear_cache()
     yield folder
@@ -76,8 +85,13 @@ def added(tmp_path: Path, strata_env: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def _rows(column: str, users: list[str]) -> pl.DataFrame:
-    return pl.DataFrame({column: users, "note": [f"note {i}" for i in range(len(users))],
-                         "event_date": [DAYS[i % 2] for i in range(len(users))]})
+    return pl.DataFrame(
+        {
+            column: users,
+            "note": [f"note {i}" for i in range(len(users))],
+            "event_date": [DAYS[i % 2] for i in range(len(users))],
+        }
+    )
 
 
 def test_forget_reaches_a_table_added_with_a_classified_column(added: Path) -> None:
@@ -85,12 +99,16 @@ def test_forget_reaches_a_table_added_with_a_classified_column(added: Path) -> N
     key = settings.require_pseudonym_key()
     alice, bob = pseudonym(key, "alice"), pseudonym(key, "bob")
     notes, tickets = table("ads.user_notes"), table("ods.support_tickets")
-    publish(settings, notes, _rows("user_pseudonym", [alice, bob, alice, bob]), mode="overwrite",
-            expectations=False)
+    publish(settings, notes, _rows("user_pseudonym", [alice, bob, alice, bob]), mode="overwrite", expectations=False)
     publish(settings, tickets, _rows("user_id", ["alice", "bob", "alice"]), mode="overwrite", expectations=False)
 
-    forgot = subprocess.run([sys.executable, "-m", "strata.cli", "forget", "--user", "alice"],
-                            env={**os.environ}, capture_output=True, text=True, timeout=120)
+    forgot = subprocess.run(
+        [sys.executable, "-m", "strata.cli", "forget", "--user", "alice"],
+        env={**os.environ},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
     assert forgot.returncode == 0, forgot.stderr
     assert "ads.user_notes: removed 2 row(s)" in forgot.stdout

@@ -28,9 +28,22 @@ DAY = dt.date(2026, 3, 1)
 
 
 def _records(user: str, count: int, day: dt.date, prefix: str) -> list[dict]:
-    return [{"request_id": f"{prefix}-{i}", "ts": f"{day.isoformat()}T0{i % 9}:00:00Z", "duration_ms": 10.0,
-             "tenant_id": "t1", "user_id": user, "operation": "chat", "model": "m1", "model_version": "v1",
-             "input_tokens": 3, "output_tokens": 4, "status_code": 200} for i in range(count)]
+    return [
+        {
+            "request_id": f"{prefix}-{i}",
+            "ts": f"{day.isoformat()}T0{i % 9}:00:00Z",
+            "duration_ms": 10.0,
+            "tenant_id": "t1",
+            "user_id": user,
+            "operation": "chat",
+            "model": "m1",
+            "model_version": "v1",
+            "input_tokens": 3,
+            "output_tokens": 4,
+            "status_code": 200,
+        }
+        for i in range(count)
+    ]
 
 
 def _land(tmp_path: Path, name: str, lines: list[bytes], day: dt.date) -> Path:
@@ -64,14 +77,27 @@ def test_forget_removes_a_user_from_every_layer_and_file(tmp_path: Path, strata_
     requests = _land(tmp_path, "requests.jsonl", lines, DAY)
     feedback = tmp_path / "landing" / "feedback" / f"date={DAY.isoformat()}" / "fb.jsonl"
     feedback.parent.mkdir(parents=True)
-    feedback.write_text(json.dumps({"request_id": "v-1", "ts": f"{DAY.isoformat()}T12:00:00Z", "kind": "flag",
-                                    "value": "spam", "source": "trust"}) + "\n")
+    feedback.write_text(
+        json.dumps(
+            {
+                "request_id": "v-1",
+                "ts": f"{DAY.isoformat()}T12:00:00Z",
+                "kind": "flag",
+                "value": "spam",
+                "source": "trust",
+            }
+        )
+        + "\n"
+    )
     ingest(settings, [requests, feedback])
     build_day(settings, DAY)
     build_dws(settings, DAY)
     users = table("dws.user_features")
-    victim_rows = lake.read_frame(settings, users).filter(pl.col("user_pseudonym") == pseudonym(
-        settings.require_pseudonym_key(), victim)).height
+    victim_rows = (
+        lake.read_frame(settings, users)
+        .filter(pl.col("user_pseudonym") == pseudonym(settings.require_pseudonym_key(), victim))
+        .height
+    )
     lake_root = Path(settings.lake_uri)
     victim_key = pseudonym(settings.require_pseudonym_key(), victim)
     before = _every_file_text(lake_root)
@@ -130,8 +156,12 @@ def test_files_whose_lines_retention_removed_are_not_landed_again(tmp_path: Path
 def test_a_file_with_a_forgotten_user_is_never_landed_again(tmp_path: Path, strata_env: Path) -> None:
     settings = load_settings()
     victim = "user-to-forget-7731"
-    mixed = _land(tmp_path, "mixed.jsonl", [json.dumps(r).encode() for r in
-                                           _records(victim, 2, DAY, "v") + _records("stays", 2, DAY, "o")], DAY)
+    mixed = _land(
+        tmp_path,
+        "mixed.jsonl",
+        [json.dumps(r).encode() for r in _records(victim, 2, DAY, "v") + _records("stays", 2, DAY, "o")],
+        DAY,
+    )
     only = _land(tmp_path, "only.jsonl", [json.dumps(r).encode() for r in _records(victim, 2, DAY, "w")], DAY)
     ingest(settings, [mixed, only])
     forget_user(settings, victim)
@@ -178,8 +208,9 @@ def test_forget_rewrites_the_landing_zone_and_the_ledger_still_skips_the_files(s
     kept_lines = [json.dumps(r).encode() for r in _records("stays", 2, DAY, "o")]
     theirs = [json.dumps(r).encode() for r in _records(victim, 2, DAY, "v")]
     mixed.write_bytes(gzip.compress(b"".join(line + b"\n" for line in theirs + kept_lines)))
-    only = _land(settings.landing_dir.parent, "only.jsonl", [json.dumps(r).encode()
-                                                              for r in _records(victim, 2, DAY, "w")], DAY)
+    only = _land(
+        settings.landing_dir.parent, "only.jsonl", [json.dumps(r).encode() for r in _records(victim, 2, DAY, "w")], DAY
+    )
     assert only.is_relative_to(settings.landing_dir)
     ingest(settings, [settings.landing_dir])
 
@@ -199,13 +230,23 @@ def test_forget_redacts_the_user_in_audit_messages(tmp_path: Path, strata_env: P
     settings = load_settings()
     victim = "user-to-forget-7731"
     key = pseudonym(settings.require_pseudonym_key(), victim)
-    ingest(settings, [_land(tmp_path, "a.jsonl", [json.dumps(r).encode() for r in _records(victim, 1, DAY, "v")],
-                            DAY)])
+    ingest(settings, [_land(tmp_path, "a.jsonl", [json.dumps(r).encode() for r in _records(victim, 1, DAY, "v")], DAY)])
     now = dt.datetime.now(dt.UTC)
-    audit.record(Lake.of(settings), attempt_id="a1", table_name="dws.user_features", partition=f"event_date={DAY}",
-                 delta_version=None, status="failed", rows_in=1, rows_published=0, rows_rejected=1,
-                 rules_failed=["user_pseudonym.pattern"], started_at=now, duration_ms=1.0,
-                 message=f"user_pseudonym.pattern: 1 row(s) (e.g. {key!r}, {victim!r})")  # as a failed audit says
+    audit.record(
+        Lake.of(settings),
+        attempt_id="a1",
+        table_name="dws.user_features",
+        partition=f"event_date={DAY}",
+        delta_version=None,
+        status="failed",
+        rows_in=1,
+        rows_published=0,
+        rows_rejected=1,
+        rules_failed=["user_pseudonym.pattern"],
+        started_at=now,
+        duration_ms=1.0,
+        message=f"user_pseudonym.pattern: 1 row(s) (e.g. {key!r}, {victim!r})",
+    )  # as a failed audit says
 
     report = forget_user(settings, victim)
 
@@ -219,11 +260,19 @@ def test_forget_redacts_the_user_in_audit_messages(tmp_path: Path, strata_env: P
 def test_retention_takes_the_expired_lines_out_of_the_landing_zone(strata_env: Path) -> None:
     settings = load_settings()
     old_day, new_day = dt.date(2026, 1, 1), dt.date(2026, 3, 1)
-    old = _land(settings.landing_dir.parent, "old.jsonl", [json.dumps(r).encode()
-                                                            for r in _records("u", 3, old_day, "a")], old_day)
+    old = _land(
+        settings.landing_dir.parent,
+        "old.jsonl",
+        [json.dumps(r).encode() for r in _records("u", 3, old_day, "a")],
+        old_day,
+    )
     recent = [json.dumps(r).encode() for r in _records("u", 2, new_day, "b")]
-    both = _land(settings.landing_dir.parent, "both.jsonl", [json.dumps(r).encode() for r in
-                                                              _records("u", 1, old_day, "c")] + recent, new_day)
+    both = _land(
+        settings.landing_dir.parent,
+        "both.jsonl",
+        [json.dumps(r).encode() for r in _records("u", 1, old_day, "c")] + recent,
+        new_day,
+    )
     ingest(settings, [settings.landing_dir])
 
     apply_retention(settings, days=30, today=dt.date(2026, 3, 10))

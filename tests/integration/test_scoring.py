@@ -32,20 +32,26 @@ def scored_lake(strata_env: Path) -> tuple[Settings, list[str]]:
     source = table("dws.user_features")
     keys = pseudonyms(USERS, seed=1)
     features = feature_rows(source, keys, DAY, seed=2).with_columns(  # a heavy user: beyond float32's exact ints
-        input_tokens_sum_7d=pl.when(pl.int_range(pl.len()) == 0).then(17_701_118).otherwise("input_tokens_sum_7d"))
+        input_tokens_sum_7d=pl.when(pl.int_range(pl.len()) == 0).then(17_701_118).otherwise("input_tokens_sum_7d")
+    )
     publish(settings, source, features, partitions=[{"event_date": DAY}], expectations=False)
-    active = publish(settings, DWD_REQUEST, request_rows(keys.head(300), DAY), partitions=[{"event_date": DAY}],
-                     expectations=False)
+    active = publish(
+        settings, DWD_REQUEST, request_rows(keys.head(300), DAY), partitions=[{"event_date": DAY}], expectations=False
+    )
     assert active.rows_published == 300
     names = [c.name for c in source.contract.columns if c.name.endswith(("_1h", "_24h", "_7d"))]
     frame = features.with_columns(
         event_timestamp=pl.col("feature_ts"),
-        label=(pl.col(names[0]).rank() / USERS + pl.Series(np.random.default_rng(3).random(USERS)) > 1.0)
-        .cast(pl.Int8))
+        label=(pl.col(names[0]).rank() / USERS + pl.Series(np.random.default_rng(3).random(USERS)) > 1.0).cast(pl.Int8),
+    )
     split = frame.get_column("event_timestamp").sort()[USERS // 2]
-    fit_and_register(settings, "user_risk", TrainingSet(frame, "user_pseudonym", names, "user_risk_v1",
-                                                        source.name, dt.timedelta(days=8)),
-                     split_at=split, window=(DAY, DAY))
+    fit_and_register(
+        settings,
+        "user_risk",
+        TrainingSet(frame, "user_pseudonym", names, "user_risk_v1", source.name, dt.timedelta(days=8)),
+        split_at=split,
+        window=(DAY, DAY),
+    )
     return settings, names
 
 
@@ -53,8 +59,9 @@ def _scores(settings: Settings) -> pl.DataFrame:
     return lake.read_frame(settings, ADS_USER_RISK_SCORES).sort("user_pseudonym")
 
 
-def test_scores_equal_the_session_on_the_same_rows_and_a_rerun_replaces(scored_lake: tuple[Settings, list[str]]
-                                                                        ) -> None:
+def test_scores_equal_the_session_on_the_same_rows_and_a_rerun_replaces(
+    scored_lake: tuple[Settings, list[str]],
+) -> None:
     settings, names = scored_lake
     report = score(settings, "user_risk", DAY, provider="cpu", batch_rows=64)
     written = _scores(settings)
@@ -62,8 +69,11 @@ def test_scores_equal_the_session_on_the_same_rows_and_a_rerun_replaces(scored_l
     model = get(settings, "user_risk")
     assert set(written.get_column("model_sha256")) == {model.card.sha256}
     assert set(written.get_column("model_version")) == {"v1"}
-    features = lake.read_frame(settings, table("dws.user_features")).filter(
-        pl.col("user_pseudonym").is_in(written.get_column("user_pseudonym").implode())).sort("user_pseudonym")
+    features = (
+        lake.read_frame(settings, table("dws.user_features"))
+        .filter(pl.col("user_pseudonym").is_in(written.get_column("user_pseudonym").implode()))
+        .sort("user_pseudonym")
+    )
     plain = open_session(model.onnx_bytes(), "cpu").run_plain(features.select(names).to_numpy().astype(np.float32))
     assert np.max(np.abs(written.get_column("score").to_numpy() - plain)) < 1e-6  # IO binding = InferenceSession.run
     score(settings, "user_risk", DAY, provider="cpu")
@@ -73,8 +83,7 @@ def test_scores_equal_the_session_on_the_same_rows_and_a_rerun_replaces(scored_l
     assert lake.read_frame(settings, ADS_SCORE_DAILY).height == 1
 
 
-def test_two_shards_together_equal_the_unsharded_run(scored_lake: tuple[Settings, list[str]],
-                                                     tmp_path: Path) -> None:
+def test_two_shards_together_equal_the_unsharded_run(scored_lake: tuple[Settings, list[str]], tmp_path: Path) -> None:
     settings, _ = scored_lake
     score(settings, "user_risk", DAY, provider="cpu")
     whole = _scores(settings)
@@ -98,8 +107,10 @@ def test_bad_models_and_inputs_stop_before_any_write(scored_lake: tuple[Settings
         return register(settings, type(card)(**{**card.__dict__, **changes}), onnx).card.version
 
     cases = {
-        "missing": (variant(features=(*card.features[:-1], Feature("logins_per_hour_7d", "float32"))),
-                    "logins_per_hour_7d"),
+        "missing": (
+            variant(features=(*card.features[:-1], Feature("logins_per_hour_7d", "float32"))),
+            "logins_per_hour_7d",
+        ),
         "unsafe dtype": (variant(features=(*card.features[:-1], Feature("event_date", "float32"))), "event_date"),
     }
     nan_version = variant(extra={"accepts_missing": False})
@@ -109,8 +120,14 @@ def test_bad_models_and_inputs_stop_before_any_write(scored_lake: tuple[Settings
             score(settings, "user_risk", DAY, version=version, provider="cpu")
         _unchanged(settings, before)
     # An active user with no feature row in the TTL gets NaN, which this version cannot take.
-    publish(settings, DWD_REQUEST, request_rows(pseudonyms(1, seed=99), DAY).with_columns(request_id=pl.lit("x")),
-            partitions=[{"event_date": DAY}], expectations=False, mode="append")
+    publish(
+        settings,
+        DWD_REQUEST,
+        request_rows(pseudonyms(1, seed=99), DAY).with_columns(request_id=pl.lit("x")),
+        partitions=[{"event_date": DAY}],
+        expectations=False,
+        mode="append",
+    )
     with pytest.raises(ModelError, match="cannot take a missing value"):
         score(settings, "user_risk", DAY, version=nan_version, provider="cpu")
     _unchanged(settings, before)

@@ -28,9 +28,24 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, Path, dt.d
     root = tmp_path_factory.mktemp("sandbox")
     settings = load_settings({"STRATA_HOME": str(root / "home"), "STRATA_PSEUDONYM_KEY": "test-key-0123456789abcdef"})
     logs = root / "logs.jsonl"
-    logs.write_text("".join(json.dumps({
-        "request_id": f"r{i}", "ts": "2026-02-01T12:00:00Z", "tenant_id": "t", "user_id": "alice", "operation": "chat",
-        "model": "m", "status_code": 200, "prompt": "my card number is 4111 1111 1111 1111"}) + "\n" for i in range(3)))
+    logs.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "request_id": f"r{i}",
+                    "ts": "2026-02-01T12:00:00Z",
+                    "tenant_id": "t",
+                    "user_id": "alice",
+                    "operation": "chat",
+                    "model": "m",
+                    "status_code": 200,
+                    "prompt": "my card number is 4111 1111 1111 1111",
+                }
+            )
+            + "\n"
+            for i in range(3)
+        )
+    )
     ingest(settings, [logs])
     prices = root / "prices.csv"
     prices.write_text(PRICES.format(price="0.001"))
@@ -58,18 +73,22 @@ def test_tables_are_views_of_their_current_delta_versions(session: Session) -> N
     names = {v.name: v.version for v in session.views}
     assert names["dwd.model_price"] == 1 and "dwd.tenant_quota" in names and "ops.audit_log" in names
     assert session.query("select input_price_per_1k from dwd.model_price").to_pylist() == [
-        {"input_price_per_1k": 0.005}]
+        {"input_price_per_1k": 0.005}
+    ]
     assert session.query("select count(*) as n from ops.audit_log").column("n")[0].as_py() >= 3
 
 
-@pytest.mark.parametrize("sql", [
-    "create table dwd.copy as select * from dwd.model_price",
-    "insert into dwd.model_price select * from dwd.model_price",
-    "delete from dwd.model_price",
-    "update dwd.model_price set input_price_per_1k = 0",
-    "drop view dwd.model_price",
-    "select 1; create table x (a int)",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "create table dwd.copy as select * from dwd.model_price",
+        "insert into dwd.model_price select * from dwd.model_price",
+        "delete from dwd.model_price",
+        "update dwd.model_price set input_price_per_1k = 0",
+        "drop view dwd.model_price",
+        "select 1; create table x (a int)",
+    ],
+)
 def test_writing_is_refused(session: Session, sql: str) -> None:
     with pytest.raises(QueryRefused, match="refused: strata sql is read-only"):
         session.query(sql)
@@ -79,9 +98,11 @@ def test_writing_is_refused(session: Session, sql: str) -> None:
 def test_copy_is_refused_even_into_the_lake(session: Session, lake: tuple[Settings, Path, dt.datetime]) -> None:
     folder = Path(DWD_MODEL_PRICE.uri(lake[0]))
     before = sorted(p.name for p in folder.iterdir())
-    for sql in (f"copy (select 1) to '{folder}/x.csv'",
-                f"explain analyze copy (select 1) to '{folder}/y.csv'",
-                f"export database '{folder}/db'"):
+    for sql in (
+        f"copy (select 1) to '{folder}/x.csv'",
+        f"explain analyze copy (select 1) to '{folder}/y.csv'",
+        f"export database '{folder}/db'",
+    ):
         with pytest.raises(QueryRefused, match=r"(COPY|EXPORT) statements are refused"):
             session.query(sql)
     assert sorted(p.name for p in folder.iterdir()) == before
@@ -90,9 +111,13 @@ def test_copy_is_refused_even_into_the_lake(session: Session, lake: tuple[Settin
 
 def test_attach_install_load_and_set_are_refused(session: Session, lake: tuple[Settings, Path, dt.datetime]) -> None:
     folder = Path(DWD_MODEL_PRICE.uri(lake[0]))
-    for sql, kind in ((f"attach '{folder}/z.duckdb' as z", "ATTACH"), ("install httpfs", "LOAD"),
-                      ("load httpfs", "LOAD"), ("set enable_external_access = true", "SET"),
-                      ("pragma enable_profiling", "PRAGMA")):
+    for sql, kind in (
+        (f"attach '{folder}/z.duckdb' as z", "ATTACH"),
+        ("install httpfs", "LOAD"),
+        ("load httpfs", "LOAD"),
+        ("set enable_external_access = true", "SET"),
+        ("pragma enable_profiling", "PRAGMA"),
+    ):
         with pytest.raises(QueryRefused, match=f"{kind} statements are refused"):
             session.query(sql)
     assert not (folder / "z.duckdb").exists()
@@ -103,8 +128,11 @@ def test_attach_install_load_and_set_are_refused(session: Session, lake: tuple[S
 
 def test_reading_a_file_outside_the_lake_is_refused(session: Session, lake: tuple[Settings, Path, dt.datetime]) -> None:
     _, outside, _ = lake
-    for sql in (f"select * from read_csv('{outside}')", "select * from read_text('/etc/passwd')",
-                f"select * from glob('{outside.parent}/*')"):
+    for sql in (
+        f"select * from read_csv('{outside}')",
+        "select * from read_text('/etc/passwd')",
+        f"select * from glob('{outside.parent}/*')",
+    ):
         with pytest.raises(QueryRefused, match=r"table function .* is refused"):
             session.query(sql)
         # Beneath the check, DuckDB's own sandbox refuses the file too.
@@ -140,8 +168,9 @@ def test_as_of_reads_an_older_version(lake: tuple[Settings, Path, dt.datetime]) 
         with Session(settings, as_of=pinned) as session:
             view = next(v for v in session.views if v.name == "dwd.model_price")
             assert view.pinned and view.version == 0
-            assert session.query("select input_price_per_1k as p from dwd.model_price").column("p").to_pylist() == \
-                [0.001]
+            assert session.query("select input_price_per_1k as p from dwd.model_price").column("p").to_pylist() == [
+                0.001
+            ]
     with pytest.raises(LookupError, match="versions 0 to 1, not 7"):
         Session(settings, as_of={DWD_MODEL_PRICE: 7})
     with pytest.raises(LookupError, match="did not exist at 2000-01-01"):
@@ -169,20 +198,29 @@ def test_a_session_leaves_nothing_behind(lake: tuple[Settings, Path, dt.datetime
     assert not scratch.exists()
 
 
-def test_every_table_function_off_the_allow_list_is_refused(session: Session,
-                                                              lake: tuple[Settings, Path, dt.datetime]) -> None:
+def test_every_table_function_off_the_allow_list_is_refused(
+    session: Session, lake: tuple[Settings, Path, dt.datetime]
+) -> None:
     """Each of DuckDB's own table functions, table macros and pragmas, as this session has them."""
-    names = {name for (name,) in session.con.execute(
-        "select distinct function_name from duckdb_functions() "
-        "where function_type in ('table', 'table_macro', 'pragma')").fetchall()}
+    names = {
+        name
+        for (name,) in session.con.execute(
+            "select distinct function_name from duckdb_functions() "
+            "where function_type in ('table', 'table_macro', 'pragma')"
+        ).fetchall()
+    }
     assert {"enable_logging", "query", "read_text", "duckdb_secrets", "checkpoint"} <= names  # the catalog is real
     for name in sorted(names - TABLE_FUNCTIONS):
         with pytest.raises(QueryRefused, match=rf"table function {name}\(\) is refused"):
             session.query(f'select * from "{name}"()')
         with pytest.raises(QueryRefused):
-            session.query(f"select 1 from dwd.model_price, (from (select 1) join lateral \"{name}\"() on true)")
-    pragmas = {name for (name,) in session.con.execute(
-        "select distinct function_name from duckdb_functions() where function_type = 'pragma'").fetchall()}
+            session.query(f'select 1 from dwd.model_price, (from (select 1) join lateral "{name}"() on true)')
+    pragmas = {
+        name
+        for (name,) in session.con.execute(
+            "select distinct function_name from duckdb_functions() where function_type = 'pragma'"
+        ).fetchall()
+    }
     not_run = (QueryRefused, duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException)
     for name in sorted(pragmas):  # the statements that call them: refused, or not even bound while parsed
         for sql in (f'pragma "{name}"', f'call "{name}"()'):
@@ -195,19 +233,25 @@ def test_a_select_cannot_write_into_the_lake(session: Session, lake: tuple[Setti
     log = Path(table("ops.audit_log").uri(lake[0])) / "_delta_log"
     before = sorted(p.name for p in log.iterdir())
     nxt = f"{log}/{int(max(before)[:20]) + 1:020d}.json"
-    for sql in (f"select * from enable_logging(storage='file', storage_path='{nxt}')",
-                "select * from enable_logging(storage_config={'normalize': false})",  # aborted the process
-                f"select write_blob('{nxt}', 'x'::blob)",
-                f"select [1].list_transform(x -> main.write_blob('{nxt}', 'x'::blob))",
-                f"select * from dwd.model_price where \"WRITE_BLOB\"('{nxt}', ''::blob)"):
+    for sql in (
+        f"select * from enable_logging(storage='file', storage_path='{nxt}')",
+        "select * from enable_logging(storage_config={'normalize': false})",  # aborted the process
+        f"select write_blob('{nxt}', 'x'::blob)",
+        f"select [1].list_transform(x -> main.write_blob('{nxt}', 'x'::blob))",
+        f"select * from dwd.model_price where \"WRITE_BLOB\"('{nxt}', ''::blob)",
+    ):
         with pytest.raises(QueryRefused, match="is refused"):
             session.query(sql)
     assert sorted(p.name for p in log.iterdir()) == before
 
 
 def test_functions_with_side_effects_or_outside_access_are_refused(session: Session) -> None:
-    marked = {name for (name,) in session.con.execute(
-        "select distinct function_name from duckdb_functions() where has_side_effects").fetchall()}
+    marked = {
+        name
+        for (name,) in session.con.execute(
+            "select distinct function_name from duckdb_functions() where has_side_effects"
+        ).fetchall()
+    }
     assert {"write_log", "nextval", "sleep_ms"} <= marked
     for name in sorted(marked - HARMLESS_SIDE_EFFECTS | DENIED_FUNCTIONS):
         with pytest.raises(QueryRefused, match=rf"{name}\(\) is refused"):
@@ -217,52 +261,81 @@ def test_functions_with_side_effects_or_outside_access_are_refused(session: Sess
 
 def test_every_macro_allowed_calls_only_allowed_functions(session: Session) -> None:
     """A macro's body is not in the statement's tree: one that reaches a refused function is denied by name."""
-    macros = session.con.execute("select function_name, macro_definition from duckdb_functions() "
-                                 "where function_type = 'macro'").fetchall()
+    macros = session.con.execute(
+        "select function_name, macro_definition from duckdb_functions() where function_type = 'macro'"
+    ).fetchall()
     denied = denied_functions(session.con)
     for name, definition in macros:
         if name not in denied:
             check(session.con, f"select {definition}", [], denied)
 
+
 #: Functions whose names look like I/O that were read and found pure (DuckDB 1.5).
-_REVIEWED = {"current_query", "current_query_id", "has_table_privilege", "has_tablespace_privilege",
-             "parse_delta_filter_logline", "parse_filename", "pg_conf_load_time", "pg_table_is_visible",
-             "regexp_split_to_table"}
+_REVIEWED = {
+    "current_query",
+    "current_query_id",
+    "has_table_privilege",
+    "has_tablespace_privilege",
+    "parse_delta_filter_logline",
+    "parse_filename",
+    "pg_conf_load_time",
+    "pg_table_is_visible",
+    "regexp_split_to_table",
+}
 
 
 def test_a_function_whose_name_suggests_io_is_denied_or_reviewed(session: Session) -> None:
     """A tripwire for DuckDB upgrades: ``write_blob`` carried no side-effect mark."""
-    looks_like_io = {name for (name,) in session.con.execute(
-        "select distinct function_name from duckdb_functions() where function_type in ('scalar', 'aggregate', 'macro') "
-        "and regexp_matches(function_name, 'write|file|read|exec|sql|setting|secret|env|sleep|variable|http|"
-        "checkpoint|attach|copy|export|import|install|load|extension|logging|_log|system|shell|plan|query|table|blob')"
-    ).fetchall()}
+    looks_like_io = {
+        name
+        for (name,) in session.con.execute(
+            "select distinct function_name from duckdb_functions() "
+            "where function_type in ('scalar', 'aggregate', 'macro') "
+            "and regexp_matches(function_name, 'write|file|read|exec|sql|setting|secret|env|sleep|variable|http|"
+            "checkpoint|attach|copy|export|import|install|load|extension|logging|_log|system|shell|plan|query|table|blob')"
+        ).fetchall()
+    }
     assert "write_blob" in looks_like_io
     assert looks_like_io - denied_functions(session.con) - _REVIEWED == set()
 
 
 def test_files_tables_and_strings_as_tables_are_refused(session: Session) -> None:
-    for sql in ("from 'outside.csv'", 'select * from "/etc/passwd"', "show '/etc/passwd'", "describe '/etc/passwd'",
-                "summarize '/etc/passwd'", "select * from memory.main.duckdb_settings", "select * from system.main.x",
-                "select * from (with \"/etc/passwd\" as (select 1) select 1), '/etc/passwd'",  # a CTE out of scope
-                "with a as (select * from b), b as (select 1) select * from a",
-                "select (select count(*) from 'x.parquet')", "explain select * from 'x.csv'",
-                "pragma table_info('dwd.model_price')",
-                "select 1 from dwd.model_price where exists (from query('select 1'))",
-                "select " + " + ".join(["1"] * 900)):  # deeper than the check walks
+    for sql in (
+        "from 'outside.csv'",
+        'select * from "/etc/passwd"',
+        "show '/etc/passwd'",
+        "describe '/etc/passwd'",
+        "summarize '/etc/passwd'",
+        "select * from memory.main.duckdb_settings",
+        "select * from system.main.x",
+        "select * from (with \"/etc/passwd\" as (select 1) select 1), '/etc/passwd'",  # a CTE out of scope
+        "with a as (select * from b), b as (select 1) select * from a",
+        "select (select count(*) from 'x.parquet')",
+        "explain select * from 'x.csv'",
+        "pragma table_info('dwd.model_price')",
+        "select 1 from dwd.model_price where exists (from query('select 1'))",
+        "select " + " + ".join(["1"] * 900),
+    ):  # deeper than the check walks
         with pytest.raises(QueryRefused, match=r"not a table of the lake|is refused|cannot be checked"):
             session.query(sql)
 
 
 def test_what_an_analyst_runs_passes(session: Session) -> None:
     assert session.query("show tables").num_rows == 0  # the views are not in DuckDB's main schema
-    for sql in ("describe dwd.model_price", "show all tables", "summarize dwd.model_price",
-                "values (1), (2)", "select * from unnest([1, 2])", "select unnest([1, 2]) as x",
-                "with recursive r(n) as (select 1 union all select n + 1 from r where n < 3) select * from r",
-                "with p as materialized (from dwd.model_price) select count(*) from p",
-                "pivot dwd.model_price on model in ('m') using max(input_price_per_1k)",
-                "explain select * from DWD.Model_Price", "select current_date - 7 as d",
-                "from memory.dwd.model_price select model"):
+    for sql in (
+        "describe dwd.model_price",
+        "show all tables",
+        "summarize dwd.model_price",
+        "values (1), (2)",
+        "select * from unnest([1, 2])",
+        "select unnest([1, 2]) as x",
+        "with recursive r(n) as (select 1 union all select n + 1 from r where n < 3) select * from r",
+        "with p as materialized (from dwd.model_price) select count(*) from p",
+        "pivot dwd.model_price on model in ('m') using max(input_price_per_1k)",
+        "explain select * from DWD.Model_Price",
+        "select current_date - 7 as d",
+        "from memory.dwd.model_price select model",
+    ):
         assert session.query(sql).num_rows >= 1, sql
 
 
@@ -279,10 +352,13 @@ def test_the_readme_analyst_queries_pass_the_check(session: Session) -> None:
 def test_a_statement_is_bounded_in_time_and_memory(lake: tuple[Settings, Path, dt.datetime]) -> None:
     settings = dataclasses.replace(lake[0], sql_timeout_s=0.5, sql_memory_limit="1GB", sql_spill_limit="3GB")
     with Session(settings) as session:
-        assert session.con.execute("select current_setting('memory_limit'), "
-                                   "current_setting('max_temp_directory_size')").fetchone() == ("953.6 MiB", "2.7 GiB")
-        for sql in ("select count(*) from range(10_000_000_000)",  # interrupted while DuckDB computes
-                    "select * from range(10_000_000_000)"):  # interrupted while the result streams
+        assert session.con.execute(
+            "select current_setting('memory_limit'), current_setting('max_temp_directory_size')"
+        ).fetchone() == ("953.6 MiB", "2.7 GiB")
+        for sql in (
+            "select count(*) from range(10_000_000_000)",  # interrupted while DuckDB computes
+            "select * from range(10_000_000_000)",
+        ):  # interrupted while the result streams
             started = time.monotonic()
             with pytest.raises(QueryCancelled, match=r"ran past 0.5 s and was cancelled \(STRATA_SQL_TIMEOUT_S"):
                 for reader in session.execute(sql):

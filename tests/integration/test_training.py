@@ -33,7 +33,8 @@ REQUESTS_PER_DAY = 28_000
 
 
 def test_a_model_trained_on_three_days_ranks_the_planted_abusers_of_the_fourth_online_too(
-        strata_env: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    strata_env: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     manifest = generate(tmp_path / "generated", days=DAYS, requests_per_day=REQUESTS_PER_DAY, seed=21, start=START)
     settings = load_settings()
     pipeline.land(settings, [tmp_path / "generated"])
@@ -48,8 +49,9 @@ def test_a_model_trained_on_three_days_ranks_the_planted_abusers_of_the_fourth_o
     card = trained.card
     logged = [r.getMessage() for r in caplog.records if r.name.startswith("strata.")]
     assert f"train {days[2]}: started (days=4)" in logged
-    assert any(m.startswith(f"registered user_risk {card.version}: {len(card.features)} features, ROC AUC ")
-               for m in logged)
+    assert any(
+        m.startswith(f"registered user_risk {card.version}: {len(card.features)} features, ROC AUC ") for m in logged
+    )
     assert any(m.startswith(f"train {days[2]}: done in ") and f"features={len(card.features)}" in m for m in logged)
     assert card.metrics["parity_max_abs"] <= 1e-5
     assert card.feature_service == "user_risk_v1" and card.training_window == (str(days[0]), str(days[2]))
@@ -77,8 +79,11 @@ def test_a_model_trained_on_three_days_ranks_the_planted_abusers_of_the_fourth_o
     assert online["score"] == pytest.approx(mine["score"][0]) and online["model_version"] == card.version
     assert online["request_count_7d"] is not None
     pipeline.forget(settings, user)
-    assert lake.read_frame(settings, ADS_USER_RISK_SCORES).filter(
-        lake.read_frame(settings, ADS_USER_RISK_SCORES)["user_pseudonym"] == pseudonym(key, user)).is_empty()
+    assert (
+        lake.read_frame(settings, ADS_USER_RISK_SCORES)
+        .filter(lake.read_frame(settings, ADS_USER_RISK_SCORES)["user_pseudonym"] == pseudonym(key, user))
+        .is_empty()
+    )
     assert all(v is None for v in pipeline.get_online_features(settings, "user", user).values())
 
     again = pipeline.train(settings, days[2], days=3).detail  # a re-train registers a new version

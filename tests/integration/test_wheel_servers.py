@@ -27,8 +27,13 @@ def test_the_wheel_servers_hold_strata_locks_and_online_features_then_leave_no_p
         started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
         assert {p.name() for p in started} >= {"postgres", "redis-server"}
         with postgres.database("strata_wheel_") as name:
-            settings = load_settings({"STRATA_HOME": str(strata_env), "STRATA_LOCK_URL": postgres.url(name),
-                                      "STRATA_ONLINE_STORE": f"{redis.url}/0"})
+            settings = load_settings(
+                {
+                    "STRATA_HOME": str(strata_env),
+                    "STRATA_LOCK_URL": postgres.url(name),
+                    "STRATA_ONLINE_STORE": f"{redis.url}/0",
+                }
+            )
             with locks.hold(settings, write=[(DWD_REQUEST, {"event_date": "2026-03-02"})]):
                 with psycopg.connect(postgres.url(name)) as con:  # another session sees the advisory lock
                     held = con.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()
@@ -39,5 +44,7 @@ def test_the_wheel_servers_hold_strata_locks_and_online_features_then_leave_no_p
             assert sink.write(encode(batch, view.key, [feature], texts=False)) == 1
             sink.close()
             assert reader(settings).read(view, ["u1", "nobody"], [feature]) == (
-                {view.key: ["u1", "nobody"], feature: [2.5, None]}, [at, None])
+                {view.key: ["u1", "nobody"], feature: [2.5, None]},
+                [at, None],
+            )
     assert not [p for p in started if p.is_running()]  # every server process stopped, none orphaned

@@ -11,8 +11,14 @@ from warehouse.ads.models_yml import MARTS_YML, dbt_contracts, model_properties,
 def test_the_committed_file_is_the_generated_one_and_agrees_with_the_contracts() -> None:
     assert MARTS_YML.read_text(encoding="utf-8") == render(), "run `python -m warehouse.ads.models_yml`"
     assert check_dbt_models(MARTS_YML) == []
-    assert [c.name for c in dbt_contracts()] == ["ads.data_quality", "ads.latency_breakdown", "ads.model_daily",
-                                                  "ads.retry_storms", "ads.tenant_daily", "ads.version_mix"]
+    assert [c.name for c in dbt_contracts()] == [
+        "ads.data_quality",
+        "ads.latency_breakdown",
+        "ads.model_daily",
+        "ads.retry_storms",
+        "ads.tenant_daily",
+        "ads.version_mix",
+    ]
 
 
 def test_tests_come_from_the_contract() -> None:
@@ -24,7 +30,8 @@ def test_tests_come_from_the_contract() -> None:
     assert columns["tenant_id"]["data_tests"] == ["not_null"]
     assert columns["cost_usd"]["data_type"] == "DECIMAL(18,9)" and "constraints" not in columns["cost_usd"]
     assert columns["top_model_by_cost"]["data_tests"] == [
-        {"relationships": {"arguments": {"to": "ref('model_daily')", "field": "model"}}}]
+        {"relationships": {"arguments": {"to": "ref('model_daily')", "field": "model"}}}
+    ]
     status = {c["name"]: c for c in model_properties(load_contract("ads.data_quality"))["columns"]}["status"]
     assert status["data_tests"] == [{"accepted_values": {"arguments": {"values": ["published", "failed"]}}}]
     assert yaml.safe_load(render())["version"] == 2

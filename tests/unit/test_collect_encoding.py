@@ -24,9 +24,15 @@ def _protobuf_request(tenant_of_span: str | None = None) -> bytes:
     attr.value.string_value = "gateway"
     spans = resource_spans.scope_spans.add().spans
     for i, tenant in enumerate([None, tenant_of_span]):
-        span = spans.add(trace_id=TRACE_ID, span_id=SPAN_ID, parent_span_id=SPAN_ID[::-1], name=f"chat {i}",
-                         kind=3, start_time_unix_nano=1_770_000_000_000_000_000 + i,
-                         end_time_unix_nano=1_770_000_000_100_000_000)
+        span = spans.add(
+            trace_id=TRACE_ID,
+            span_id=SPAN_ID,
+            parent_span_id=SPAN_ID[::-1],
+            name=f"chat {i}",
+            kind=3,
+            start_time_unix_nano=1_770_000_000_000_000_000 + i,
+            end_time_unix_nano=1_770_000_000_100_000_000,
+        )
         span.links.add(trace_id=TRACE_ID, span_id=SPAN_ID)
         model = span.attributes.add(key="gen_ai.request.model")
         model.value.string_value = "m1"
@@ -42,8 +48,11 @@ def test_a_protobuf_body_becomes_the_otlp_json_line_with_hex_ids_and_a_conversio
     resource = line["resourceSpans"][0]["resource"]["attributes"]
     assert {"key": "strata.converted_from", "value": {"stringValue": "protobuf"}} in resource
     span = line["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
-    assert (span["traceId"], span["spanId"], span["parentSpanId"]) == (TRACE_ID.hex(), SPAN_ID.hex(),
-                                                                       SPAN_ID[::-1].hex())
+    assert (span["traceId"], span["spanId"], span["parentSpanId"]) == (
+        TRACE_ID.hex(),
+        SPAN_ID.hex(),
+        SPAN_ID[::-1].hex(),
+    )
     assert span["links"] == [{"traceId": TRACE_ID.hex(), "spanId": SPAN_ID.hex()}]
     assert span["kind"] == 3 and span["startTimeUnixNano"] == "1770000000000000000"  # enum int, int64 string
     assert b"\n" not in decoded.line and decoded.spans == 2 and decoded.rejected == 0
@@ -55,8 +64,11 @@ def test_the_request_path_spools_a_protobuf_body_as_sent_and_its_line_is_made_wh
         accepted = accept(body, PROTOBUF, tenant)
         assert accepted.record is not None and accepted.record.endswith(body)  # parsed, checked, not converted
         decoded = decode(body, PROTOBUF, tenant)
-        assert (accepted.spans, accepted.rejected, accepted.message) == (decoded.spans, decoded.rejected,
-                                                                         decoded.message)
+        assert (accepted.spans, accepted.rejected, accepted.message) == (
+            decoded.spans,
+            decoded.rejected,
+            decoded.message,
+        )
         assert (accepted.spans, accepted.rejected) == counts and line_of(accepted.record) == decoded.line
     assert accept(body, PROTOBUF, "nobody").record is not None
     json_body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "a"}]}]}]}).encode()
@@ -75,7 +87,8 @@ def test_a_token_tenant_is_stamped_and_spans_claiming_another_are_rejected() -> 
     decoded = decode(_protobuf_request(tenant_of_span="other"), PROTOBUF, tenant="acme")
     line = json.loads(decoded.line)
     assert {"key": "strata.tenant_id", "value": {"stringValue": "acme"}} in line["resourceSpans"][0]["resource"][
-        "attributes"]
+        "attributes"
+    ]
     assert [s["name"] for s in line["resourceSpans"][0]["scopeSpans"][0]["spans"]] == ["chat 0"]
     assert (decoded.spans, decoded.rejected) == (2, 1)
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
@@ -85,9 +98,16 @@ def test_a_token_tenant_is_stamped_and_spans_claiming_another_are_rejected() -> 
     assert json.loads(export_response(JSON, 1, "x")) == {"partialSuccess": {"rejectedSpans": "1", "errorMessage": "x"}}
 
 
-@pytest.mark.parametrize("body, content_type", [(b"\x0a\xff\xff", PROTOBUF), (b"{nope", JSON),
-                                                 (b'{"resourceSpans": 3}', JSON), (b"[1]", JSON),
-                                                 (b'{"resourceSpans": [{"scopeSpans": 1}]}', JSON)])
+@pytest.mark.parametrize(
+    "body, content_type",
+    [
+        (b"\x0a\xff\xff", PROTOBUF),
+        (b"{nope", JSON),
+        (b'{"resourceSpans": 3}', JSON),
+        (b"[1]", JSON),
+        (b'{"resourceSpans": [{"scopeSpans": 1}]}', JSON),
+    ],
+)
 def test_a_body_that_is_no_trace_export_is_bad_data(body: bytes, content_type: str) -> None:
     with pytest.raises(BadData):
         decode(body, content_type, tenant=None)
@@ -128,25 +148,67 @@ def test_the_conversion_writes_what_protobufs_json_mapping_writes_but_with_hex_i
     from google.protobuf.json_format import MessageToDict, ParseDict
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    values = [{"stringValue": "x"}, {"stringValue": ""}, {"intValue": "-9007199254740993"}, {"doubleValue": 0.5}, {"doubleValue": "NaN"}, {"doubleValue": "-Infinity"}, {"boolValue": False},
-              {"bytesValue": base64.b64encode(b"\x00\xff").decode()}, {"intValue": "0"},
-              {"arrayValue": {"values": [{"stringValue": "a"}, {"doubleValue": 1e300}]}}, {"arrayValue": {}},
-              {"kvlistValue": {"values": [{"key": "k", "value": {"boolValue": True}}]}}, {}]
+    values = [
+        {"stringValue": "x"},
+        {"stringValue": ""},
+        {"intValue": "-9007199254740993"},
+        {"doubleValue": 0.5},
+        {"doubleValue": "NaN"},
+        {"doubleValue": "-Infinity"},
+        {"boolValue": False},
+        {"bytesValue": base64.b64encode(b"\x00\xff").decode()},
+        {"intValue": "0"},
+        {"arrayValue": {"values": [{"stringValue": "a"}, {"doubleValue": 1e300}]}},
+        {"arrayValue": {}},
+        {"kvlistValue": {"values": [{"key": "k", "value": {"boolValue": True}}]}},
+        {},
+    ]
     attributes = [{"key": f"a{i}", "value": v} for i, v in enumerate(values)]
     b64 = base64.b64encode
-    request = ParseDict({"resourceSpans": [{
-        "resource": {"attributes": attributes, "droppedAttributesCount": 2}, "schemaUrl": "https://s",
-        "scopeSpans": [{"scope": {"name": "n", "version": "1", "attributes": attributes[:1]}, "schemaUrl": "u",
-                        "spans": [{"traceId": b64(TRACE_ID).decode(), "spanId": b64(SPAN_ID).decode(),
-                                   "parentSpanId": b64(SPAN_ID[::-1]).decode(), "traceState": "k=v",
-                                   "flags": 257, "name": "chat", "kind": 3, "startTimeUnixNano": "18446744073709551615",
-                                   "endTimeUnixNano": "1", "attributes": attributes, "droppedAttributesCount": 1,
-                                   "events": [{"timeUnixNano": "5", "name": "e", "attributes": attributes[:2]}],
-                                   "droppedEventsCount": 3,
-                                   "links": [{"traceId": b64(TRACE_ID).decode(), "spanId": b64(SPAN_ID).decode(),
-                                              "traceState": "t", "flags": 1}],
-                                   "status": {"code": 2, "message": "boom"}},
-                                  {"name": "empty"}]}]}]}, ExportTraceServiceRequest())
+    request = ParseDict(
+        {
+            "resourceSpans": [
+                {
+                    "resource": {"attributes": attributes, "droppedAttributesCount": 2},
+                    "schemaUrl": "https://s",
+                    "scopeSpans": [
+                        {
+                            "scope": {"name": "n", "version": "1", "attributes": attributes[:1]},
+                            "schemaUrl": "u",
+                            "spans": [
+                                {
+                                    "traceId": b64(TRACE_ID).decode(),
+                                    "spanId": b64(SPAN_ID).decode(),
+                                    "parentSpanId": b64(SPAN_ID[::-1]).decode(),
+                                    "traceState": "k=v",
+                                    "flags": 257,
+                                    "name": "chat",
+                                    "kind": 3,
+                                    "startTimeUnixNano": "18446744073709551615",
+                                    "endTimeUnixNano": "1",
+                                    "attributes": attributes,
+                                    "droppedAttributesCount": 1,
+                                    "events": [{"timeUnixNano": "5", "name": "e", "attributes": attributes[:2]}],
+                                    "droppedEventsCount": 3,
+                                    "links": [
+                                        {
+                                            "traceId": b64(TRACE_ID).decode(),
+                                            "spanId": b64(SPAN_ID).decode(),
+                                            "traceState": "t",
+                                            "flags": 1,
+                                        }
+                                    ],
+                                    "status": {"code": 2, "message": "boom"},
+                                },
+                                {"name": "empty"},
+                            ],
+                        }
+                    ],
+                }
+            ]
+        },
+        ExportTraceServiceRequest(),
+    )
     expected = MessageToDict(request, use_integers_for_enums=True)
     for span in expected["resourceSpans"][0]["scopeSpans"][0]["spans"]:
         for obj in [span, *span.get("links", ())]:
@@ -169,10 +231,12 @@ def test_the_written_out_key_value_covers_every_field_of_the_installed_protos() 
 
 def test_a_senders_own_receiver_attributes_are_dropped() -> None:
     claim = {"key": "strata.tenant_id", "value": {"stringValue": "someone-else"}}
-    body = json.dumps({"resourceSpans": [{"resource": {"attributes": [claim]},
-                                          "scopeSpans": [{"spans": [{"name": "a"}]}]}]}).encode()
+    body = json.dumps(
+        {"resourceSpans": [{"resource": {"attributes": [claim]}, "scopeSpans": [{"spans": [{"name": "a"}]}]}]}
+    ).encode()
     for tenant in (None, "acme"):
         line = json.loads(decode(body, JSON, tenant=tenant).line)
         kept = line["resourceSpans"][0]["resource"]["attributes"]
-        assert claim not in kept and kept == ([] if tenant is None else [
-            {"key": "strata.tenant_id", "value": {"stringValue": "acme"}}])
+        assert claim not in kept and kept == (
+            [] if tenant is None else [{"key": "strata.tenant_id", "value": {"stringValue": "acme"}}]
+        )

@@ -19,8 +19,9 @@ def _landed(landing: Path) -> list[Path]:
     return sorted((landing / "otlp").rglob("*.otlp.jsonl"))
 
 
-def test_concurrent_appends_share_a_sync_and_segments_roll_by_size(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_concurrent_appends_share_a_sync_and_segments_roll_by_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     syncs = []
     real = os.fdatasync
 
@@ -30,8 +31,13 @@ def test_concurrent_appends_share_a_sync_and_segments_roll_by_size(tmp_path: Pat
         real(fd)
 
     monkeypatch.setattr(spool_module.os, "fdatasync", slow_sync)
-    spool = Spool(tmp_path / "spool", tmp_path / "landing", segment_bytes=1000, segment_seconds=3600,
-                  convert=lambda record: record)
+    spool = Spool(
+        tmp_path / "spool",
+        tmp_path / "landing",
+        segment_bytes=1000,
+        segment_seconds=3600,
+        convert=lambda record: record,
+    )
     spool.start()
     lines = [f'{{"resourceSpans":[],"n":{i:04d}}}'.encode() for i in range(100)]
     futures = [spool.append(line) for line in lines]
@@ -50,8 +56,13 @@ def test_concurrent_appends_share_a_sync_and_segments_roll_by_size(tmp_path: Pat
 
 
 def test_a_segment_lands_when_it_is_old_enough(tmp_path: Path) -> None:
-    spool = Spool(tmp_path / "spool", tmp_path / "landing", segment_bytes=1 << 20, segment_seconds=0.2,
-                  convert=lambda record: record)
+    spool = Spool(
+        tmp_path / "spool",
+        tmp_path / "landing",
+        segment_bytes=1 << 20,
+        segment_seconds=0.2,
+        convert=lambda record: record,
+    )
     spool.start()
     try:
         spool.append(b'{"resourceSpans":[]}').result(timeout=10)
@@ -71,8 +82,9 @@ def test_a_closed_segment_counts_against_the_bound_until_its_conversion_lands_it
         release.wait(10)
         return record.upper()
 
-    spool = Spool(tmp_path / "spool", tmp_path / "landing", segment_bytes=10, segment_seconds=3600,
-                  convert=slow_convert)
+    spool = Spool(
+        tmp_path / "spool", tmp_path / "landing", segment_bytes=10, segment_seconds=3600, convert=slow_convert
+    )
     spool.start()
     try:
         spool.append(b"first record").result(timeout=10)  # durable and answered while no conversion ran
@@ -88,8 +100,9 @@ def test_a_closed_segment_counts_against_the_bound_until_its_conversion_lands_it
         spool.close()
 
 
-def test_a_group_is_written_while_the_one_before_it_is_still_syncing(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_group_is_written_while_the_one_before_it_is_still_syncing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     syncing, most = [0], [0]
     real = os.fdatasync
 
@@ -101,8 +114,13 @@ def test_a_group_is_written_while_the_one_before_it_is_still_syncing(tmp_path: P
         syncing[0] -= 1
 
     monkeypatch.setattr(spool_module.os, "fdatasync", slow_sync)
-    spool = Spool(tmp_path / "spool", tmp_path / "landing", segment_bytes=1 << 20, segment_seconds=3600,
-                  convert=lambda record: record)
+    spool = Spool(
+        tmp_path / "spool",
+        tmp_path / "landing",
+        segment_bytes=1 << 20,
+        segment_seconds=3600,
+        convert=lambda record: record,
+    )
     spool.start()
     try:
         first = spool.append(b"first")

@@ -75,8 +75,13 @@ class MaxLength(Rule):
         return f"≤ {column.rule(self.name)} chars"
 
     def dbt_tests(self, column: Column) -> list[Any]:
-        return [{"dbt_utils.expression_is_true": {"arguments": {"expression": f"length({column.name}) <= "
-                                                                              f"{column.rule(self.name)}"}}}]
+        return [
+            {
+                "dbt_utils.expression_is_true": {
+                    "arguments": {"expression": f"length({column.name}) <= {column.rule(self.name)}"}
+                }
+            }
+        ]
 
 
 @pytest.fixture
@@ -89,8 +94,9 @@ def notes(*texts: str | None) -> pl.DataFrame:
     return pl.DataFrame({"note_id": list(range(len(texts))), "note": list(texts)})
 
 
-def test_a_rule_registered_once_is_enforced_everywhere(max_length: Rule, tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_rule_registered_once_is_enforced_everywhere(
+    max_length: Rule, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     contract = parse_contract(NOTES, source="ops.notes.yaml")
     assert contract.column("note").rule("max_length") == 8
     assert "note.max_length" in contract.rule_ids()
@@ -106,7 +112,8 @@ def test_a_rule_registered_once_is_enforced_everywhere(max_length: Rule, tmp_pat
     # The GX suite, audited in this process (the shared worker knows only the shipped rules).
     suite = expectation_suite(contract, now=NOW)
     assert [e.expectation_type for e in suite.expectations if (e.meta or {})["rule"] == "note.max_length"] == [
-        "expect_column_value_lengths_to_be_between"]
+        "expect_column_value_lengths_to_be_between"
+    ]
     assert audit(notes("short", None).to_arrow(), contract, now=NOW).success
     result = audit(notes("short", "far too long").to_arrow(), contract, now=NOW)
     assert result.rules_failed == ["note.max_length"] and result.failures[0].unexpected_count == 1
@@ -115,11 +122,11 @@ def test_a_rule_registered_once_is_enforced_everywhere(max_length: Rule, tmp_pat
     tighter = parse_contract(NOTES.replace("maxLength: 8", "maxLength: 4"), source="tighter.yaml")
     looser = parse_contract(NOTES.replace("maxLength: 8", "maxLength: 80"), source="looser.yaml")
     assert [(c.kind, c.column, c.breaking) for c in diff_contracts(contract, tighter)] == [
-        ("range_narrowed", "note", True)]
+        ("range_narrowed", "note", True)
+    ]
     assert [(c.kind, c.breaking) for c in diff_contracts(contract, looser)] == [("range_widened", False)]
     lock = write_lock(tmp_path / "contracts.lock.json", {"ops.notes": contract})
-    assert json.loads(lock.read_text())["tables"]["ops.notes"]["columns"]["note"] == {
-        "type": "string", "max_length": 8}
+    assert json.loads(lock.read_text())["tables"]["ops.notes"]["columns"]["note"] == {"type": "string", "max_length": 8}
     (problem,) = check_lock({"ops.notes": tighter}, lock)
     assert "breaking change without a major version bump" in str(problem)
 
@@ -159,6 +166,7 @@ def test_a_rule_that_clashes_with_a_shipped_one_is_refused() -> None:
 
 def test_a_pattern_the_row_checks_cannot_compile_is_refused_when_read() -> None:
     lookahead = NOTES.replace("maxLength: 8", "pattern: '^(?=n)'")  # Python's re has lookahead, polars' does not
-    with pytest.raises(ContractError,
-                       match=r"properties\[note\]\.logicalTypeOptions\.pattern: does not compile for po"):
+    with pytest.raises(
+        ContractError, match=r"properties\[note\]\.logicalTypeOptions\.pattern: does not compile for po"
+    ):
         parse_contract(lookahead, source="ops.notes.yaml")

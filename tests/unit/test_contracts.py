@@ -24,11 +24,28 @@ from contracts.loader import CONTRACTS_DIR, MAX_CONTRACT_BYTES, parse_contract, 
 from strata.commands.contracts import app
 
 TABLES = {
-    "ods.request_log_raw", "ods.feedback_raw", "dwd.request", "dwd.feedback", "dwd.quarantine",
-    "ops.audit_log", "ops.books", "ops.landed_files", "dwd.model_price", "dws.user_features", "dws.tenant_features",
+    "ods.request_log_raw",
+    "ods.feedback_raw",
+    "dwd.request",
+    "dwd.feedback",
+    "dwd.quarantine",
+    "ops.audit_log",
+    "ops.books",
+    "ops.landed_files",
+    "dwd.model_price",
+    "dws.user_features",
+    "dws.tenant_features",
     "dws.model_features",
-    "dwd.tenant_quota", "ads.model_daily", "ads.tenant_daily", "ads.latency_breakdown", "ads.retry_storms",
-    "ads.version_mix", "ads.data_quality", "ads.user_risk_scores", "ads.score_daily", "ads.feature_consistency",
+    "dwd.tenant_quota",
+    "ads.model_daily",
+    "ads.tenant_daily",
+    "ads.latency_breakdown",
+    "ads.retry_storms",
+    "ads.version_mix",
+    "ads.data_quality",
+    "ads.user_risk_scores",
+    "ads.score_daily",
+    "ads.feature_consistency",
 }
 TS = pa.timestamp("us", tz="UTC")
 VERSION_LINE = f"version: {read_contract(CONTRACTS_DIR / 'dwd.request.yaml').version}"
@@ -65,7 +82,14 @@ def test_request_contract_view() -> None:
     status = c.column("status_code")
     assert (status.minimum, status.maximum, status.required) == (100, 599, False)  # null: no HTTP answer
     assert c.column("operation").allowed_values == (
-        "chat", "completion", "embeddings", "rerank", "classify", "detect", "ocr")
+        "chat",
+        "completion",
+        "embeddings",
+        "rerank",
+        "classify",
+        "detect",
+        "ocr",
+    )
     assert c.column("trace_id").pattern == "^[0-9a-f]{32}$"
     assert c.column("model_version").tolerance("null_rate") == 0.0  # no tolerance: may be null
     assert c.column("event_date").arrow_type == pa.date32()
@@ -107,18 +131,29 @@ def test_unknown_table_names_the_known_ones() -> None:
 @pytest.mark.parametrize(
     ("old", "new", "field"),
     [
-        ("        required: true\n        description: Calling", "        requred: true\n        description: Calling",
-         "requred"),
-        ("physicalType: int32\n        description: HTTP", "physicalType: int33\n        description: HTTP",
-         "properties[status_code].physicalType"),
-        ("logicalType: timestamp\n        physicalType: timestamp[us, tz=UTC]\n        required: true",
-         "logicalType: string\n        physicalType: timestamp[us, tz=UTC]\n        required: true",
-         "properties[ts].logicalType"),
+        (
+            "        required: true\n        description: Calling",
+            "        requred: true\n        description: Calling",
+            "requred",
+        ),
+        (
+            "physicalType: int32\n        description: HTTP",
+            "physicalType: int33\n        description: HTTP",
+            "properties[status_code].physicalType",
+        ),
+        (
+            "logicalType: timestamp\n        physicalType: timestamp[us, tz=UTC]\n        required: true",
+            "logicalType: string\n        physicalType: timestamp[us, tz=UTC]\n        required: true",
+            "properties[ts].logicalType",
+        ),
         (VERSION_LINE, "version: one", "version"),
         ("value: P1D", "value: one day", "maxFutureSkew"),
         ("          minimum: 100", "          minimum: 700", "minimum 700 is above maximum 599"),
-        ("        primaryKeyPosition: 1\n", "        primaryKeyPosition: 1\n        partitioned: false\n"
-         "        partitionKeyPosition: 9\n", None),
+        (
+            "        primaryKeyPosition: 1\n",
+            "        primaryKeyPosition: 1\n        partitioned: false\n        partitionKeyPosition: 9\n",
+            None,
+        ),
     ],
 )
 def test_invalid_contract_names_file_and_field(tmp_path: Path, old: str, new: str, field: str | None) -> None:
@@ -175,29 +210,45 @@ COLUMN_BLOCK = """      - name: finish_reason
     ("old", "new", "expected"),
     [
         (COLUMN_BLOCK, "", {"column_removed:finish_reason": True}),
-        (COLUMN_BLOCK, COLUMN_BLOCK.replace("finish_reason", "stop_reason"),
-         {"column_renamed:finish_reason": True}),
-        (COLUMN_BLOCK, COLUMN_BLOCK + COLUMN_BLOCK.replace("finish_reason", "region"),
-         {"column_added:region": False}),
-        (COLUMN_BLOCK, COLUMN_BLOCK + COLUMN_BLOCK.replace("finish_reason", "region").replace(
-            "physicalType: string\n", "physicalType: string\n        required: true\n"),
-         {"column_added:region": True}),
-        ("physicalType: int32\n        description: Attempt", "physicalType: int64\n        description: Attempt",
-         {"type_widened:attempt": False}),
-        ("physicalType: int64\n        description: Prompt tokens",
-         "physicalType: int32\n        description: Prompt tokens", {"type_changed:input_tokens": True}),
-        ("physicalType: string\n        description: Why generation",
-         "physicalType: string\n        required: true\n        description: Why generation",
-         {"required_added:finish_reason": True}),
-        ("rerank, classify, detect, ocr]", "rerank, classify, detect]",
-         {"allowed_values_narrowed:operation": True}),
-        ("rerank, classify, detect, ocr]", "rerank, classify, detect, ocr, speech]",
-         {"allowed_values_widened:operation": False}),
+        (COLUMN_BLOCK, COLUMN_BLOCK.replace("finish_reason", "stop_reason"), {"column_renamed:finish_reason": True}),
+        (COLUMN_BLOCK, COLUMN_BLOCK + COLUMN_BLOCK.replace("finish_reason", "region"), {"column_added:region": False}),
+        (
+            COLUMN_BLOCK,
+            COLUMN_BLOCK
+            + COLUMN_BLOCK.replace("finish_reason", "region").replace(
+                "physicalType: string\n", "physicalType: string\n        required: true\n"
+            ),
+            {"column_added:region": True},
+        ),
+        (
+            "physicalType: int32\n        description: Attempt",
+            "physicalType: int64\n        description: Attempt",
+            {"type_widened:attempt": False},
+        ),
+        (
+            "physicalType: int64\n        description: Prompt tokens",
+            "physicalType: int32\n        description: Prompt tokens",
+            {"type_changed:input_tokens": True},
+        ),
+        (
+            "physicalType: string\n        description: Why generation",
+            "physicalType: string\n        required: true\n        description: Why generation",
+            {"required_added:finish_reason": True},
+        ),
+        ("rerank, classify, detect, ocr]", "rerank, classify, detect]", {"allowed_values_narrowed:operation": True}),
+        (
+            "rerank, classify, detect, ocr]",
+            "rerank, classify, detect, ocr, speech]",
+            {"allowed_values_widened:operation": False},
+        ),
         ("          minimum: 100", "          minimum: 200", {"range_narrowed:status_code": True}),
         ("          maximum: 599", "          maximum: 999", {"range_widened:status_code": False}),
         ("pattern: ^[0-9a-f]{32}$", "pattern: ^[0-9a-f]{16}$", {"pattern_changed:trace_id": True}),
-        ("description: Why generation stopped.", "description: Why the model stopped.",
-         {"description_changed:finish_reason": False}),
+        (
+            "description: Why generation stopped.",
+            "description: Why the model stopped.",
+            {"description_changed:finish_reason": False},
+        ),
     ],
 )
 def test_diff_classification(old: str, new: str, expected: dict[str, bool]) -> None:
@@ -208,8 +259,11 @@ def test_primary_key_change_is_breaking() -> None:
     text = edited(request_yaml(), "        primaryKey: true\n        primaryKeyPosition: 1\n", "")
     changes = classify(edited(text, "unique: true\n", "unique: true\n        primaryKey: true\n"))
     assert changes == {}  # the same key written differently is no change
-    text = edited(request_yaml(), "      - name: trace_id\n", "      - name: trace_id\n        required: true\n"
-                  "        primaryKey: true\n        primaryKeyPosition: 2\n")
+    text = edited(
+        request_yaml(),
+        "      - name: trace_id\n",
+        "      - name: trace_id\n        required: true\n        primaryKey: true\n        primaryKeyPosition: 2\n",
+    )
     assert classify(text) == {"required_added:trace_id": True, "primary_key_changed:None": True}
 
 
@@ -244,8 +298,9 @@ def test_lock_wants_a_bump_for_compatible_changes_and_tracks_removed_tables(tmp_
     shutil.copytree(CONTRACTS_DIR, tables)
     lock = write_lock(tmp_path / "contracts.lock.json", read_directory(tables))
     path = tables / "dwd.request.yaml"
-    path.write_text(edited(request_yaml(), COLUMN_BLOCK,
-                           COLUMN_BLOCK + COLUMN_BLOCK.replace("finish_reason", "region")))
+    path.write_text(
+        edited(request_yaml(), COLUMN_BLOCK, COLUMN_BLOCK + COLUMN_BLOCK.replace("finish_reason", "region"))
+    )
     (problem,) = check_lock(read_directory(tables), lock)
     assert "without a version bump" in problem.reason
     path.write_text(edited(path.read_text(), VERSION_LINE, "version: 1.9.0"))

@@ -43,48 +43,55 @@ TOLERANT = parse_contract(
     REQUEST.path.read_text().replace(
         "      - name: model_version\n",
         "      - name: model_version\n        quality:\n          - metric: nullValues\n"
-        "            mustBeLessOrEqualTo: 50\n            unit: percent\n", 1),
-    source="dwd.request (tolerant)")
+        "            mustBeLessOrEqualTo: 50\n            unit: percent\n",
+        1,
+    ),
+    source="dwd.request (tolerant)",
+)
 
 
 def feedback(n: int = 3, **overrides: Any) -> pl.DataFrame:
     """A valid dwd.feedback frame of ``n`` rows; keyword arguments replace columns."""
-    df = pl.DataFrame({
-        "request_id": [f"r{i}" for i in range(n)],
-        "ts": pl.Series([TS] * n, dtype=pl.Datetime("us", "UTC")),
-        "event_date": [date(2026, 1, 1)] * n,
-        "kind": ["thumb"] * n,
-        "value": ["up"] * n,
-        "source": ["ui"] * n,
-        "source_file": ["feedback.jsonl"] * n,
-        "line_no": list(range(1, n + 1)),
-        "batch_id": ["b1"] * n,
-    })
+    df = pl.DataFrame(
+        {
+            "request_id": [f"r{i}" for i in range(n)],
+            "ts": pl.Series([TS] * n, dtype=pl.Datetime("us", "UTC")),
+            "event_date": [date(2026, 1, 1)] * n,
+            "kind": ["thumb"] * n,
+            "value": ["up"] * n,
+            "source": ["ui"] * n,
+            "source_file": ["feedback.jsonl"] * n,
+            "line_no": list(range(1, n + 1)),
+            "batch_id": ["b1"] * n,
+        }
+    )
     return df.with_columns(pl.Series(k, v) if isinstance(v, list) else v.alias(k) for k, v in overrides.items())
 
 
 def request_rows(n: int = 3) -> pl.DataFrame:
     """Valid dwd.request rows as a JSON reader hands them over: text timestamps, int64 numbers."""
-    return pl.DataFrame({
-        "request_id": [f"req-{i}" for i in range(n)],
-        "trace_id": ["0123456789abcdef0123456789abcdef"] * n,
-        "attempt": [1] * n,
-        "ts": ["2026-01-01T12:00:00+02:00"] * n,
-        "duration_ms": [120.5] * n,
-        "tenant_id": ["acme"] * n,
-        "operation": ["chat"] * n,
-        "model": ["gpt-x"] * n,
-        "input_tokens": [10] * n,
-        "status_code": [200] * n,
-        "event_date": ["2026-01-01"] * n,
-        "is_error": [False] * n,
-        "is_retry": [False] * n,
-        "source": ["jsonl"] * n,
-        "source_file": ["a.jsonl"] * n,
-        "line_no": list(range(1, n + 1)),
-        "batch_id": ["b1"] * n,
-        "raw_line": [b"{}"] * n,
-    })
+    return pl.DataFrame(
+        {
+            "request_id": [f"req-{i}" for i in range(n)],
+            "trace_id": ["0123456789abcdef0123456789abcdef"] * n,
+            "attempt": [1] * n,
+            "ts": ["2026-01-01T12:00:00+02:00"] * n,
+            "duration_ms": [120.5] * n,
+            "tenant_id": ["acme"] * n,
+            "operation": ["chat"] * n,
+            "model": ["gpt-x"] * n,
+            "input_tokens": [10] * n,
+            "status_code": [200] * n,
+            "event_date": ["2026-01-01"] * n,
+            "is_error": [False] * n,
+            "is_retry": [False] * n,
+            "source": ["jsonl"] * n,
+            "source_file": ["a.jsonl"] * n,
+            "line_no": list(range(1, n + 1)),
+            "batch_id": ["b1"] * n,
+            "raw_line": [b"{}"] * n,
+        }
+    )
 
 
 def rules_of(split: Any) -> list[list[str]]:
@@ -127,23 +134,33 @@ def test_row_checks_name_the_broken_rule(column: str, values: list[Any], rules: 
 
 
 def test_row_checks_missing_required_column_and_every_rule_sorted() -> None:
-    df = request_rows().drop("tenant_id").with_columns(pl.Series("status_code", [200, 700, 200]),
-                                                       pl.Series("operation", ["chat", "dance", "chat"]))
+    df = (
+        request_rows()
+        .drop("tenant_id")
+        .with_columns(pl.Series("status_code", [200, 700, 200]), pl.Series("operation", ["chat", "dance", "chat"]))
+    )
     split = split_rows(df, REQUEST, now=NOW)
-    assert rules_of(split) == [["tenant_id.required"], ["operation.allowed_values", "status_code.max",
-                                                        "tenant_id.required"], ["tenant_id.required"]]
+    assert rules_of(split) == [
+        ["tenant_id.required"],
+        ["operation.allowed_values", "status_code.max", "tenant_id.required"],
+        ["tenant_id.required"],
+    ]
     assert split.rejected.columns == [*df.columns, "rules"]
 
 
 def test_row_checks_duplicate_key_keeps_the_first_valid_occurrence() -> None:
-    df = request_rows(5).with_columns(pl.Series("request_id", ["a", "a", "b", "b", "a"]),
-                                      pl.Series("status_code", [700, 200, 200, 200, 200]))
+    df = request_rows(5).with_columns(
+        pl.Series("request_id", ["a", "a", "b", "b", "a"]), pl.Series("status_code", [700, 200, 200, 200, 200])
+    )
     split = split_rows(df, REQUEST, now=NOW)
     # row 0 breaks status_code.max, so row 1 is the "a" that stays; rows 0 and 4 repeat it.
     assert split.valid["line_no"].to_list() == [2, 3]
     assert split.rejected["line_no"].to_list() == [1, 4, 5]
-    assert rules_of(split) == [["primary_key.unique", "status_code.max"], ["primary_key.unique"],
-                               ["primary_key.unique"]]
+    assert rules_of(split) == [
+        ["primary_key.unique", "status_code.max"],
+        ["primary_key.unique"],
+        ["primary_key.unique"],
+    ]
 
 
 def test_row_checks_compound_key() -> None:
@@ -162,7 +179,8 @@ def test_row_checks_keep_and_counts() -> None:
 
 def test_row_checks_are_vectorized_at_scale() -> None:
     df = pl.concat([request_rows(1)] * 200_000).with_columns(
-        request_id=pl.format("req-{}", pl.int_range(pl.len())), ts=pl.lit(TS))
+        request_id=pl.format("req-{}", pl.int_range(pl.len())), ts=pl.lit(TS)
+    )
     split = split_rows(df, REQUEST, now=NOW)
     assert split.valid.height == 200_000 and split.rejected.height == 0
 
@@ -171,9 +189,16 @@ def test_row_checks_are_vectorized_at_scale() -> None:
 
 
 def test_conform_gives_the_exact_schema() -> None:
-    df = feedback().select(reversed(feedback().columns)).drop("value").with_columns(
-        pl.col("line_no").cast(pl.Int32), pl.col("ts").dt.convert_time_zone("Asia/Tokyo"),
-        pl.col("kind").cast(pl.Categorical))
+    df = (
+        feedback()
+        .select(reversed(feedback().columns))
+        .drop("value")
+        .with_columns(
+            pl.col("line_no").cast(pl.Int32),
+            pl.col("ts").dt.convert_time_zone("Asia/Tokyo"),
+            pl.col("kind").cast(pl.Categorical),
+        )
+    )
     table = conform(df, FEEDBACK, now=NOW)
     assert table.schema == arrow_schema(FEEDBACK)
     assert table.column("value").null_count == 3 and table.column("ts")[0].as_py() == TS
@@ -212,11 +237,20 @@ def test_conform_can_skip_value_checks() -> None:
 def test_expectation_suite_maps_every_expectation_to_a_rule() -> None:
     suite = expectation_suite(TOLERANT, now=NOW)
     rules = {(e.meta or {})["rule"] for e in suite.expectations}
-    assert {"table.row_count", "table.columns", "primary_key.unique", "ts.required", "ts.future",
-            "status_code.min", "status_code.max", "operation.allowed_values", "trace_id.pattern",
-            "model_version.null_rate", "attempt.type"} <= rules
-    mostly = {(e.meta or {})["rule"]: e.mostly for e in suite.expectations
-              if getattr(e, "mostly", None) is not None}
+    assert {
+        "table.row_count",
+        "table.columns",
+        "primary_key.unique",
+        "ts.required",
+        "ts.future",
+        "status_code.min",
+        "status_code.max",
+        "operation.allowed_values",
+        "trace_id.pattern",
+        "model_version.null_rate",
+        "attempt.type",
+    } <= rules
+    mostly = {(e.meta or {})["rule"]: e.mostly for e in suite.expectations if getattr(e, "mostly", None) is not None}
     assert mostly["model_version.null_rate"] == 0.5
 
 
@@ -254,7 +288,10 @@ def test_a_bound_is_checked_on_the_column_extremes_and_value_by_value_where_they
     result = audit(low, REQUEST, now=NOW)
     failure = next(f for f in result.failures if f.rule == "ttft_ms.min")
     assert (failure.expectation, failure.unexpected_count, sorted(failure.examples)) == (
-        "expect_column_values_to_be_between", 2, [-2.0, -1.0])
+        "expect_column_values_to_be_between",
+        2,
+        [-2.0, -1.0],
+    )
     statistics = result.result["statistics"]
     assert not result.success and statistics["unsuccessful_expectations"] == len(result.failures) == 1
     assert statistics["successful_expectations"] + 1 == statistics["evaluated_expectations"]
@@ -327,17 +364,28 @@ def test_check_dbt_models_reports_drift(tmp_path: Path) -> None:
 
 
 def test_decimal_columns_hold_money_exactly_through_every_enforcer() -> None:
-    money = parse_contract(ADS_YAML.replace(
-        "{name: p95_ms, logicalType: number, physicalType: float64, description: Latency p95.}",
-        "{name: cost_usd, logicalType: number, physicalType: 'decimal128(18, 9)', description: Cost.,"
-        " logicalTypeOptions: {minimum: 0}}"), source="money.yaml")
+    money = parse_contract(
+        ADS_YAML.replace(
+            "{name: p95_ms, logicalType: number, physicalType: float64, description: Latency p95.}",
+            "{name: cost_usd, logicalType: number, physicalType: 'decimal128(18, 9)', description: Cost.,"
+            " logicalTypeOptions: {minimum: 0}}",
+        ),
+        source="money.yaml",
+    )
     cost = money.column("cost_usd")
     assert cost.arrow_type == pa.decimal128(18, 9) and cost.physical_type == "decimal128(18, 9)"
     assert cost.minimum == Decimal("0")
     assert {c["name"]: c["data_type"] for c in dbt_columns(money)}["cost_usd"] == "DECIMAL(18,9)"
-    rows = pl.DataFrame({"day": [date(2026, 1, 1)] * 4, "model": list("abcd"), "requests": [1, 2, 3, 4],
-                         "cost_usd": [Decimal("0.000000001"), Decimal("-1"), Decimal("1.5"), None],
-                         "first_ts": [TS] * 4}, schema_overrides={"cost_usd": pl.Decimal(38, 9)})
+    rows = pl.DataFrame(
+        {
+            "day": [date(2026, 1, 1)] * 4,
+            "model": list("abcd"),
+            "requests": [1, 2, 3, 4],
+            "cost_usd": [Decimal("0.000000001"), Decimal("-1"), Decimal("1.5"), None],
+            "first_ts": [TS] * 4,
+        },
+        schema_overrides={"cost_usd": pl.Decimal(38, 9)},
+    )
     split = split_rows(rows, money, now=NOW)
     assert split.rejected["rules"].to_list() == [["cost_usd.min"]]
     table = conform(split.valid, money, now=NOW)
@@ -363,7 +411,10 @@ def test_feast_fields_and_drift() -> None:
     users = load_contract("dws.user_features")
     fields = feast_fields(users, ["request_count_1h", "error_rate_24h", "latency_p95_ms_7d"])
     assert [(f.name, f.dtype) for f in fields] == [
-        ("request_count_1h", Int64), ("error_rate_24h", Float64), ("latency_p95_ms_7d", Float64)]
+        ("request_count_1h", Int64),
+        ("error_rate_24h", Float64),
+        ("latency_p95_ms_7d", Float64),
+    ]
     assert fields[0].description.startswith("Requests in the 1h window")
     assert check_feast_fields(fields, users) == []
     drifted = [*fields[:2], Field(name="latency_p95_ms_7d", dtype=Float32), Field(name="bogus", dtype=Int64)]
@@ -386,12 +437,32 @@ def test_arrow_table_input_to_row_checks_equivalent() -> None:
 
 # --- every contract ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", sorted(["ods.request_log_raw", "ods.feedback_raw", "dwd.request", "dwd.feedback",
-                                         "dwd.quarantine", "dwd.tenant_quota", "ops.audit_log", "dws.user_features",
-                                         "dws.tenant_features", "dws.model_features", "ads.model_daily",
-                                         "ads.tenant_daily", "ads.latency_breakdown", "ads.retry_storms",
-                                         "ads.version_mix", "ads.data_quality", "ads.user_risk_scores",
-                                         "ads.score_daily"]))
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        [
+            "ods.request_log_raw",
+            "ods.feedback_raw",
+            "dwd.request",
+            "dwd.feedback",
+            "dwd.quarantine",
+            "dwd.tenant_quota",
+            "ops.audit_log",
+            "dws.user_features",
+            "dws.tenant_features",
+            "dws.model_features",
+            "ads.model_daily",
+            "ads.tenant_daily",
+            "ads.latency_breakdown",
+            "ads.retry_storms",
+            "ads.version_mix",
+            "ads.data_quality",
+            "ads.user_risk_scores",
+            "ads.score_daily",
+        ]
+    ),
+)
 def test_every_contract_round_trips_through_every_enforcer(name: str) -> None:
     contract = load_contract(name)
     df = synthetic(contract)
@@ -437,8 +508,13 @@ def test_processes_share_one_audit_worker_of_their_user() -> None:
     from contracts import audit_worker
 
     ours = audit_worker.pid()
-    theirs = subprocess.run([sys.executable, "-c", "from contracts import audit_worker; print(audit_worker.pid())"],
-                            capture_output=True, text=True, check=True, cwd=Path(__file__).parents[2]).stdout
+    theirs = subprocess.run(
+        [sys.executable, "-c", "from contracts import audit_worker; print(audit_worker.pid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parents[2],
+    ).stdout
     assert int(theirs) == ours
 
 
@@ -447,8 +523,9 @@ def test_audit_worker_messages_rebuild_every_contract_and_nothing_else() -> None
 
     for name, contract in all_contracts().items():
         assert audit_wire.contract_from(audit_wire.contract_text(contract)) == contract, name
-    assert audit_wire.decode({"$": "tuple", "v": [{"$": "timedelta", "v": [1, 2, 3]}, {"$": "dict", "v": {"$": 1}}]}) \
-        == (timedelta(1, 2, 3), {"$": 1})
+    assert audit_wire.decode(
+        {"$": "tuple", "v": [{"$": "timedelta", "v": [1, 2, 3]}, {"$": "dict", "v": {"$": 1}}]}
+    ) == (timedelta(1, 2, 3), {"$": 1})
     with pytest.raises(ValueError, match=r"unknown tag 'posix\.system'"):
         audit_wire.decode({"$": "posix.system", "v": ["touch /tmp/x"]})
     with pytest.raises(TypeError, match="cannot send a PosixPath"):
@@ -463,10 +540,13 @@ def test_an_error_in_the_audit_worker_comes_back_with_its_type_and_message() -> 
     assert "raised in the GX audit worker" in raised.value.__notes__[0]
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
-                    reason="needs root on Linux: the squatter drops to uid nobody (65534) to hold the socket name")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0,
+    reason="needs root on Linux: the squatter drops to uid nobody (65534) to hold the socket name",
+)
 def test_a_socket_name_held_by_another_user_gets_no_byte_and_the_audit_a_private_worker(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """Another user binds the worker's name while no worker runs (here a name of the test's own,
     computed as the client would): one that answers a pickle that writes a file, one that never
     listens. The client sends and reads nothing, writes nothing, and audits in a private worker

@@ -22,8 +22,23 @@ from warehouse.tables import all_tables
 DAGS = dags_folder()
 DAG_FILES = sorted(p.name for p in DAGS.glob("strata_*.py"))
 #: Imported by a DAG file at parse time, these would slow every parse of every scheduler loop.
-HEAVY = ("polars", "pyarrow", "deltalake", "duckdb", "pandas", "feast", "great_expectations", "dbt", "onnxruntime",
-         "sklearn", "strata", "warehouse", "contracts", "features", "batch_inference")
+HEAVY = (
+    "polars",
+    "pyarrow",
+    "deltalake",
+    "duckdb",
+    "pandas",
+    "feast",
+    "great_expectations",
+    "dbt",
+    "onnxruntime",
+    "sklearn",
+    "strata",
+    "warehouse",
+    "contracts",
+    "features",
+    "batch_inference",
+)
 
 _PROBE = r"""
 import importlib, json, sys, time
@@ -66,8 +81,9 @@ print("FACTS " + json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.
 
 @pytest.fixture(scope="module")
 def probe() -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-c", _PROBE, str(DAGS), *DAG_FILES], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(DAGS), *DAG_FILES], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     line = next(line for line in done.stdout.splitlines() if line.startswith("FACTS "))
     return json.loads(line.removeprefix("FACTS "))
@@ -89,16 +105,20 @@ def test_every_dag_file_parses_in_well_under_a_second_and_imports_nothing_heavy(
 
 def test_every_dag_is_periodic_backfillable_and_bounded(probe: dict[str, Any]) -> None:
     for dag_id, dag in probe["dags"].items():
-        assert dag["periodic"] and dag["timetable"] in ("CronDataIntervalTimetable", "DeltaDataIntervalTimetable"), \
+        assert dag["periodic"] and dag["timetable"] in ("CronDataIntervalTimetable", "DeltaDataIntervalTimetable"), (
             f"{dag_id}: needs a data-interval timetable (an asset-triggered run has no interval, no backfill)"
+        )
         assert dag["catchup"] is False and dag["max_active_runs"] == 1, dag_id
         assert "strata" in dag["tags"] and dag["doc"].strip(), dag_id
         assert "+00:00" in dag["start_date"], f"{dag_id}: start_date must be a fixed UTC date"
         for task_id, task in dag["tasks"].items():
             assert 1 <= task["retries"] <= 3 and task["retry_delay"] >= 30, f"{dag_id}.{task_id}: bounded retries"
     # One retry policy, from one place (dags/steps.py's DEFAULT_ARGS).
-    policies = {(t["retries"], t["retry_delay"], t["backoff"], t["max_retry_delay"])
-                for dag in probe["dags"].values() for t in dag["tasks"].values()}
+    policies = {
+        (t["retries"], t["retry_delay"], t["backoff"], t["max_retry_delay"])
+        for dag in probe["dags"].values()
+        for t in dag["tasks"].values()
+    }
     assert len(policies) == 1, policies
 
 
@@ -133,7 +153,8 @@ def test_every_writing_task_declares_its_tables_as_outlets(probe: dict[str, Any]
                 layer = name.split(".")[0]
                 assert name in registered or name in non_tables or layer == "ads", f"{name}: not a known table"
     assert {"dwd.request", "dwd.feedback", "dwd.quarantine", "ops.books"} <= set(
-        probe["dags"]["strata_daily"]["tasks"]["dwd.build_dwd"]["outlets"])
+        probe["dags"]["strata_daily"]["tasks"]["dwd.build_dwd"]["outlets"]
+    )
 
 
 def test_library_code_and_the_cli_never_import_airflow() -> None:
@@ -146,8 +167,13 @@ def test_library_code_and_the_cli_never_import_airflow() -> None:
     for package in ("strata", "features", "batch_inference", "warehouse", "contracts"):
         for path in sorted((root / package).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
-                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                         else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                    if isinstance(node, ast.ImportFrom) and not node.level
+                    else []
+                )
                 if any(n == "airflow" or n.startswith("airflow.") for n in names) and path not in allowed:
                     found.append(f"{path.relative_to(root)}:{node.lineno}")
     assert not found, f"airflow imported outside the dag.test() child: {found}"
@@ -156,15 +182,26 @@ def test_library_code_and_the_cli_never_import_airflow() -> None:
 @pytest.mark.parametrize("name", DAG_FILES)
 def test_dag_files_are_thin_airflow_sdk_at_top_level_and_a_task_runs_the_step_it_is_named_for(name: str) -> None:
     tree = ast.parse((DAGS / name).read_text())
-    top_imports = {(n.module if isinstance(n, ast.ImportFrom) else n.names[0].name)
-                   for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))}
+    top_imports = {
+        (n.module if isinstance(n, ast.ImportFrom) else n.names[0].name)
+        for n in tree.body
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+    }
     assert top_imports <= {"__future__", "datetime", "airflow.sdk", "assets", "steps"}, top_imports
-    tasks = [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
-             and any("task" in ast.unparse(d) and "task_group" not in ast.unparse(d) for d in f.decorator_list)]
+    tasks = [
+        f
+        for f in ast.walk(tree)
+        if isinstance(f, ast.FunctionDef)
+        and any("task" in ast.unparse(d) and "task_group" not in ast.unparse(d) for d in f.decorator_list)
+    ]
     assert tasks
     for function in tasks:
-        calls = [c for stmt in function.body for c in ast.walk(stmt)
-                 if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)]
+        calls = [
+            c
+            for stmt in function.body
+            for c in ast.walk(stmt)
+            if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+        ]
         assert len(calls) == 1 and calls[0].func.id in ("run_step", "shards"), ast.unparse(function)
         step = ast.literal_eval(calls[0].args[0])
         assert step == function.name or (function.name == "score_shards" and step == "score")

@@ -12,9 +12,12 @@ def test_the_plan_builds_each_day_then_trains_then_runs_the_last_day_whole() -> 
     days = ["2026-01-01", "2026-01-02", "2026-01-03"]  # the last one has feedback only
     plan = daily_plan(days, "2026-01-02", trained=True)
     assert [(r.dag_id, r.at.date().isoformat(), r.tasks) for r in plan] == [
-        ("strata_ingest", "2026-01-02", None), ("strata_daily", "2026-01-02", BEFORE_SCORES),
-        ("strata_ingest", "2026-01-03", None), ("strata_daily", "2026-01-03", BEFORE_SCORES),
-        ("strata_ingest", "2026-01-04", None), ("strata_daily", "2026-01-04", DWD_ONLY),
+        ("strata_ingest", "2026-01-02", None),
+        ("strata_daily", "2026-01-02", BEFORE_SCORES),
+        ("strata_ingest", "2026-01-03", None),
+        ("strata_daily", "2026-01-03", BEFORE_SCORES),
+        ("strata_ingest", "2026-01-04", None),
+        ("strata_daily", "2026-01-04", DWD_ONLY),
         ("strata_train", "2026-01-02", None),  # trained up to the day before the last day of traffic
         ("strata_daily", "2026-01-03", None),  # that last day again, whole, now with its scores
     ]
@@ -26,17 +29,27 @@ def test_a_day_whose_files_hold_no_event_is_landed_and_not_built() -> None:
     days = ["2026-01-01", "2026-01-02", "2026-01-03"]  # 2026-01-02: an empty feedback file, nothing else
     plan = daily_plan(days, "2026-01-01", trained=False, empty={"2026-01-02"})
     assert [(r.dag_id, r.at.date().isoformat()) for r in plan] == [
-        ("strata_ingest", "2026-01-02"), ("strata_daily", "2026-01-02"),
+        ("strata_ingest", "2026-01-02"),
+        ("strata_daily", "2026-01-02"),
         ("strata_ingest", "2026-01-03"),
-        ("strata_ingest", "2026-01-04"), ("strata_daily", "2026-01-04"),
+        ("strata_ingest", "2026-01-04"),
+        ("strata_daily", "2026-01-04"),
     ]
 
 
 def test_a_failed_run_is_printed_with_its_error_and_fails_the_demo() -> None:
     said: list[str] = []
-    failed = RunReport("strata_daily", "2026-01-03T00:00:00+00:00", "failed",
-                       ("2026-01-02T00:00:00+00:00", "2026-01-03T00:00:00+00:00"), 0.9,
-                       {"dwd.build_dwd": "failed"}, {}, {}, {"dwd.build_dwd": "build_dwd for 2026-01-02: no ODS rows"})
+    failed = RunReport(
+        "strata_daily",
+        "2026-01-03T00:00:00+00:00",
+        "failed",
+        ("2026-01-02T00:00:00+00:00", "2026-01-03T00:00:00+00:00"),
+        0.9,
+        {"dwd.build_dwd": "failed"},
+        {},
+        {},
+        {"dwd.build_dwd": "build_dwd for 2026-01-02: no ODS rows"},
+    )
     assert _echo_run(failed, {"days": {}}, said.append) is False
     assert "✗[/] strata_daily 2026-01-02" in said[0]
     assert "dwd.build_dwd: build_dwd for 2026-01-02: no ODS rows" in said[1]

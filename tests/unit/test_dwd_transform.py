@@ -27,9 +27,19 @@ KEY = b"unit-test-key-0123456789"
 
 
 def request(request_id: str, **fields: object) -> dict:
-    record = {"request_id": request_id, "ts": "2026-02-01T10:00:00Z", "duration_ms": 12.5, "tenant_id": "t1",
-              "user_id": "alice", "operation": "chat", "model": "m1", "model_version": "v1", "input_tokens": 100,
-              "output_tokens": 20, "status_code": 200}
+    record = {
+        "request_id": request_id,
+        "ts": "2026-02-01T10:00:00Z",
+        "duration_ms": 12.5,
+        "tenant_id": "t1",
+        "user_id": "alice",
+        "operation": "chat",
+        "model": "m1",
+        "model_version": "v1",
+        "input_tokens": 100,
+        "output_tokens": 20,
+        "status_code": 200,
+    }
     record.update(fields)
     return {k: v for k, v in record.items() if v is not None}
 
@@ -48,25 +58,43 @@ def ods_batch(lines: list[bytes], *, file: str = "a.jsonl", first_line: int = 1)
     raw = pa.array(lines, pa.large_binary())
     keys = per_line(parse_json_lines(raw, ("request_id", "ts"), folder=SCRATCH), len(lines))
     landed = LandedFile(Path(f"/landing/date={DAY}/{file}"), sha256=file * 4, content=b"")
-    return ods_frame(raw, keys, source="jsonl", file=landed, ingested_at=ARRIVED, batch_id="b1",
-                     first_line=first_line).with_columns(event_date=pl.lit(DAY))
+    return ods_frame(
+        raw, keys, source="jsonl", file=landed, ingested_at=ARRIVED, batch_id="b1", first_line=first_line
+    ).with_columns(event_date=pl.lit(DAY))
 
 
 def parser(source: str, kind: str):
     assert source == "jsonl"
-    return lambda raw, _line_no, _sha, ndjson=None: parse_json_lines(raw, fields_for(kind), folder=SCRATCH,
-                                                                    checked_ok=True)
+    return lambda raw, _line_no, _sha, ndjson=None: parse_json_lines(
+        raw, fields_for(kind), folder=SCRATCH, checked_ok=True
+    )
 
 
-PRICES = pl.DataFrame({"model": ["m1", "m2"], "effective_from": [dt.date(2026, 1, 1)] * 2,
-                       "input_price_per_1k": [0.01, 0.01], "output_price_per_1k": [0.02, 0.02],
-                       "cached_input_price_per_1k": [0.005, None], "bills_refusals": [None, True]})
-NO_LABELS = pl.DataFrame(schema={"request_id": pl.String, "feedback_kind": pl.String, "feedback_value": pl.String,
-                                 "feedback_ts": pl.Datetime("us", "UTC")})
+PRICES = pl.DataFrame(
+    {
+        "model": ["m1", "m2"],
+        "effective_from": [dt.date(2026, 1, 1)] * 2,
+        "input_price_per_1k": [0.01, 0.01],
+        "output_price_per_1k": [0.02, 0.02],
+        "cached_input_price_per_1k": [0.005, None],
+        "bills_refusals": [None, True],
+    }
+)
+NO_LABELS = pl.DataFrame(
+    schema={
+        "request_id": pl.String,
+        "feedback_kind": pl.String,
+        "feedback_value": pl.String,
+        "feedback_ts": pl.Datetime("us", "UTC"),
+    }
+)
 
 
-def transform_for(batches: list[pl.DataFrame], labels: pl.DataFrame = NO_LABELS, kind: str = "requests",
-                  ) -> DwdTransform:
+def transform_for(
+    batches: list[pl.DataFrame],
+    labels: pl.DataFrame = NO_LABELS,
+    kind: str = "requests",
+) -> DwdTransform:
     keys = pl.concat([b.select(key_columns(kind)) for b in batches])  # the build's first pass
     inputs = RequestInputs(KEY, PRICES, labels) if kind == "requests" else None
     return DwdTransform(kind, DAY, parser, repeats=repeats(keys, kind), now=ARRIVED, requests=inputs)  # type: ignore[arg-type]
@@ -108,10 +136,20 @@ def test_each_fault_kind_is_quarantined_with_its_rule() -> None:
     assert out.rows.get_column("request_id").to_list() == ["ok"]
     assert out.set_aside is not None
     rules = {row["line_no"]: row["rules"] for row in out.set_aside.iter_rows(named=True)}
-    expected = [["line.invalid_json"], ["line.invalid_utf8"], ["line.oversized"], ["duration_ms.min"],
-                ["ts.event_date", "ts.future"], ["input_tokens.type"], ["tenant_id.required"], ["ts.type"],
-                ["ts.event_date", "ts.floor"], ["ts.event_date", "ts.floor"], ["ts.event_date"],
-                ["duration_ms.type"]]
+    expected = [
+        ["line.invalid_json"],
+        ["line.invalid_utf8"],
+        ["line.oversized"],
+        ["duration_ms.min"],
+        ["ts.event_date", "ts.future"],
+        ["input_tokens.type"],
+        ["tenant_id.required"],
+        ["ts.type"],
+        ["ts.event_date", "ts.floor"],
+        ["ts.event_date", "ts.floor"],
+        ["ts.event_date"],
+        ["duration_ms.type"],
+    ]
     assert [rules[n] for n in range(1, len(faults) + 1)] == expected
     quarantined = out.set_aside.filter(pl.col("line_no") == 4).row(0, named=True)
     assert quarantined["raw_line"] == faults["negative_duration"]  # byte-exact, with its lineage
@@ -122,10 +160,21 @@ def test_each_fault_kind_is_quarantined_with_its_rule() -> None:
 
 
 def test_rows_are_pseudonymized_priced_flagged_and_labelled_with_the_latest_feedback() -> None:
-    batch = ods_batch(lines(request("r1"), request("r2", status_code=429, error_type="rate_limited",
-                                                  retry_of="r1", attempt=2), request("r3", model="unpriced")))
-    late = pl.DataFrame({"request_id": ["r1"], "feedback_kind": ["review"], "feedback_value": ["abusive"],
-                         "feedback_ts": [dt.datetime(2026, 2, 3, tzinfo=dt.UTC)]})
+    batch = ods_batch(
+        lines(
+            request("r1"),
+            request("r2", status_code=429, error_type="rate_limited", retry_of="r1", attempt=2),
+            request("r3", model="unpriced"),
+        )
+    )
+    late = pl.DataFrame(
+        {
+            "request_id": ["r1"],
+            "feedback_kind": ["review"],
+            "feedback_value": ["abusive"],
+            "feedback_ts": [dt.datetime(2026, 2, 3, tzinfo=dt.UTC)],
+        }
+    )
     out = transform_for([batch], labels=late)(batch)
     rows = {r["request_id"]: r for r in out.rows.iter_rows(named=True)}
     assert "user_id" not in out.rows.columns and len(rows["r1"]["user_pseudonym"]) == 32
@@ -140,17 +189,23 @@ def test_rows_are_pseudonymized_priced_flagged_and_labelled_with_the_latest_feed
 
 
 def test_refusals_are_billed_only_where_the_price_row_says_so() -> None:
-    batch = ods_batch(lines(request("a", status_code=400, error_type="invalid_request"),
-                            request("b", status_code=400, error_type="invalid_request", model="m2"),
-                            request("c", status_code=504, error_type="timeout")))
+    batch = ods_batch(
+        lines(
+            request("a", status_code=400, error_type="invalid_request"),
+            request("b", status_code=400, error_type="invalid_request", model="m2"),
+            request("c", status_code=504, error_type="timeout"),
+        )
+    )
     cost = {r["request_id"]: r["cost_usd"] for r in transform_for([batch])(batch).rows.iter_rows(named=True)}
     billed = (100 * 0.01 + 20 * 0.02) / 1000
     assert cost == {"a": 0.0, "b": billed, "c": billed}  # a timeout ran inference: billed
 
 
 def test_feedback_repeats_are_exact_lines_and_distinct_verdicts_are_kept() -> None:
-    fb = [{"request_id": "r1", "ts": "2026-02-01T12:00:00Z", "kind": "thumb", "value": "up", "source": "app"},
-          {"request_id": "r1", "ts": "2026-02-01T13:00:00Z", "kind": "review", "value": "ok", "source": "trust"}]
+    fb = [
+        {"request_id": "r1", "ts": "2026-02-01T12:00:00Z", "kind": "thumb", "value": "up", "source": "app"},
+        {"request_id": "r1", "ts": "2026-02-01T13:00:00Z", "kind": "review", "value": "ok", "source": "trust"},
+    ]
     batch = ods_batch(lines(fb[0], fb[1], fb[0]))
     out = transform_for([batch], kind="feedback")(batch)
     assert out.rows.select("kind").to_series().to_list() == ["thumb", "review"]
@@ -158,10 +213,14 @@ def test_feedback_repeats_are_exact_lines_and_distinct_verdicts_are_kept() -> No
 
 
 def test_a_null_cost_says_whether_the_price_or_the_usage_is_missing() -> None:
-    batch = ods_batch(lines(request("priced"), request("no-price", model="m9"),
-                            request("failed", status_code=429, error_type="rate_limited", input_tokens=None,
-                                    output_tokens=None),
-                            request("stream", input_tokens=None, output_tokens=None)))
+    batch = ods_batch(
+        lines(
+            request("priced"),
+            request("no-price", model="m9"),
+            request("failed", status_code=429, error_type="rate_limited", input_tokens=None, output_tokens=None),
+            request("stream", input_tokens=None, output_tokens=None),
+        )
+    )
     out = transform_for([batch])(batch)
     assert out.rows.height == 4
     assert (out.counts.incomplete, out.counts.no_usage) == (1, 2)  # only m9 lacks a price

@@ -19,13 +19,39 @@ def at(day: dt.date, hour: int, minute: int = 0, second: int = 0) -> dt.datetime
 
 
 def requests(*rows: dict) -> pl.DataFrame:
-    base = {"user_pseudonym": "u1", "tenant_id": "t1", "model": "m1", "model_version": "v1", "operation": "chat",
-            "duration_ms": 100.0, "ttft_ms": 10.0, "input_tokens": 5, "output_tokens": 7, "cost_usd": 0.5,
-            "cache_hit": False, "status_code": 200, "error_type": None, "is_error": False, "is_retry": False}
-    frame = pl.DataFrame([base | r for r in rows], schema_overrides={
-        "ts": pl.Datetime("us", "UTC"), "status_code": pl.Int32, "error_type": pl.String, "model_version": pl.String,
-        "duration_ms": pl.Float64, "ttft_ms": pl.Float64, "input_tokens": pl.Int64, "output_tokens": pl.Int64,
-        "cost_usd": pl.Float64, "cache_hit": pl.Boolean, "user_pseudonym": pl.String})
+    base = {
+        "user_pseudonym": "u1",
+        "tenant_id": "t1",
+        "model": "m1",
+        "model_version": "v1",
+        "operation": "chat",
+        "duration_ms": 100.0,
+        "ttft_ms": 10.0,
+        "input_tokens": 5,
+        "output_tokens": 7,
+        "cost_usd": 0.5,
+        "cache_hit": False,
+        "status_code": 200,
+        "error_type": None,
+        "is_error": False,
+        "is_retry": False,
+    }
+    frame = pl.DataFrame(
+        [base | r for r in rows],
+        schema_overrides={
+            "ts": pl.Datetime("us", "UTC"),
+            "status_code": pl.Int32,
+            "error_type": pl.String,
+            "model_version": pl.String,
+            "duration_ms": pl.Float64,
+            "ttft_ms": pl.Float64,
+            "input_tokens": pl.Int64,
+            "output_tokens": pl.Int64,
+            "cost_usd": pl.Float64,
+            "cache_hit": pl.Boolean,
+            "user_pseudonym": pl.String,
+        },
+    )
     return frame
 
 
@@ -36,8 +62,9 @@ def rows_of(frame: pl.DataFrame, entity=USER, days: tuple[dt.date, ...] = (DAY,)
 def test_a_request_enters_at_the_end_of_its_hour_and_leaves_each_window_in_turn() -> None:
     frame = requests({"ts": at(DAY, 10, 30)})
     days = tuple(DAY + dt.timedelta(days=i) for i in range(9))
-    rows = rows_of(frame, days=days).select("feature_ts", "request_count_1h", "request_count_24h",
-                                            "request_count_7d", "error_rate_1h", "error_rate_7d")
+    rows = rows_of(frame, days=days).select(
+        "feature_ts", "request_count_1h", "request_count_24h", "request_count_7d", "error_rate_1h", "error_rate_7d"
+    )
     assert rows.rows() == [
         (at(DAY, 11), 1, 1, 1, 0.0, 0.0),
         (at(DAY, 12), 0, 1, 1, None, 0.0),  # left the 1h window: its rates are null
@@ -68,8 +95,16 @@ def test_a_request_of_the_day_before_last_hour_marks_the_first_row_of_the_day() 
 def test_shares_rates_and_sums() -> None:
     frame = requests(
         {"ts": at(DAY, 22, 0), "status_code": 504, "error_type": "timeout", "is_error": True, "cache_hit": True},
-        {"ts": at(DAY, 22, 10), "status_code": 429, "error_type": "rate_limited", "is_error": True,
-         "is_retry": True, "cache_hit": None, "input_tokens": None, "cost_usd": None},
+        {
+            "ts": at(DAY, 22, 10),
+            "status_code": 429,
+            "error_type": "rate_limited",
+            "is_error": True,
+            "is_retry": True,
+            "cache_hit": None,
+            "input_tokens": None,
+            "cost_usd": None,
+        },
         {"ts": at(DAY, 22, 20), "status_code": 408, "is_error": True, "operation": "embeddings", "ttft_ms": 999.0},
         {"ts": at(DAY, 22, 30), "model": "m2", "duration_ms": None},
     )
@@ -92,8 +127,9 @@ def test_night_is_22_to_6_utc() -> None:
 
 
 def test_model_key_and_entities() -> None:
-    frame = requests({"ts": at(DAY, 1), "model_version": None}, {"ts": at(DAY, 1), "user_pseudonym": None,
-                                                                 "tenant_id": "t2"})
+    frame = requests(
+        {"ts": at(DAY, 1), "model_version": None}, {"ts": at(DAY, 1), "user_pseudonym": None, "tenant_id": "t2"}
+    )
     models = rows_of(frame, MODEL)
     assert set(models["model_key"]) == {"m1@unknown", "m1@v1"}
     assert set(models["model_version"]) == {"unknown", "v1"}
@@ -111,7 +147,7 @@ def test_window_quantiles_equal_numpy(size: int) -> None:
     found = window_quantiles(values, a, b, qs)
     for i in range(len(a)):
         for q, got in zip(qs, found):
-            window = values[a[i]:b[i]]
+            window = values[a[i] : b[i]]
             if len(window):
                 assert got[i] == pytest.approx(np.quantile(window, q), rel=1e-12)
             else:

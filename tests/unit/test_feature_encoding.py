@@ -8,16 +8,19 @@ import pyarrow as pa
 import pytest
 
 
-@pytest.mark.parametrize("array, kind", [
-    (pa.array([1.5, None, float("nan"), 0.0, -2.25, 1e-300, float("inf")], pa.float64()), "DOUBLE"),
-    (pa.array([1.5, None, 0.1, -3.0], pa.float32()), "FLOAT"),
-    (pa.array([0, None, 1, -1, 127, 128, 2**40, -(2**40)], pa.int64()), "INT64"),
-    # Feast converts a column with nulls through float64 (exact only below 2**53): extremes without nulls.
-    (pa.array([-(2**63), 2**63 - 1, 2**53 + 1], pa.int64()), "INT64"),
-    (pa.array([0, None, -5, 2**31 - 1, -(2**31)], pa.int32()), "INT32"),
-    (pa.array(["a", None, "", "ü" * 200], pa.string()), "STRING"),
-    (pa.array([True, None, False]), "BOOL"),
-])
+@pytest.mark.parametrize(
+    "array, kind",
+    [
+        (pa.array([1.5, None, float("nan"), 0.0, -2.25, 1e-300, float("inf")], pa.float64()), "DOUBLE"),
+        (pa.array([1.5, None, 0.1, -3.0], pa.float32()), "FLOAT"),
+        (pa.array([0, None, 1, -1, 127, 128, 2**40, -(2**40)], pa.int64()), "INT64"),
+        # Feast converts a column with nulls through float64 (exact only below 2**53): extremes without nulls.
+        (pa.array([-(2**63), 2**63 - 1, 2**53 + 1], pa.int64()), "INT64"),
+        (pa.array([0, None, -5, 2**31 - 1, -(2**31)], pa.int32()), "INT32"),
+        (pa.array(["a", None, "", "ü" * 200], pa.string()), "STRING"),
+        (pa.array([True, None, False]), "BOOL"),
+    ],
+)
 def test_values_equal_feasts_bytes_and_text(array: pa.Array, kind: str) -> None:
     from feast.infra.online_stores.helpers import extract_text_and_num
     from feast.type_map import python_values_to_proto_values
@@ -44,7 +47,8 @@ def test_entity_keys_equal_feasts_serialization() -> None:
 
     keys = ["0123456789abcdef0123456789abcdef", "", "gpt-4o@2024-08-06", "ü"]
     assert entity_keys("model_key", pa.array(keys)) == [
-        serialize_entity_key(EntityKey(join_keys=["model_key"], entity_values=[Value(string_val=k)]), 3) for k in keys]
+        serialize_entity_key(EntityKey(join_keys=["model_key"], entity_values=[Value(string_val=k)]), 3) for k in keys
+    ]
 
 
 def test_redis_field_names_and_times_equal_feasts() -> None:

@@ -26,11 +26,17 @@ START = dt.date(2024, 2, 28)  # the run crosses a leap day
 UTC = dt.UTC
 _RID = re.compile(rb'"request_id":"(req_[0-9a-f]{16})"')
 REQUIRED = ("request_id", "ts", "tenant_id", "model")
-ERROR_STATUS = {"invalid_request": {400}, "rate_limited": {429}, "oom": {500}, "upstream_error": {502, 503},
-                "timeout": {504}}
+ERROR_STATUS = {
+    "invalid_request": {400},
+    "rate_limited": {429},
+    "oom": {500},
+    "upstream_error": {502, 503},
+    "timeout": {504},
+}
 
 
 # ---- reading a dataset back with plain gzip + json ------------------------------------
+
 
 def parse_ts(value: object) -> dt.datetime:
     """A canonical ``ts``: epoch milliseconds (int) or RFC 3339 with an offset."""
@@ -86,8 +92,12 @@ def classify(raw: bytes) -> tuple[str, dict | None]:
 
 def read_dataset(root: Path) -> Dataset:
     ds = Dataset(root, json.loads((root / "manifest.json").read_text()))
-    fault_kind_of = {rid: kind for day in ds.manifest["days"].values()
-                     for kind, rids in day["fault_request_ids"].items() for rid in rids}
+    fault_kind_of = {
+        rid: kind
+        for day in ds.manifest["days"].values()
+        for kind, rids in day["fault_request_ids"].items()
+        for rid in rids
+    }
     for day_dir in sorted((root / "requests").iterdir()):
         date = day_dir.name.removeprefix("date=")
         seq = 0
@@ -118,6 +128,7 @@ def read_dataset(root: Path) -> Dataset:
 
 # ---- datasets (generated once per module) ------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def small_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("small")
@@ -140,22 +151,29 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
 
 def _difference(a: Path, b: Path, rel: str) -> str:
     """Where two generated files first differ, line by line (gzip files unpacked): a failure to act on."""
+
     def lines(root: Path) -> list[bytes]:
         data = (root / rel).read_bytes() if (root / rel).exists() else b""
         return (gzip.decompress(data) if rel.endswith(".gz") and data else data).splitlines()
 
     x, y = lines(a), lines(b)
     at = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
-    return f"{rel}: {len(x)} vs {len(y)} lines, first difference at line {at}: " \
-           f"{x[at][:160] if at < len(x) else None!r} vs {y[at][:160] if at < len(y) else None!r}"
+    return (
+        f"{rel}: {len(x)} vs {len(y)} lines, first difference at line {at}: "
+        f"{x[at][:160] if at < len(x) else None!r} vs {y[at][:160] if at < len(y) else None!r}"
+    )
 
 
 def file_hashes(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 # ---- determinism --------------------------------------------------------------------------
+
 
 def test_same_seed_same_bytes_different_seed_different_bytes(small_dir: Path, tmp_path: Path) -> None:
     again = tmp_path / "again"
@@ -194,6 +212,7 @@ def test_regenerating_into_the_same_folder_replaces_it(tmp_path: Path) -> None:
 
 # ---- manifest = files ---------------------------------------------------------------------
 
+
 def test_manifest_files_match_disk(small: Dataset) -> None:
     m = small.manifest
     listed = {f["path"]: f for f in m["files"]}
@@ -206,8 +225,9 @@ def test_manifest_files_match_disk(small: Dataset) -> None:
     for i in range(3):
         date = START + dt.timedelta(days=i)
         hours = sorted(p for p in listed if p.startswith(f"requests/date={date.isoformat()}/"))
-        assert hours == [f"requests/date={date.isoformat()}/hour={h:02d}/requests-{date:%Y%m%d}T{h:02d}.jsonl.gz"
-                         for h in range(24)]
+        assert hours == [
+            f"requests/date={date.isoformat()}/hour={h:02d}/requests-{date:%Y%m%d}T{h:02d}.jsonl.gz" for h in range(24)
+        ]
     prices = (small.root / "prices.csv").read_bytes()
     assert hashlib.sha256(prices).hexdigest() == m["prices"]["sha256"]
     assert m["seed"] == 11 and m["start"] == START.isoformat() and m["requests_per_day"] == 6000
@@ -246,8 +266,9 @@ def test_manifest_counts_match_the_lines(small: Dataset) -> None:
             for key in ("input_tokens", "output_tokens", "cached_input_tokens"):
                 assert stats[key] == sum(r[key] for r in rs), (model, key)
             assert stats["errors"] == sum(r["status_code"] >= 400 for r in rs)
-            assert stats["errors_by_type"] == {e: sum(r.get("error_type") == e for r in rs)
-                                               for e in stats["errors_by_type"]}
+            assert stats["errors_by_type"] == {
+                e: sum(r.get("error_type") == e for r in rs) for e in stats["errors_by_type"]
+            }
             assert stats["versions"] == dict(Counter(r["model_version"] for r in rs))
         assert set(by_model) <= set(day["models"])
         # fault lines: exactly the listed ids, classified from the bytes alone
@@ -272,12 +293,19 @@ def test_feedback_matches_manifest_and_requests(small: Dataset) -> None:
         assert arrived.date().isoformat() == date  # files are by arrival day
         assert arrived >= parse_ts(requests[e["request_id"]]["ts"])
         assert e["kind"] in ("thumb", "review", "flag")
-        assert e["value"] in {"thumb": {"up", "down"}, "review": {"abusive", "ok"},
-                              "flag": {"spam", "abuse", "jailbreak", "pii", "other"}}[e["kind"]]
+        assert (
+            e["value"]
+            in {
+                "thumb": {"up", "down"},
+                "review": {"abusive", "ok"},
+                "flag": {"spam", "abuse", "jailbreak", "pii", "other"},
+            }[e["kind"]]
+        )
     assert max(date for date, _ in small.feedback) > max(small.lines)  # delayed reviews arrive after the run
 
 
 # ---- faults ---------------------------------------------------------------------------------
+
 
 def test_faults_of_every_kind_at_the_requested_rate(small: Dataset) -> None:
     for date, day in small.manifest["days"].items():
@@ -314,20 +342,49 @@ def test_no_faults_without_fault_rate(big: Dataset) -> None:
 
 # ---- the canonical line ------------------------------------------------------------------------
 
+
 def test_lines_follow_the_canonical_schema(small: Dataset) -> None:
-    allowed = {"request_id", "trace_id", "retry_of", "attempt", "ts", "duration_ms", "ttft_ms", "queue_ms",
-               "preprocess_ms", "inference_ms", "postprocess_ms", "tenant_id", "user_id", "api_key_id",
-               "operation", "model", "model_version", "provider", "server", "prompt_template_version",
-               "pipeline_version", "input_tokens", "output_tokens", "cached_input_tokens", "batch_size",
-               "status_code", "error_type", "finish_reason", "cache_hit", "attributes"}
+    allowed = {
+        "request_id",
+        "trace_id",
+        "retry_of",
+        "attempt",
+        "ts",
+        "duration_ms",
+        "ttft_ms",
+        "queue_ms",
+        "preprocess_ms",
+        "inference_ms",
+        "postprocess_ms",
+        "tenant_id",
+        "user_id",
+        "api_key_id",
+        "operation",
+        "model",
+        "model_version",
+        "provider",
+        "server",
+        "prompt_template_version",
+        "pipeline_version",
+        "input_tokens",
+        "output_tokens",
+        "cached_input_tokens",
+        "batch_size",
+        "status_code",
+        "error_type",
+        "finish_reason",
+        "cache_hit",
+        "attributes",
+    }
     ops = set()
     for ln in small.valid():
         r = ln.obj
         assert set(r) <= allowed, set(r) - allowed
         assert re.fullmatch(r"[0-9a-f]{32}", r["trace_id"])
         assert r["attempt"] >= 1 and isinstance(r["status_code"], int)
-        assert all(isinstance(r[k], int) and r[k] >= 0 for k in ("input_tokens", "output_tokens",
-                                                                  "cached_input_tokens"))
+        assert all(
+            isinstance(r[k], int) and r[k] >= 0 for k in ("input_tokens", "output_tokens", "cached_input_tokens")
+        )
         assert r["duration_ms"] >= 0
         stages = [r[k] for k in ("queue_ms", "preprocess_ms", "inference_ms", "postprocess_ms") if k in r]
         assert len(stages) in (0, 4)
@@ -377,6 +434,7 @@ def test_hourly_files_hold_their_hour(small: Dataset) -> None:
 
 # ---- realism --------------------------------------------------------------------------------
 
+
 def test_gray_release_two_versions_same_day_shifting(small: Dataset) -> None:
     shares = []
     for day in small.manifest["days"].values():
@@ -386,8 +444,11 @@ def test_gray_release_two_versions_same_day_shifting(small: Dataset) -> None:
     assert shares[0] < shares[1] < shares[2]
     templates = {ln.obj.get("prompt_template_version") for ln in small.valid() if ln.obj["operation"] == "chat"}
     assert {"chat-tmpl-7", "chat-tmpl-8"} <= templates
-    pipelines = {ln.obj.get("pipeline_version") for ln in small.valid(str(START + dt.timedelta(days=1)))
-                 if ln.obj["server"].startswith("triton")}
+    pipelines = {
+        ln.obj.get("pipeline_version")
+        for ln in small.valid(str(START + dt.timedelta(days=1)))
+        if ln.obj["server"].startswith("triton")
+    }
     assert pipelines == {"pl-2.3.0", "pl-2.4.0"}  # upgraded mid-run
 
 
@@ -440,16 +501,20 @@ def test_retries_chain_to_their_first_attempt(big: Dataset) -> None:
 def test_retry_storm_is_visible(big: Dataset) -> None:
     (storm,) = big.manifest["retry_storms"]
     s, e = parse_ts(storm["start"]), parse_ts(storm["end"])
-    tenant_retries = [parse_ts(r["ts"]) for r in big.requests().values()
-                      if r["tenant_id"] == storm["tenant_id"] and r["attempt"] > 1]
+    tenant_retries = [
+        parse_ts(r["ts"]) for r in big.requests().values() if r["tenant_id"] == storm["tenant_id"] and r["attempt"] > 1
+    ]
     inside = sum(s <= t < e + dt.timedelta(minutes=1) for t in tenant_retries)
     minutes = (e - s).total_seconds() / 60
     assert inside / minutes > 10 * (len(tenant_retries) - inside) / (24 * 60 - minutes)
 
 
 def test_cache_hits_are_faster(big: Dataset) -> None:
-    rows = [r for r in big.requests().values()
-            if r["model"] == "aurora-chat-70b" and r["status_code"] == 200 and "ttft_ms" in r]
+    rows = [
+        r
+        for r in big.requests().values()
+        if r["model"] == "aurora-chat-70b" and r["status_code"] == 200 and "ttft_ms" in r
+    ]
     hit = [r["ttft_ms"] for r in rows if r["cache_hit"]]
     miss = [r["ttft_ms"] for r in rows if not r["cache_hit"]]
     assert len(hit) > 100 and statistics.median(hit) < 0.8 * statistics.median(miss)
@@ -472,9 +537,13 @@ def test_abusive_users_behave_differently_and_are_reviewed(big: Dataset) -> None
     assert per_abuser > 3 * statistics.mean(per_user.values())
     rejected = lambda r: r["status_code"] in (400, 429)  # noqa: E731
     assert share(ab, rejected) > 5 * share(normal, rejected)
-    assert statistics.median(r["input_tokens"] / max(r["output_tokens"], 1) for r in ab if r["status_code"] == 200) \
-        > 10 * statistics.median(r["input_tokens"] / max(r["output_tokens"], 1) for r in normal
-                                 if r["status_code"] == 200 and r["output_tokens"] > 0)
+    assert statistics.median(
+        r["input_tokens"] / max(r["output_tokens"], 1) for r in ab if r["status_code"] == 200
+    ) > 10 * statistics.median(
+        r["input_tokens"] / max(r["output_tokens"], 1)
+        for r in normal
+        if r["status_code"] == 200 and r["output_tokens"] > 0
+    )
     odd = lambda r: 6 <= parse_ts(r["ts"]).hour < 12  # noqa: E731 - the service's quiet hours
     assert share(ab, odd) > 2 * share(normal, odd)
     # reviews: every active abuser is confirmed abusive 1–3 days later; nobody else is
@@ -527,15 +596,19 @@ def test_quotas_csv(small: Dataset) -> None:
 
 # ---- arguments and progress ---------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"days": 0}, "days"),
-    ({"requests_per_day": 0}, "requests_per_day"),
-    ({"fault_rate": -0.01}, "fault_rate"),
-    ({"fault_rate": 0.51}, "fault_rate"),
-    ({"seed": -1}, "seed"),
-    ({"start": "2024-01-01"}, "start"),
-    ({"days": 1.5}, "days"),
-])
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"days": 0}, "days"),
+        ({"requests_per_day": 0}, "requests_per_day"),
+        ({"fault_rate": -0.01}, "fault_rate"),
+        ({"fault_rate": 0.51}, "fault_rate"),
+        ({"seed": -1}, "seed"),
+        ({"start": "2024-01-01"}, "start"),
+        ({"days": 1.5}, "days"),
+    ],
+)
 def test_bad_arguments_raise_value_error(tmp_path: Path, kwargs: dict, message: str) -> None:
     args = {"days": 1, "requests_per_day": 10, "seed": 1, "start": START, "fault_rate": 0.0} | kwargs
     with pytest.raises(ValueError, match=message):
@@ -545,8 +618,15 @@ def test_bad_arguments_raise_value_error(tmp_path: Path, kwargs: dict, message: 
 
 def test_progress_reports_every_hourly_file(tmp_path: Path) -> None:
     calls: list[tuple[int, int]] = []
-    m = generate(tmp_path, days=2, requests_per_day=500, seed=3, start=START, fault_rate=0.1,
-                 progress=lambda _what, done, total: calls.append((done, total)))
+    m = generate(
+        tmp_path,
+        days=2,
+        requests_per_day=500,
+        seed=3,
+        start=START,
+        fault_rate=0.1,
+        progress=lambda _what, done, total: calls.append((done, total)),
+    )
     total = sum(d["lines"] for d in m["days"].values())
     assert len(calls) == 48
     assert all(t == total for _, t in calls)

@@ -18,9 +18,18 @@ START = dt.date(2026, 1, 5)
 
 
 def _record(request_id: str, day: dt.date) -> dict:
-    return {"request_id": request_id, "ts": f"{day.isoformat()}T10:00:00Z", "duration_ms": 12.5, "tenant_id": "t1",
-            "user_id": "u1", "operation": "chat", "model": "m1", "input_tokens": 10, "output_tokens": 5,
-            "status_code": 200}
+    return {
+        "request_id": request_id,
+        "ts": f"{day.isoformat()}T10:00:00Z",
+        "duration_ms": 12.5,
+        "tenant_id": "t1",
+        "user_id": "u1",
+        "operation": "chat",
+        "model": "m1",
+        "input_tokens": 10,
+        "output_tokens": 5,
+        "status_code": 200,
+    }
 
 
 def test_json_lines_parse_the_same_by_reader_and_by_path(tmp_path: Path) -> None:
@@ -49,13 +58,15 @@ def test_line_checks_keep_input_order_on_large_batches(tmp_path: Path) -> None:
     n = 300_000  # in several chunks, which DuckDB scans with more than one thread
     ids = [f"r{i}" for i in range(n)]
     lines = [f'{{"request_id": "{r}", "ts": {i}}}'.encode() if i % 1000 else b"{broken" for i, r in enumerate(ids)]
-    chunked = pa.chunked_array([pa.array(lines[i:i + 70_000], pa.large_binary()) for i in range(0, n, 70_000)])
+    chunked = pa.chunked_array([pa.array(lines[i : i + 70_000], pa.large_binary()) for i in range(0, n, 70_000)])
     expected = [None if i % 1000 == 0 else r for i, r in enumerate(ids)]
     scratch().execute("SET threads = 4")  # however many cores this machine has
     try:
         # Both ways of parsing: the file reader, and line by line (the fallback).
-        for parsed in (parse_json_lines(chunked, ("request_id", "ts"), folder=tmp_path),
-                       _by_path(scratch(), chunked, ("request_id",))):
+        for parsed in (
+            parse_json_lines(chunked, ("request_id", "ts"), folder=tmp_path),
+            _by_path(scratch(), chunked, ("request_id",)),
+        ):
             assert parsed.get_column("request_id").to_list() == expected
             assert parsed.get_column("parse_error").is_not_null().sum() == n // 1000
     finally:

@@ -17,20 +17,28 @@ def _with(old: str, new: str) -> str:
     return GOOD.replace(old, new)
 
 
-@pytest.mark.parametrize(("text", "key"), [
-    (_with("name: azure_llm_2023_conv", 'name: "../../../../tmp/x"'), "name"),
-    (_with("name: azure_llm_2023_conv", "name: a/b"), "name"),
-    (_with("timestamp:\n  format: \"%Y-%m-%d %H:%M:%S%.f\"\n  timezone: UTC",
-           "timestamp:\n  unit: s\n  epoch_offset_s: soon"), "timestamp.epoch_offset_s"),
-    (_with("timezone: UTC", "timezone: Mars/Olympus"), "timestamp.timezone"),
-    (_with("  delimiter: \",\"", "  delimiter: \";;\""), "csv.delimiter"),
-    (_with("  header: true", "  header: maybe"), "csv.header"),
-    (_with("fields:\n  ts: TIMESTAMP", "fields:\n  ts: TIMESTAMP\n  tokens_in: ContextTokens"), "fields.tokens_in"),
-    (_with("constants:\n", "constants:\n  model_name: x\n"), "constants.model_name"),
-    (_with("request_id: derive", "request_id: make one up"), "request_id"),
-    (GOOD + "colums: [a]\n", "colums"),
-    (_with("format: csv", "format: parquet"), "format"),
-])
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        (_with("name: azure_llm_2023_conv", 'name: "../../../../tmp/x"'), "name"),
+        (_with("name: azure_llm_2023_conv", "name: a/b"), "name"),
+        (
+            _with(
+                'timestamp:\n  format: "%Y-%m-%d %H:%M:%S%.f"\n  timezone: UTC',
+                "timestamp:\n  unit: s\n  epoch_offset_s: soon",
+            ),
+            "timestamp.epoch_offset_s",
+        ),
+        (_with("timezone: UTC", "timezone: Mars/Olympus"), "timestamp.timezone"),
+        (_with('  delimiter: ","', '  delimiter: ";;"'), "csv.delimiter"),
+        (_with("  header: true", "  header: maybe"), "csv.header"),
+        (_with("fields:\n  ts: TIMESTAMP", "fields:\n  ts: TIMESTAMP\n  tokens_in: ContextTokens"), "fields.tokens_in"),
+        (_with("constants:\n", "constants:\n  model_name: x\n"), "constants.model_name"),
+        (_with("request_id: derive", "request_id: make one up"), "request_id"),
+        (GOOD + "colums: [a]\n", "colums"),
+        (_with("format: csv", "format: parquet"), "format"),
+    ],
+)
 def test_an_invalid_mapping_names_the_file_and_the_key(text: str, key: str) -> None:
     with pytest.raises(MappingError) as err:
         parse_mapping(text, origin="trace.yaml")
@@ -40,7 +48,9 @@ def test_an_invalid_mapping_names_the_file_and_the_key(text: str, key: str) -> N
 def test_a_yaml_alias_bomb_is_refused_at_once() -> None:
     bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
-        f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(9))
+        f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(9)
+    )
     assert len(bomb) < 1000  # 9**10 ≈ 3.5 billion strings once expanded
     with pytest.raises(MappingError, match="anchors and aliases"):  # refused before anything expands
         parse_mapping(bomb, origin="bomb.yaml")

@@ -10,8 +10,13 @@ import pytest
 from warehouse.settings import ConfigError, load_settings
 from warehouse.storage.objectstore import filesystem, is_object_store, storage_options
 
-S3 = {"STRATA_LAKE_URI": "s3://bucket/lake", "STRATA_S3_ENDPOINT_URL": "http://127.0.0.1:9000",
-      "STRATA_S3_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "not-a-secret"}
+S3 = {
+    "STRATA_LAKE_URI": "s3://bucket/lake",
+    "STRATA_S3_ENDPOINT_URL": "http://127.0.0.1:9000",
+    "STRATA_S3_REGION": "eu-west-1",
+    "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+    "AWS_SECRET_ACCESS_KEY": "not-a-secret",
+}
 
 
 def test_a_local_lake_needs_no_options(tmp_path: Path) -> None:
@@ -24,8 +29,12 @@ def test_a_local_lake_needs_no_options(tmp_path: Path) -> None:
 def test_an_s3_lake_gets_the_same_endpoint_region_and_keys_in_every_client(tmp_path: Path) -> None:
     settings = load_settings({"STRATA_HOME": str(tmp_path), **S3})
     assert storage_options(settings) == {
-        "AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_ALLOW_HTTP": "true", "AWS_REGION": "eu-west-1",
-        "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "not-a-secret"}
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_REGION": "eu-west-1",
+        "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+        "AWS_SECRET_ACCESS_KEY": "not-a-secret",
+    }
     fs, path = filesystem(settings, "s3://bucket/lake/ods/request_log_raw/part-0.parquet")
     assert isinstance(fs, pafs.S3FileSystem) and path == "bucket/lake/ods/request_log_raw/part-0.parquet"
     assert fs.region == "eu-west-1"

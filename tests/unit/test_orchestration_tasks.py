@@ -15,10 +15,14 @@ from strata.orchestration import tasks
 from strata.pipeline import StepResult
 
 UTC = dt.UTC
-DAY = {"data_interval_start": dt.datetime(2026, 1, 4, tzinfo=UTC),
-       "data_interval_end": dt.datetime(2026, 1, 5, tzinfo=UTC)}
-WEEK = {"data_interval_start": dt.datetime(2026, 1, 5, tzinfo=UTC),
-        "data_interval_end": dt.datetime(2026, 1, 12, tzinfo=UTC)}
+DAY = {
+    "data_interval_start": dt.datetime(2026, 1, 4, tzinfo=UTC),
+    "data_interval_end": dt.datetime(2026, 1, 5, tzinfo=UTC),
+}
+WEEK = {
+    "data_interval_start": dt.datetime(2026, 1, 5, tzinfo=UTC),
+    "data_interval_end": dt.datetime(2026, 1, 12, tzinfo=UTC),
+}
 
 
 def stand_in(monkeypatch: pytest.MonkeyPatch, name: str, function: Any) -> None:
@@ -41,8 +45,9 @@ def calls(monkeypatch: pytest.MonkeyPatch, strata_env: Path) -> list[tuple[tuple
 
 
 @pytest.mark.parametrize(("home", "message"), [(None, "STRATA_HOME is not set"), ("rel/home", "is relative")])
-def test_a_task_refuses_to_run_without_an_explicit_absolute_home(monkeypatch: pytest.MonkeyPatch, home: str | None,
-                                                                  message: str) -> None:
+def test_a_task_refuses_to_run_without_an_explicit_absolute_home(
+    monkeypatch: pytest.MonkeyPatch, home: str | None, message: str
+) -> None:
     if home is None:
         monkeypatch.delenv("STRATA_HOME", raising=False)
     else:
@@ -65,7 +70,8 @@ def test_a_task_naming_an_unknown_step_fails_saying_which_steps_there_are(strata
 
 def test_the_registry_declares_the_pipelines_steps_under_their_own_names() -> None:
     assert {name: step.function for name, step in tasks.STEPS.items()} == {
-        name: getattr(pipeline, name) for name in tasks.STEPS}
+        name: getattr(pipeline, name) for name in tasks.STEPS
+    }
     assert [name for name, step in tasks.STEPS.items() if step.sharded] == ["score"]
 
 
@@ -74,10 +80,14 @@ def test_a_run_without_a_data_interval_is_refused(strata_env: Path) -> None:
         tasks.run_step("build_dwd", {"data_interval_start": None, "data_interval_end": None})
 
 
-def test_the_interval_becomes_each_steps_date(calls: list[tuple[tuple[Any, ...], dict[str, Any]]],
-                                              strata_env: Path) -> None:
-    assert tasks.run_step("build_dws", DAY) == {"step": "recorded", "counts": {"rows": 3},
-                                                "versions": {"dwd.request": 7}}
+def test_the_interval_becomes_each_steps_date(
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]], strata_env: Path
+) -> None:
+    assert tasks.run_step("build_dws", DAY) == {
+        "step": "recorded",
+        "counts": {"rows": 3},
+        "versions": {"dwd.request": 7},
+    }
     tasks.run_step("train", WEEK)
     tasks.run_step("apply_retention", DAY)
     tasks.run_step("score", DAY, shard=[1, 2])
@@ -91,8 +101,9 @@ def test_the_interval_becomes_each_steps_date(calls: list[tuple[tuple[Any, ...],
     ]
 
 
-def test_prices_load_only_when_a_price_list_is_there_and_changed(strata_env: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_prices_load_only_when_a_price_list_is_there_and_changed(
+    strata_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     prices = strata_env / "landing" / "prices.csv"
     with pytest.raises(tasks.Skip, match=r"no prices\.csv at"):
         tasks.run_step("load_prices", DAY)
@@ -106,20 +117,35 @@ def test_prices_load_only_when_a_price_list_is_there_and_changed(strata_env: Pat
 
 
 def test_scoring_waits_for_a_registered_model_then_shards_come_from_the_settings(
-        calls: list[tuple[tuple[Any, ...], dict[str, Any]]], strata_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]], strata_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with pytest.raises(tasks.Skip, match=r"no model 'user_risk' is registered .* until strata_train registers one"):
         tasks.shards("score")
     settings = tasks.task_settings()
-    register(settings, ModelCard(
-        name="user_risk", version="", features=(), feature_service="user_risk_v1", entity="user_pseudonym",
-        training_window=("2026-01-01", "2026-01-06"), metrics={}, sha256="", libraries={}, threshold=0.5,
-        created_at="2026-01-07T00:00:00Z"), b"onnx bytes")
+    register(
+        settings,
+        ModelCard(
+            name="user_risk",
+            version="",
+            features=(),
+            feature_service="user_risk_v1",
+            entity="user_pseudonym",
+            training_window=("2026-01-01", "2026-01-06"),
+            metrics={},
+            sha256="",
+            libraries={},
+            threshold=0.5,
+            created_at="2026-01-07T00:00:00Z",
+        ),
+        b"onnx bytes",
+    )
     monkeypatch.setenv("STRATA_SCORE_SHARDS", "3")
     assert tasks.shards("score") == [[0, 3], [1, 3], [2, 3]]
 
 
 def test_a_bad_input_is_a_one_line_refusal_and_anything_else_may_be_retried(
-        monkeypatch: pytest.MonkeyPatch, strata_env: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, strata_env: Path
+) -> None:
     def refuses(*_: Any) -> StepResult:
         raise LookupError("no ODS rows with event_date 2026-01-04: nothing to build\n(check the date)")
 
@@ -148,6 +174,9 @@ def test_a_step_whose_input_is_not_there_yet_is_a_skip(monkeypatch: pytest.Monke
 
 def test_the_real_dwd_step_of_a_date_without_data_is_a_skip_saying_so(strata_env: Path) -> None:
     # A scheduler meets such days (today, before its files arrive); the CLI refuses them instead.
-    with pytest.raises(tasks.Skip, match=r"^build_dwd for 2026-01-04: no ODS rows with event_date 2026-01-04: "
-                                         r"nothing to build .*ingest that day's files first"):
+    with pytest.raises(
+        tasks.Skip,
+        match=r"^build_dwd for 2026-01-04: no ODS rows with event_date 2026-01-04: "
+        r"nothing to build .*ingest that day's files first",
+    ):
         tasks.run_step("build_dwd", DAY)

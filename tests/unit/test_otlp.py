@@ -21,24 +21,60 @@ _FLOAT_FIELDS = {"duration_ms", "ttft_ms", "queue_ms", "preprocess_ms", "inferen
 
 def _records() -> list[dict[str, Any]]:
     full = {
-        "request_id": "req-0001", "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "retry_of": None, "attempt": 1,
+        "request_id": "req-0001",
+        "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+        "retry_of": None,
+        "attempt": 1,
         "ts": dt.datetime(2026, 1, 1, 10, 0, 0, 123456, tzinfo=dt.timezone(dt.timedelta(hours=8))),
-        "duration_ms": 1234.567, "ttft_ms": 123.4, "queue_ms": 5.25, "preprocess_ms": 1.5, "inference_ms": 1200.0,
-        "postprocess_ms": 0.75, "tenant_id": "tenant-a", "user_id": "user-42", "api_key_id": "key-7",
-        "operation": "chat", "model": "llama-3.1-8b", "model_version": "2024-09-a", "provider": "vllm",
-        "server": "vllm-sg-01", "prompt_template_version": "tpl-3", "pipeline_version": "serve-1.8.2",
-        "input_tokens": 812, "output_tokens": 64, "cached_input_tokens": 512, "batch_size": 16,
-        "status_code": 200, "error_type": None, "finish_reason": "stop", "cache_hit": True,
+        "duration_ms": 1234.567,
+        "ttft_ms": 123.4,
+        "queue_ms": 5.25,
+        "preprocess_ms": 1.5,
+        "inference_ms": 1200.0,
+        "postprocess_ms": 0.75,
+        "tenant_id": "tenant-a",
+        "user_id": "user-42",
+        "api_key_id": "key-7",
+        "operation": "chat",
+        "model": "llama-3.1-8b",
+        "model_version": "2024-09-a",
+        "provider": "vllm",
+        "server": "vllm-sg-01",
+        "prompt_template_version": "tpl-3",
+        "pipeline_version": "serve-1.8.2",
+        "input_tokens": 812,
+        "output_tokens": 64,
+        "cached_input_tokens": 512,
+        "batch_size": 16,
+        "status_code": 200,
+        "error_type": None,
+        "finish_reason": "stop",
+        "cache_hit": True,
         "attributes": {"region": "ap-southeast-1", "client": "sdk-py/1.2"},
     }
     retry = {
-        **full, "request_id": "req-0002", "retry_of": "req-0001", "attempt": 2, "operation": "completion",
-        "ts": dt.datetime(2026, 1, 1, 2, 0, 1, tzinfo=UTC), "duration_ms": 30000.0, "status_code": 504,
-        "error_type": "timeout", "finish_reason": None, "output_tokens": 0, "cache_hit": False, "attributes": {},
+        **full,
+        "request_id": "req-0002",
+        "retry_of": "req-0001",
+        "attempt": 2,
+        "operation": "completion",
+        "ts": dt.datetime(2026, 1, 1, 2, 0, 1, tzinfo=UTC),
+        "duration_ms": 30000.0,
+        "status_code": 504,
+        "error_type": "timeout",
+        "finish_reason": None,
+        "output_tokens": 0,
+        "cache_hit": False,
+        "attributes": {},
     }
     sparse = {f: None for f in REQUEST_FIELDS} | {
-        "request_id": "req-0003", "ts": dt.datetime(2025, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
-        "tenant_id": "tenant-b", "operation": "embeddings", "model": "bge-m3", "input_tokens": 40, "status_code": 200,
+        "request_id": "req-0003",
+        "ts": dt.datetime(2025, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        "tenant_id": "tenant-b",
+        "operation": "embeddings",
+        "model": "bge-m3",
+        "input_tokens": 40,
+        "status_code": 200,
         "server": "triton-use-02",
     }
     return [full, retry, sparse]
@@ -59,16 +95,23 @@ def _parse(lines: list[bytes]) -> pl.DataFrame:
 
 
 def _line(spans: list[dict[str, Any]], resource: list[dict[str, Any]] | None = None) -> bytes:
-    doc = {"resourceSpans": [{"resource": {"attributes": resource or []},
-                              "scopeSpans": [{"scope": {"name": "t"}, "spans": spans}]}]}
+    doc = {
+        "resourceSpans": [
+            {"resource": {"attributes": resource or []}, "scopeSpans": [{"scope": {"name": "t"}, "spans": spans}]}
+        ]
+    }
     return json.dumps(doc).encode()
 
 
 def _genai_span(span_id: str = "00f067aa0ba902b7", **attrs: Any) -> dict[str, Any]:
     base = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m"}
     return {
-        "traceId": "4BF92F3577B34DA6A3CE929D0E0E4736", "spanId": span_id, "name": "chat m", "kind": 3,
-        "startTimeUnixNano": "1767232800000000000", "endTimeUnixNano": "1767232800250000000",
+        "traceId": "4BF92F3577B34DA6A3CE929D0E0E4736",
+        "spanId": span_id,
+        "name": "chat m",
+        "kind": 3,
+        "startTimeUnixNano": "1767232800000000000",
+        "endTimeUnixNano": "1767232800250000000",
         "attributes": [key_value(k, v) for k, v in (base | attrs).items()],
     }
 
@@ -90,8 +133,9 @@ def test_round_trip_maps_every_field() -> None:
         for field in REQUEST_FIELDS:
             got, want = row[field], record[field]
             if field == "attributes":
-                attributes = {k: v for k, v in (json.loads(got) if got is not None else {}).items()
-                              if k != "otel.span_id"}
+                attributes = {
+                    k: v for k, v in (json.loads(got) if got is not None else {}).items() if k != "otel.span_id"
+                }
                 assert attributes == (want or {}), field
             elif field in _FLOAT_FIELDS and want is not None:
                 assert float(got) == pytest.approx(want, abs=1e-6), field
@@ -112,8 +156,12 @@ def test_exact_decimal_text_for_times() -> None:
 
 
 def test_resource_attributes_are_inherited_and_span_attributes_win() -> None:
-    resource = [key_value("tenant.id", "tenant-r"), key_value("server.address", "gpu-01"),
-                key_value("user.id", "resource-user"), key_value("service.name", "gw")]
+    resource = [
+        key_value("tenant.id", "tenant-r"),
+        key_value("server.address", "gpu-01"),
+        key_value("user.id", "resource-user"),
+        key_value("service.name", "gw"),
+    ]
     spans = [_genai_span("00000000000000a1"), _genai_span("00000000000000a2", **{"user.id": "span-user"})]
     out = _parse([_line(spans, resource)])
     assert out.get_column("tenant_id").to_list() == ["tenant-r", "tenant-r"]
@@ -125,9 +173,11 @@ def test_resource_attributes_are_inherited_and_span_attributes_win() -> None:
 
 def test_int_value_as_json_string_or_number() -> None:
     span = _genai_span()
-    span["attributes"] += [{"key": "gen_ai.usage.input_tokens", "value": {"intValue": "812"}},
-                           {"key": "gen_ai.usage.output_tokens", "value": {"intValue": 64}},
-                           {"key": "http.response.status_code", "value": {"intValue": "429"}}]
+    span["attributes"] += [
+        {"key": "gen_ai.usage.input_tokens", "value": {"intValue": "812"}},
+        {"key": "gen_ai.usage.output_tokens", "value": {"intValue": 64}},
+        {"key": "http.response.status_code", "value": {"intValue": "429"}},
+    ]
     span["startTimeUnixNano"] = 1767232800000000000  # a number is accepted too
     row = _parse([_line([span])]).row(0, named=True)
     assert (row["input_tokens"], row["output_tokens"], row["status_code"]) == ("812", "64", "429")
@@ -136,8 +186,14 @@ def test_int_value_as_json_string_or_number() -> None:
 
 
 def test_span_identity_and_model_mapping() -> None:
-    span = _genai_span(**{"gen_ai.request.model": "gpt-4o", "gen_ai.response.model": "gpt-4o-2024-08-06",
-                          "gen_ai.operation.name": "text_completion", "gen_ai.system": "openai"})
+    span = _genai_span(
+        **{
+            "gen_ai.request.model": "gpt-4o",
+            "gen_ai.response.model": "gpt-4o-2024-08-06",
+            "gen_ai.operation.name": "text_completion",
+            "gen_ai.system": "openai",
+        }
+    )
     row = _parse([_line([span])]).row(0, named=True)
     assert row["request_id"] == "00f067aa0ba902b7"  # no gen_ai.response.id: the span id
     assert row["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"  # lower-case hex
@@ -146,20 +202,24 @@ def test_span_identity_and_model_mapping() -> None:
     assert row["status_code"] == "200"  # status unset
 
 
-@pytest.mark.parametrize(("error_type", "message", "status", "error"), [
-    ("RateLimitError", "Error code: 429 - {'error': 'slow down'}", "429", "rate_limited"),
-    ("<class 'openai.RateLimitError'>", "", "429", "rate_limited"),  # one util-genai release writes this
-    ("openai.BadRequestError", "bad", "400", "invalid_request"),
-    ("InternalServerError", "Error code: 503 - overloaded", "503", "upstream_error"),
-    ("APITimeoutError", "Request timed out.", None, "timeout"),
-    ("timeout", "deadline exceeded", None, "timeout"),  # already the contract's word
-    ("MyToolError", "it broke", None, "MyToolError"),  # unknown: its name kept, no guessed status
-    ("429", "", "429", "rate_limited"),  # error.type as the HTTP status
-    (None, "Error code: 404 - gone", "404", "not_found"),
-    (None, "", None, "_OTHER"),
-])
+@pytest.mark.parametrize(
+    ("error_type", "message", "status", "error"),
+    [
+        ("RateLimitError", "Error code: 429 - {'error': 'slow down'}", "429", "rate_limited"),
+        ("<class 'openai.RateLimitError'>", "", "429", "rate_limited"),  # one util-genai release writes this
+        ("openai.BadRequestError", "bad", "400", "invalid_request"),
+        ("InternalServerError", "Error code: 503 - overloaded", "503", "upstream_error"),
+        ("APITimeoutError", "Request timed out.", None, "timeout"),
+        ("timeout", "deadline exceeded", None, "timeout"),  # already the contract's word
+        ("MyToolError", "it broke", None, "MyToolError"),  # unknown: its name kept, no guessed status
+        ("429", "", "429", "rate_limited"),  # error.type as the HTTP status
+        (None, "Error code: 404 - gone", "404", "not_found"),
+        (None, "", None, "_OTHER"),
+    ],
+)
 def test_a_failed_call_has_its_status_and_error_from_the_error_table(
-        error_type: str | None, message: str, status: str | None, error: str) -> None:
+    error_type: str | None, message: str, status: str | None, error: str
+) -> None:
     attrs = {} if error_type is None else {"error.type": error_type}
     span = _genai_span(**attrs)
     span["status"] = {"code": 2, "message": message}
@@ -175,21 +235,34 @@ def test_an_http_status_on_the_span_wins_and_the_error_keeps_the_vocabulary() ->
 
 
 def test_current_conventions_ttft_and_parent_span_are_read() -> None:
-    span = _genai_span(**{"gen_ai.response.time_to_first_chunk": 0.25, "gen_ai.response.id": "chatcmpl-1",
-                          "gen_ai.conversation.id": "conv-9", "gen_ai.usage.cache_read_input_tokens": 7})
+    span = _genai_span(
+        **{
+            "gen_ai.response.time_to_first_chunk": 0.25,
+            "gen_ai.response.id": "chatcmpl-1",
+            "gen_ai.conversation.id": "conv-9",
+            "gen_ai.usage.cache_read_input_tokens": 7,
+        }
+    )
     span["parentSpanId"] = "00000000000000b1"
     row = _parse([_line([span])]).row(0, named=True)
     assert (row["ttft_ms"], row["request_id"], row["cached_input_tokens"]) == ("250", "chatcmpl-1", "7")
-    assert json.loads(row["attributes"]) == {"gen_ai.conversation.id": "conv-9", "otel.span_id": "00f067aa0ba902b7",
-                                             "otel.parent_span_id": "00000000000000b1"}
+    assert json.loads(row["attributes"]) == {
+        "gen_ai.conversation.id": "conv-9",
+        "otel.span_id": "00f067aa0ba902b7",
+        "otel.parent_span_id": "00000000000000b1",
+    }
 
 
 def test_the_tenant_comes_from_the_receiver_then_the_span_then_the_source_then_the_service() -> None:
     receiver = [key_value("strata.tenant_id", "acme"), key_value("service.name", "svc")]
     spoof = _genai_span("00000000000000a1", **{"tenant.id": "other", "strata.tenant_id": "evil"})
     plain = _genai_span("00000000000000a2")
-    lines = [_line([spoof], receiver), _line([spoof]), _line([plain], [key_value("service.name", "svc")]),
-             _line([plain])]
+    lines = [
+        _line([spoof], receiver),
+        _line([spoof]),
+        _line([plain], [key_value("service.name", "svc")]),
+        _line([plain]),
+    ]
     assert _parse(lines).get_column("tenant_id").to_list() == ["acme", "other", "svc", None]
     tenant = parse_otlp_lines(pa.array(lines, pa.large_binary()), tenant="src").get_column("tenant_id").to_list()
     assert tenant == ["acme", "other", "src", "src"]
@@ -197,34 +270,47 @@ def test_the_tenant_comes_from_the_receiver_then_the_span_then_the_source_then_t
 
 def test_seconds_attributes_become_milliseconds() -> None:
     span = _genai_span()
-    span["attributes"] += [{"key": "gen_ai.latency.time_to_first_token", "value": {"doubleValue": 0.0421}},
-                           {"key": "gen_ai.latency.time_in_queue", "value": {"doubleValue": 2}},
-                           {"key": "gen_ai.latency.time_in_preprocess", "value": {"stringValue": "n/a"}}]
+    span["attributes"] += [
+        {"key": "gen_ai.latency.time_to_first_token", "value": {"doubleValue": 0.0421}},
+        {"key": "gen_ai.latency.time_in_queue", "value": {"doubleValue": 2}},
+        {"key": "gen_ai.latency.time_in_preprocess", "value": {"stringValue": "n/a"}},
+    ]
     row = _parse([_line([span])]).row(0, named=True)
     assert (row["ttft_ms"], row["queue_ms"], row["preprocess_ms"]) == ("42.1", "2000", None)
     assert json.loads(row["attributes"]) == {"gen_ai.latency.time_in_preprocess": "n/a"}  # kept, not lost
 
 
 def test_non_genai_spans_are_skipped() -> None:
-    http_child = {"traceId": "4bf92f3577b34da6a3ce929d0e0e4736", "spanId": "1111111111111111",
-                  "parentSpanId": "00f067aa0ba902b7", "name": "POST /v1/chat", "kind": 3,
-                  "startTimeUnixNano": "1767232800000000000", "endTimeUnixNano": "1767232800100000000",
-                  "attributes": [key_value("http.request.method", "POST"),
-                                 {"key": "http.response.status_code", "value": any_value(200)}]}
+    http_child = {
+        "traceId": "4bf92f3577b34da6a3ce929d0e0e4736",
+        "spanId": "1111111111111111",
+        "parentSpanId": "00f067aa0ba902b7",
+        "name": "POST /v1/chat",
+        "kind": 3,
+        "startTimeUnixNano": "1767232800000000000",
+        "endTimeUnixNano": "1767232800100000000",
+        "attributes": [
+            key_value("http.request.method", "POST"),
+            {"key": "http.response.status_code", "value": any_value(200)},
+        ],
+    }
     out = _parse([_line([http_child, _genai_span(), http_child])])
     assert out.height == 1
     assert out.row(0, named=True)["request_id"] == "00f067aa0ba902b7"
 
 
-@pytest.mark.parametrize(("line", "reason"), [
-    (b"\xff\xfe{}", "invalid UTF-8"),
-    (b'{"resourceSpans": [', "invalid JSON"),
-    (b"", "invalid JSON"),
-    (b"[1, 2]", "not an OTLP trace export"),
-    (b'{"request_id": "r1", "ts": 1}', "not an OTLP trace export"),
-    (b'{"resourceMetrics": []}', "not an OTLP trace export"),
-    (b'{"resourceSpans": []}', "no GenAI spans"),
-])
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (b"\xff\xfe{}", "invalid UTF-8"),
+        (b'{"resourceSpans": [', "invalid JSON"),
+        (b"", "invalid JSON"),
+        (b"[1, 2]", "not an OTLP trace export"),
+        (b'{"request_id": "r1", "ts": 1}', "not an OTLP trace export"),
+        (b'{"resourceMetrics": []}', "not an OTLP trace export"),
+        (b'{"resourceSpans": []}', "no GenAI spans"),
+    ],
+)
 def test_malformed_line_yields_one_row_with_its_reason(line: bytes, reason: str) -> None:
     good = otlp_export_line(_records()[:2])
     out = _parse([good, line, good])
@@ -252,12 +338,22 @@ def test_bad_start_time_flags_the_span() -> None:
 
 def test_multiple_spans_per_line_keep_their_line() -> None:
     records = _records()
-    lines = [otlp_export_line(records[:2]), b"{oops", otlp_export_line(records[2:]),
-             _line([_genai_span("00000000000000b1"), _genai_span("00000000000000b2")])]
+    lines = [
+        otlp_export_line(records[:2]),
+        b"{oops",
+        otlp_export_line(records[2:]),
+        _line([_genai_span("00000000000000b1"), _genai_span("00000000000000b2")]),
+    ]
     out = _parse(lines)
     assert out.get_column("_line").to_list() == [0, 0, 1, 2, 3, 3]
     assert out.get_column("request_id").to_list() == [
-        "req-0001", "req-0002", None, "req-0003", "00000000000000b1", "00000000000000b2"]
+        "req-0001",
+        "req-0002",
+        None,
+        "req-0003",
+        "00000000000000b1",
+        "00000000000000b2",
+    ]
 
 
 def test_string_and_chunked_input() -> None:

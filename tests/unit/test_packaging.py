@@ -13,8 +13,10 @@ def test_every_shipped_package_is_marked_typed_and_tracked() -> None:
     """Hatch puts every tracked file of a package in the wheel: a ``py.typed`` there tells mypy and
     pyright to read the package's annotations instead of treating it as untyped."""
     packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"][
-        "packages"]
+        "packages"
+    ]
     markers = [f"{package}/py.typed" for package in packages]
-    tracked = subprocess.run(["git", "ls-files", *markers], cwd=REPO, capture_output=True, text=True,
-                             check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files", *markers], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert sorted(tracked) == sorted(markers)

@@ -23,8 +23,14 @@ def test_defaults_live_under_home(tmp_path: Path) -> None:
 def test_sql_bounds_have_defaults_and_travel_to_a_child(tmp_path: Path) -> None:
     s = load_settings({"STRATA_HOME": str(tmp_path)})
     assert (s.sql_timeout_s, s.sql_memory_limit, s.sql_spill_limit) == (300.0, "2GB", "10GB")
-    tuned = load_settings({"STRATA_HOME": str(tmp_path), "STRATA_SQL_TIMEOUT_S": "2.5",
-                           "STRATA_SQL_MEMORY_LIMIT": "512MiB", "STRATA_SQL_SPILL_LIMIT": "1.5GB"})
+    tuned = load_settings(
+        {
+            "STRATA_HOME": str(tmp_path),
+            "STRATA_SQL_TIMEOUT_S": "2.5",
+            "STRATA_SQL_MEMORY_LIMIT": "512MiB",
+            "STRATA_SQL_SPILL_LIMIT": "1.5GB",
+        }
+    )
     assert load_settings(tuned.to_env()) == tuned
 
 
@@ -76,7 +82,10 @@ def test_one_setting_moves_the_online_store_to_redis(tmp_path: Path) -> None:
     assert "pw" not in s.masked()["redis_url"]
     from features.store import online_store_config
 
-    assert online_store_config(s) == {"type": "redis",
-                                      "connection_string": "10.0.0.5:6380,db=3,password=${STRATA_FEAST_REDIS_PASSWORD}"}
+    assert online_store_config(s) == {
+        "type": "redis",
+        "connection_string": "10.0.0.5:6380,db=3,password=${STRATA_FEAST_REDIS_PASSWORD}",
+    }
     assert online_store_config(load_settings({"STRATA_HOME": str(tmp_path)}))["path"] == str(
-        tmp_path / "feast" / "online_store.db")
+        tmp_path / "feast" / "online_store.db"
+    )

@@ -16,8 +16,13 @@ from warehouse.sql.export import target, write, write_file
 
 
 def reader() -> pa.RecordBatchReader:
-    batch = pa.record_batch({"model": ["a", "b"], "versions": [["v1", "v2"], []],
-                             "cost": pa.array([Decimal("0.000000001"), None], pa.decimal128(18, 9))})
+    batch = pa.record_batch(
+        {
+            "model": ["a", "b"],
+            "versions": [["v1", "v2"], []],
+            "cost": pa.array([Decimal("0.000000001"), None], pa.decimal128(18, 9)),
+        }
+    )
     return pa.RecordBatchReader.from_batches(batch.schema, [batch, batch.slice(0, 1)])
 
 
@@ -25,7 +30,11 @@ def test_csv_writes_one_header_and_nested_cells_as_json() -> None:
     out = io.BytesIO()
     assert write(reader(), "csv", out) == 3
     assert out.getvalue().decode().splitlines() == [
-        "model,versions,cost", 'a,"[""v1"", ""v2""]",0.000000001', "b,[],", 'a,"[""v1"", ""v2""]",0.000000001']
+        "model,versions,cost",
+        'a,"[""v1"", ""v2""]",0.000000001',
+        "b,[],",
+        'a,"[""v1"", ""v2""]",0.000000001',
+    ]
 
 
 def test_json_lines_and_an_empty_result() -> None:
@@ -44,13 +53,21 @@ def test_json_lines_and_an_empty_result() -> None:
 def test_a_result_file_goes_outside_strata_home_and_the_lake(tmp_path: Path) -> None:
     lake = tmp_path / "elsewhere" / "lake"
     (lake / "dwd" / "request" / "_delta_log").mkdir(parents=True)
-    settings = load_settings({"STRATA_HOME": str(tmp_path / "home"), "STRATA_LAKE_URI": str(lake),
-                              "STRATA_LANDING_DIR": str(tmp_path / "landing")})
+    settings = load_settings(
+        {
+            "STRATA_HOME": str(tmp_path / "home"),
+            "STRATA_LAKE_URI": str(lake),
+            "STRATA_LANDING_DIR": str(tmp_path / "landing"),
+        }
+    )
     link = tmp_path / "commit.json"
     link.symlink_to(lake / "dwd" / "request" / "_delta_log" / "00000000000000000001.json")
-    for path, where in ((lake / "dwd" / "request" / "_delta_log" / "00000000000000000001.json", "the lake"),
-                        (link, "the lake"), (tmp_path / "home" / "x.csv", "STRATA_HOME"),
-                        (tmp_path / "landing" / "x.jsonl", "the landing zone")):
+    for path, where in (
+        (lake / "dwd" / "request" / "_delta_log" / "00000000000000000001.json", "the lake"),
+        (link, "the lake"),
+        (tmp_path / "home" / "x.csv", "STRATA_HOME"),
+        (tmp_path / "landing" / "x.jsonl", "the landing zone"),
+    ):
         with pytest.raises(ValueError, match=f"inside {where}"):
             target(path, settings)
     with pytest.raises(ValueError, match="is not a folder"):

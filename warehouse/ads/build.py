@@ -44,14 +44,31 @@ from warehouse.storage import boundaries, lake
 from warehouse.storage.lake import Lake
 from warehouse.storage.publish import keeps_every_row, publish
 from warehouse.tables import (
-    ADS_DATA_QUALITY, ADS_LATENCY_BREAKDOWN, ADS_MODEL_DAILY, ADS_RETRY_STORMS, ADS_TENANT_DAILY, ADS_VERSION_MIX,
-    DWD_QUARANTINE, DWD_REQUEST, DWD_TENANT_QUOTA, OPS_AUDIT_LOG, OPS_BOOKS, Table, all_tables,
+    ADS_DATA_QUALITY,
+    ADS_LATENCY_BREAKDOWN,
+    ADS_MODEL_DAILY,
+    ADS_RETRY_STORMS,
+    ADS_TENANT_DAILY,
+    ADS_VERSION_MIX,
+    DWD_QUARANTINE,
+    DWD_REQUEST,
+    DWD_TENANT_QUOTA,
+    OPS_AUDIT_LOG,
+    OPS_BOOKS,
+    Table,
+    all_tables,
 )
 
 log = logging.getLogger(f"strata.{__name__}")
 #: The marts, in the order they are published (the tables others point to first).
-MARTS: tuple[Table, ...] = (ADS_MODEL_DAILY, ADS_TENANT_DAILY, ADS_LATENCY_BREAKDOWN, ADS_RETRY_STORMS,
-                            ADS_VERSION_MIX, ADS_DATA_QUALITY)
+MARTS: tuple[Table, ...] = (
+    ADS_MODEL_DAILY,
+    ADS_TENANT_DAILY,
+    ADS_LATENCY_BREAKDOWN,
+    ADS_RETRY_STORMS,
+    ADS_VERSION_MIX,
+    ADS_DATA_QUALITY,
+)
 #: Lake tables the staging models read; a missing one but dwd.request reads as empty.
 SOURCES: tuple[Table, ...] = (DWD_REQUEST, DWD_TENANT_QUOTA, DWD_QUARANTINE, OPS_AUDIT_LOG, OPS_BOOKS)
 #: Rows per record batch streamed from DuckDB into publish.
@@ -107,8 +124,10 @@ def build(
         raise ValueError(f"storm_multiple must be a positive number, not {storm_multiple!r}")
     drift = check_dbt_models(project_dir / "models" / "marts" / "_marts__models.yml")
     if drift:
-        raise RuntimeError("the marts' dbt properties differ from their contracts (regenerate them with "
-                           "`python -m warehouse.ads.models_yml`):\n  " + "\n  ".join(drift))
+        raise RuntimeError(
+            "the marts' dbt properties differ from their contracts (regenerate them with "
+            "`python -m warehouse.ads.models_yml`):\n  " + "\n  ".join(drift)
+        )
     # The days' partitions of every mart, and the tables dbt reads, from the first read to the last commit.
     step = Lake(settings)
     with step.hold(write=[(mart, {"event_date": d}) for mart in MARTS for d in built], read=SOURCES):
@@ -116,20 +135,32 @@ def build(
             raise FileNotFoundError(f"{DWD_REQUEST} does not exist: build DWD first (strata build dwd --date D)")
         missing = sorted(set(built) - _dwd_days(step, built))
         if missing:
-            raise NoData(f"DWD was never built for {', '.join(map(str, missing))}: build it first "
-                              "(strata build dwd --date D)")
+            raise NoData(
+                f"DWD was never built for {', '.join(map(str, missing))}: build it first (strata build dwd --date D)"
+            )
         if any(needs_expectations(mart) for mart in MARTS):
             warm_up()  # the audit worker imports Great Expectations while dbt runs
         run = new_run(settings, f"build-{built[0]}" + (f"-{built[-1]}" if len(built) > 1 else ""))
         sources, empty = read_sources(step)
-        variables: dict[str, object] = {"days": [d.isoformat() for d in built],
-                                        "freshness_sla_hours": freshness_sla_hours(), "empty_sources": empty}
+        variables: dict[str, object] = {
+            "days": [d.isoformat() for d in built],
+            "freshness_sla_hours": freshness_sla_hours(),
+            "empty_sources": empty,
+        }
         if storm_multiple is not None:
             variables["storm_multiple"] = float(storm_multiple)
-        log.info("dbt build of the marts for %s (reading %s)", ", ".join(map(str, built)),
-                 ", ".join(t.name for t in sources))
-        dbt_run = invoke(settings, ["build", "--no-write-json"], run, variables, sources=sources,
-                         project_dir=project_dir, progress=progress)
+        log.info(
+            "dbt build of the marts for %s (reading %s)", ", ".join(map(str, built)), ", ".join(t.name for t in sources)
+        )
+        dbt_run = invoke(
+            settings,
+            ["build", "--no-write-json"],
+            run,
+            variables,
+            sources=sources,
+            project_dir=project_dir,
+            progress=progress,
+        )
         boundaries.first_read("build ads")
         published = [_publish(step, run, mart, built, progress, i) for i, mart in enumerate(MARTS)]
         run.remove()
@@ -151,8 +182,11 @@ def stale_days(settings: Settings, day: dt.date, lookback: int = CATCH_UP_DAYS) 
             built[d] = min(at, built.get(d, at))
     stale = sorted(d for d, at in changed.items() if d in built and at > built[d])
     if stale:
-        log.info("%s changed since their marts were built (late labels): built again with %s",
-                 ", ".join(map(str, stale)), day)
+        log.info(
+            "%s changed since their marts were built (late labels): built again with %s",
+            ", ".join(map(str, stale)),
+            day,
+        )
     return stale
 
 
@@ -180,8 +214,11 @@ def _dwd_days(step: Lake, days: Sequence[dt.date]) -> set[dt.date]:
 
 def freshness_sla_hours() -> dict[str, float]:
     """Every table contract's latency SLA, in hours, by table (for ``ads.data_quality``)."""
-    return {t.name: t.contract.freshness.max_latency.total_seconds() / 3600
-            for t in all_tables() if t.contract.freshness is not None}
+    return {
+        t.name: t.contract.freshness.max_latency.total_seconds() / 3600
+        for t in all_tables()
+        if t.contract.freshness is not None
+    }
 
 
 def read_sources(where: Lake | Settings) -> tuple[list[Table], dict[str, dict[str, str]]]:
@@ -190,8 +227,11 @@ def read_sources(where: Lake | Settings) -> tuple[list[Table], dict[str, dict[st
     from contracts import dbt_columns
 
     present = [t for t in SOURCES if lake.open_table(where, t) is not None]
-    empty = {t.name: {c["name"]: c["data_type"] for c in dbt_columns(t.contract)}
-             for t in SOURCES if t != DWD_REQUEST and t not in present}
+    empty = {
+        t.name: {c["name"]: c["data_type"] for c in dbt_columns(t.contract)}
+        for t in SOURCES
+        if t != DWD_REQUEST and t not in present
+    }
     return present, empty
 
 
@@ -200,8 +240,9 @@ def needs_expectations(mart: Table) -> bool:
     return any(c.tolerances for c in mart.contract.columns)
 
 
-def _publish(step: Lake, run: RunDir, mart: Table, days: tuple[dt.date, ...], progress: Progress | None,
-             index: int) -> Published:
+def _publish(
+    step: Lake, run: RunDir, mart: Table, days: tuple[dt.date, ...], progress: Progress | None, index: int
+) -> Published:
     """Stream one mart from the run's DuckDB file into its Delta table, replacing ``days``."""
     import duckdb
 
@@ -214,14 +255,20 @@ def _publish(step: Lake, run: RunDir, mart: Table, days: tuple[dt.date, ...], pr
         def batches() -> Iterator[pa.RecordBatch]:
             yield from reader
 
-        result = publish(step, mart, batches(), partitions=[{"event_date": d} for d in days],
-                         invariants=[keeps_every_row(f"{mart.name}.rows_keep_their_contract")],
-                         expectations=needs_expectations(mart))
+        result = publish(
+            step,
+            mart,
+            batches(),
+            partitions=[{"event_date": d} for d in days],
+            invariants=[keeps_every_row(f"{mart.name}.rows_keep_their_contract")],
+            expectations=needs_expectations(mart),
+        )
     finally:
         con.close()
     seconds = time.perf_counter() - started
-    log.debug("%s version %s: %s row(s) published in %.1f s", mart.name, result.version,
-              f"{result.rows_published:,}", seconds)
+    log.debug(
+        "%s version %s: %s row(s) published in %.1f s", mart.name, result.version, f"{result.rows_published:,}", seconds
+    )
     if progress is not None:
         progress("publish", index + 1, len(MARTS))
     return Published(mart, result.version, result.rows_published, seconds)

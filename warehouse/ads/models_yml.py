@@ -20,8 +20,10 @@ from contracts.dbt_models import dbt_model
 from contracts.rules import rules
 
 MARTS_YML = Path(__file__).resolve().parent / "models" / "marts" / "_marts__models.yml"
-_HEADER = ("# Generated from the ADS contracts (contracts/tables/ads.*.yaml) by\n"
-           "# `python -m warehouse.ads.models_yml`: edit the contract, not this file.\n")
+_HEADER = (
+    "# Generated from the ADS contracts (contracts/tables/ads.*.yaml) by\n"
+    "# `python -m warehouse.ads.models_yml`: edit the contract, not this file.\n"
+)
 
 
 def dbt_contracts() -> list[Contract]:
@@ -34,8 +36,9 @@ def model_properties(contract: Contract) -> dict[str, Any]:
     model = dbt_model(contract)
     schema = contract.odcs.schema_[0]
     grain = (schema.dataGranularityDescription or "").strip()
-    model["description"] = f"{contract.description}\n\nGrain: {grain[0].lower() + grain[1:]}" if grain \
-        else contract.description
+    model["description"] = (
+        f"{contract.description}\n\nGrain: {grain[0].lower() + grain[1:]}" if grain else contract.description
+    )
     model["config"]["meta"]["contract_version"] = contract.version
     if contract.primary_key:
         model["data_tests"] = [{"unique_key": {"arguments": {"columns": list(contract.primary_key)}}}]

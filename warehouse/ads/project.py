@@ -55,8 +55,7 @@ class DbtFailed(RuntimeError):
         self.failures = list(failures)
         self.run_dir = run_dir
         detail = "\n".join(f"  {f}" for f in self.failures) or "  (no node failed: see the log)"
-        super().__init__(f"dbt {command} failed, nothing published:\n{detail}\n"
-                         f"(dbt's log and compiled SQL: {run_dir})")
+        super().__init__(f"dbt {command} failed, nothing published:\n{detail}\n(dbt's log and compiled SQL: {run_dir})")
 
 
 @dataclass(frozen=True)
@@ -166,12 +165,16 @@ def invoke(
             # can read the run's file (DuckDB refuses a second configuration of an open file).
             DuckDBConnectionManager.close_all_connections()
     total = time.perf_counter() - started
-    nodes = [NodeTiming(r.node.name, str(r.node.resource_type), str(r.status), float(r.execution_time or 0.0))
-             for r in getattr(outcome.result, "results", None) or []]
+    nodes = [
+        NodeTiming(r.node.name, str(r.node.resource_type), str(r.status), float(r.execution_time or 0.0))
+        for r in getattr(outcome.result, "results", None) or []
+    ]
     if not outcome.success:
-        failures = [f"{r.node.resource_type} {r.node.name}: {(r.message or '').strip()}"
-                    for r in getattr(outcome.result, "results", None) or []
-                    if str(r.status) in ("error", "fail", "runtime error")]
+        failures = [
+            f"{r.node.resource_type} {r.node.name}: {(r.message or '').strip()}"
+            for r in getattr(outcome.result, "results", None) or []
+            if str(r.status) in ("error", "fail", "runtime error")
+        ]
         if outcome.exception is not None:
             failures.append(f"{type(outcome.exception).__name__}: {outcome.exception}")
         raise DbtFailed(command[0], failures, run.path)
@@ -201,14 +204,30 @@ def _parsed(parses: Path, project_dir: Path) -> Any:
     variables = {"duckdb_path": str(folder / DUCKDB_FILE), **_PARSE_VARS}
     with open(folder / "parse.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        outcome = dbtRunner().invoke(["parse", "--no-write-json",
-                                      *_arguments(project_dir, folder / "target", folder / "logs", variables)])
+        outcome = dbtRunner().invoke(
+            ["parse", "--no-write-json", *_arguments(project_dir, folder / "target", folder / "logs", variables)]
+        )
     if not outcome.success:
         raise DbtFailed("parse", [f"{type(outcome.exception).__name__}: {outcome.exception}"], folder)
     return outcome.result
 
 
 def _arguments(project_dir: Path, target: Path, logs: Path, variables: Mapping[str, Any]) -> list[str]:
-    return ["--project-dir", str(project_dir), "--profiles-dir", str(project_dir), "--target-path", str(target),
-            "--log-path", str(logs), "--vars", json.dumps(variables), "--log-level", "none",
-            "--log-level-file", "debug", "--no-use-colors", "--no-send-anonymous-usage-stats"]
+    return [
+        "--project-dir",
+        str(project_dir),
+        "--profiles-dir",
+        str(project_dir),
+        "--target-path",
+        str(target),
+        "--log-path",
+        str(logs),
+        "--vars",
+        json.dumps(variables),
+        "--log-level",
+        "none",
+        "--log-level-file",
+        "debug",
+        "--no-use-colors",
+        "--no-send-anonymous-usage-stats",
+    ]

@@ -45,13 +45,16 @@ def build(where: Lake | Settings, kind: Kind, day: dt.date, progress: Progress |
     """
     result = _build_locked(Lake.for_step(where), kind, day, progress, require=True)
     if result is None:
-        raise NoData(f"no ODS {kind} rows with event_date {day}: nothing to build "
-                     f"(check the date, or ingest that day's files first)")
+        raise NoData(
+            f"no ODS {kind} rows with event_date {day}: nothing to build "
+            f"(check the date, or ingest that day's files first)"
+        )
     return result
 
 
-def _build_locked(lake: Lake, kind: Kind, day: dt.date, progress: Progress | None, *,
-                  require: bool) -> RunResult | None:
+def _build_locked(
+    lake: Lake, kind: Kind, day: dt.date, progress: Progress | None, *, require: bool
+) -> RunResult | None:
     """:func:`build` under the build's locks, taken once; None when ODS holds no such rows (or,
     unless ``require``, no such table)."""
     from contracts.audit_worker import warm_up
@@ -75,15 +78,34 @@ def _build_locked(lake: Lake, kind: Kind, day: dt.date, progress: Progress | Non
         keys, batches = read_columns(lake, files, key_columns(kind)), ods_batches(lake, files, day, borrowed)
         requests = RequestInputs(key, read_prices(lake), latest_labels(lake)) if kind == "requests" else None
         transform = DwdTransform(
-            kind, day, lambda source, kind: parser_for(lake.settings, source, kind, checked_ok=True),
-            repeats=repeats(keys, kind), now=pc.max(arrivals).as_py(), requests=requests, floor=lake.settings.ts_floor)
-        log.info("%s %s: %s ODS records from %d file(s)", target.name, day, f"{len(arrivals):,}",
-                 len(files) + len(borrowed))
-        result = run(lake, transform.target, transform, batches, day=day, total=len(arrivals), progress=progress,
-                     now=transform.now)
+            kind,
+            day,
+            lambda source, kind: parser_for(lake.settings, source, kind, checked_ok=True),
+            repeats=repeats(keys, kind),
+            now=pc.max(arrivals).as_py(),
+            requests=requests,
+            floor=lake.settings.ts_floor,
+        )
+        log.info(
+            "%s %s: %s ODS records from %d file(s)", target.name, day, f"{len(arrivals):,}", len(files) + len(borrowed)
+        )
+        result = run(
+            lake,
+            transform.target,
+            transform,
+            batches,
+            day=day,
+            total=len(arrivals),
+            progress=progress,
+            now=transform.now,
+        )
     if result.rules:
-        log.info("%s %s: quarantined %s", result.table.name, day,
-                 ", ".join(f"{n:,} {rule}" for rule, n in sorted(result.rules.items())))
+        log.info(
+            "%s %s: quarantined %s",
+            result.table.name,
+            day,
+            ", ".join(f"{n:,} {rule}" for rule, n in sorted(result.rules.items())),
+        )
     return result
 
 
@@ -110,6 +132,7 @@ def build_day(lake: Lake | Settings, day: dt.date, progress: Progress | None = N
             merged = merge_labels(lake, day)
             log.info("%s: labels of %s earlier request(s) merged into dwd.request", day, f"{merged:,}")
     if not reports:
-        raise NoData(f"no ODS rows with event_date {day}: nothing to build "
-                     f"(check the date, or ingest that day's files first)")
+        raise NoData(
+            f"no ODS rows with event_date {day}: nothing to build (check the date, or ingest that day's files first)"
+        )
     return reports

@@ -21,8 +21,12 @@ from warehouse.storage.lake import Lake
 from warehouse.tables import DWD_MODEL_PRICE
 
 _COLUMNS = {
-    "model": pl.String, "effective_from": pl.Date, "input_price_per_1k": pl.Float64,
-    "output_price_per_1k": pl.Float64, "cached_input_price_per_1k": pl.Float64, "bills_refusals": pl.Boolean,
+    "model": pl.String,
+    "effective_from": pl.Date,
+    "input_price_per_1k": pl.Float64,
+    "output_price_per_1k": pl.Float64,
+    "cached_input_price_per_1k": pl.Float64,
+    "bills_refusals": pl.Boolean,
 }
 _OPTIONAL = frozenset({"cached_input_price_per_1k", "bills_refusals"})
 #: Statuses of a request refused before inference (not billed unless the price row says so).
@@ -49,8 +53,9 @@ def read_prices(lake: Lake) -> pl.DataFrame:
         return pl.DataFrame(schema=_COLUMNS)
     prices = lake.read_frame(DWD_MODEL_PRICE)
     # A price table loaded before a column was added reads that column as null.
-    return prices.with_columns(pl.lit(None, _COLUMNS[c]).alias(c) for c in _COLUMNS if c not in prices.columns
-                               ).select(list(_COLUMNS))
+    return prices.with_columns(pl.lit(None, _COLUMNS[c]).alias(c) for c in _COLUMNS if c not in prices.columns).select(
+        list(_COLUMNS)
+    )
 
 
 def with_cost(requests: pl.DataFrame, prices: pl.DataFrame) -> pl.DataFrame:
@@ -61,21 +66,31 @@ def with_cost(requests: pl.DataFrame, prices: pl.DataFrame) -> pl.DataFrame:
     """
     if prices.is_empty():
         return requests.with_columns(cost_usd=pl.lit(None, pl.Float64))
-    keyed = prices.with_columns(
-        _from=pl.col("effective_from").cast(pl.Datetime("us")).dt.replace_time_zone("UTC")
-    ).sort("_from").drop("effective_from")
+    keyed = (
+        prices.with_columns(_from=pl.col("effective_from").cast(pl.Datetime("us")).dt.replace_time_zone("UTC"))
+        .sort("_from")
+        .drop("effective_from")
+    )
     narrow = requests.select(
-        "model", "input_tokens", "cached_input_tokens", "output_tokens", "status_code", _i=pl.int_range(pl.len()),
+        "model",
+        "input_tokens",
+        "cached_input_tokens",
+        "output_tokens",
+        "status_code",
+        _i=pl.int_range(pl.len()),
         _at=pl.col("ts").fill_null(pl.datetime(1970, 1, 1, time_zone="UTC")),
     ).sort("_at")
-    joined = narrow.join_asof(keyed, left_on="_at", right_on="_from", by="model", strategy="backward",
-                              check_sortedness=False)
+    joined = narrow.join_asof(
+        keyed, left_on="_at", right_on="_from", by="model", strategy="backward", check_sortedness=False
+    )
     tokens_in = pl.col("input_tokens").cast(pl.Float64, strict=False)
     cached = pl.col("cached_input_tokens").cast(pl.Float64, strict=False).fill_null(0)
     tokens_out = pl.col("output_tokens").cast(pl.Float64, strict=False).fill_null(0)
-    cost = ((tokens_in - cached).clip(lower_bound=0) * pl.col("input_price_per_1k")
-            + cached * pl.col("cached_input_price_per_1k").fill_null(pl.col("input_price_per_1k"))
-            + tokens_out * pl.col("output_price_per_1k")) / 1000
+    cost = (
+        (tokens_in - cached).clip(lower_bound=0) * pl.col("input_price_per_1k")
+        + cached * pl.col("cached_input_price_per_1k").fill_null(pl.col("input_price_per_1k"))
+        + tokens_out * pl.col("output_price_per_1k")
+    ) / 1000
     status = pl.col("status_code").cast(pl.Int64, strict=False)
     refused = status.is_between(REFUSED.start, REFUSED.stop - 1).fill_null(False)
     cost = pl.when(refused & ~pl.col("bills_refusals").fill_null(False) & cost.is_not_null()).then(0.0).otherwise(cost)

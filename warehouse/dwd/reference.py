@@ -50,8 +50,13 @@ def _refusal(csv_path: Path, what: str, rejected: pl.DataFrame, rows: int) -> st
     """Which rules the bad rows broke (how many rows each) and the first few bad lines."""
     counts = Counter(rule for rules in rejected["rules"].to_list() for rule in rules)
     summary = ", ".join(f"{rule} ({n} row{'s' * (n > 1)})" for rule, n in sorted(counts.items()))
-    lines = [f"line {row[_LINE]}: broke {', '.join(row['rules'])}: "
-             f"{ {k: v for k, v in row.items() if k not in (_LINE, 'rules')} }" for row in rejected.head(5).to_dicts()]
+    lines = [
+        f"line {row[_LINE]}: broke {', '.join(row['rules'])}: "
+        f"{ {k: v for k, v in row.items() if k not in (_LINE, 'rules')} }"
+        for row in rejected.head(5).to_dicts()
+    ]
     more = [f"… and {rejected.height - 5} more"] if rejected.height > 5 else []
-    return (f"{csv_path}: {rejected.height} of {rows} {what} row(s) break the contract ({summary}); nothing loaded:"
-            "\n  " + "\n  ".join(lines + more))
+    return (
+        f"{csv_path}: {rejected.height} of {rows} {what} row(s) break the contract ({summary}); nothing loaded:"
+        "\n  " + "\n  ".join(lines + more)
+    )

@@ -35,10 +35,14 @@ TARGETS: dict[Kind, Table] = {"requests": DWD_REQUEST, "feedback": DWD_FEEDBACK}
 _LINEAGE = ["ods_source", "source_file", "line_no", "batch_id"]
 #: ODS ``parse_error`` text → rule id of a line that did not parse.
 _MALFORMED_RULES = [
-    (r"^oversized", "line.oversized"), (r"^invalid UTF-8", "line.invalid_utf8"),
-    (r"^invalid JSON", "line.invalid_json"), (r"^not a JSON object", "line.not_object"),
-    (r"^CSV header", "line.csv_header"), (r"CSV fields", "line.csv_fields"),
-    (r"^not an OTLP", "line.not_otlp"), (r"^no GenAI spans", "line.no_genai_spans"),
+    (r"^oversized", "line.oversized"),
+    (r"^invalid UTF-8", "line.invalid_utf8"),
+    (r"^invalid JSON", "line.invalid_json"),
+    (r"^not a JSON object", "line.not_object"),
+    (r"^CSV header", "line.csv_header"),
+    (r"CSV fields", "line.csv_fields"),
+    (r"^not an OTLP", "line.not_otlp"),
+    (r"^no GenAI spans", "line.no_genai_spans"),
     (r"^invalid span", "line.invalid_span"),
 ]
 #: Columns outside the target's contract that a quarantined row needs (its other lineage
@@ -62,35 +66,69 @@ def parse_rows(ods: pl.DataFrame, kind: Kind, parser_for: ParserFor) -> pl.DataF
 
     A line holds one record, except in formats that batch (an OTLP line holds many spans).
     """
-    columns = ["raw_line", "ingested_at", *_LINEAGE, "ods_parse_error", "parse_error", "_repeat", "_ods_keyed",
-               "_line_date", "_line_dates", *fields_for(kind)]
+    columns = [
+        "raw_line",
+        "ingested_at",
+        *_LINEAGE,
+        "ods_parse_error",
+        "parse_error",
+        "_repeat",
+        "_ods_keyed",
+        "_line_date",
+        "_line_dates",
+        *fields_for(kind),
+    ]
     parts = []
     for (source, malformed), group in ods.group_by(["source", "is_malformed"], maintain_order=True):
         if malformed:  # ODS already said why the line does not parse
-            parsed = pl.DataFrame({f: pl.Series([None] * group.height, dtype=pl.String)
-                                   for f in ("parse_error", *fields_for(kind))})
+            parsed = pl.DataFrame(
+                {f: pl.Series([None] * group.height, dtype=pl.String) for f in ("parse_error", *fields_for(kind))}
+            )
         else:
             parse = parser_for(str(source), kind)
-            parsed = parse(group.get_column("raw_line").to_arrow(), group.get_column("line_no").to_arrow(),
-                           group.get_column("file_sha256").to_arrow())
-        lineage = group.select(["raw_line", "ingested_at", "source", *_LINEAGE[1:], "parse_error", "request_id",
-                                pl.col("_repeat") if "_repeat" in group.columns else pl.lit(False).alias("_repeat"),
-                                pl.col("event_date").alias("_line_date"),
-                                (pl.col("event_dates") if "event_dates" in group.columns
-                                 else pl.lit(None, pl.List(pl.Date))).alias("_line_dates")]
-                               ).rename({"parse_error": "ods_parse_error", "source": "ods_source",
-                                         "request_id": "ods_request_id"})
+            parsed = parse(
+                group.get_column("raw_line").to_arrow(),
+                group.get_column("line_no").to_arrow(),
+                group.get_column("file_sha256").to_arrow(),
+            )
+        lineage = group.select(
+            [
+                "raw_line",
+                "ingested_at",
+                "source",
+                *_LINEAGE[1:],
+                "parse_error",
+                "request_id",
+                pl.col("_repeat") if "_repeat" in group.columns else pl.lit(False).alias("_repeat"),
+                pl.col("event_date").alias("_line_date"),
+                (pl.col("event_dates") if "event_dates" in group.columns else pl.lit(None, pl.List(pl.Date))).alias(
+                    "_line_dates"
+                ),
+            ]
+        ).rename({"parse_error": "ods_parse_error", "source": "ods_source", "request_id": "ods_request_id"})
         if "_line" in parsed.columns:  # several records per line
-            joined = parsed.join(lineage.with_columns(_line=pl.int_range(pl.len(), dtype=pl.Int64)),
-                                 on="_line", how="left", maintain_order="left").drop("_line")
+            joined = parsed.join(
+                lineage.with_columns(_line=pl.int_range(pl.len(), dtype=pl.Int64)),
+                on="_line",
+                how="left",
+                maintain_order="left",
+            ).drop("_line")
         else:
             joined = pl.concat([lineage, parsed], how="horizontal")
-        parts.append(joined.with_columns(request_id=pl.coalesce("request_id", "ods_request_id"),
-                                         _ods_keyed=pl.col("ods_request_id").is_not_null()).select(columns))
+        parts.append(
+            joined.with_columns(
+                request_id=pl.coalesce("request_id", "ods_request_id"),
+                _ods_keyed=pl.col("ods_request_id").is_not_null(),
+            ).select(columns)
+        )
     if not parts:
         types: dict[str, pl.DataType | type[pl.DataType]] = {
-            "raw_line": pl.Binary, "_repeat": pl.Boolean, "_ods_keyed": pl.Boolean, "_line_date": pl.Date,
-            "_line_dates": pl.List(pl.Date)}
+            "raw_line": pl.Binary,
+            "_repeat": pl.Boolean,
+            "_ods_keyed": pl.Boolean,
+            "_line_date": pl.Date,
+            "_line_dates": pl.List(pl.Date),
+        }
         return pl.DataFrame(schema={c: types.get(c, pl.String) for c in columns})
     return pl.concat(parts).select(columns)
 
@@ -98,18 +136,28 @@ def parse_rows(ods: pl.DataFrame, kind: Kind, parser_for: ParserFor) -> pl.DataF
 def quarantine_rows(rows: pl.DataFrame, rules: pl.Expr, target: Table, day: dt.date) -> pl.DataFrame:
     """Rows of ``dwd.quarantine`` for records meant for ``target`` on ``day``."""
     return rows.select(
-        event_date=pl.lit(day), target_table=pl.lit(target.name),
+        event_date=pl.lit(day),
+        target_table=pl.lit(target.name),
         request_id=pl.col("request_id") if "request_id" in rows.columns else pl.lit(None, pl.String),
-        rules=rules, raw_line=pl.col("raw_line"), source_file=pl.col("source_file"),
-        line_no=pl.col("line_no"), batch_id=pl.col("batch_id"),
+        rules=rules,
+        raw_line=pl.col("raw_line"),
+        source_file=pl.col("source_file"),
+        line_no=pl.col("line_no"),
+        batch_id=pl.col("batch_id"),
         quarantined_at=pl.col("ingested_at"),
     )
 
 
 def key_columns(kind: Kind) -> list[str]:
     """The ODS columns :func:`repeats` reads: the key, the arrival order, the malformed flag."""
-    return ["request_id", "ingested_at", "file_sha256", "line_no", "is_malformed",
-            *(["raw_line"] if kind == "feedback" else [])]
+    return [
+        "request_id",
+        "ingested_at",
+        "file_sha256",
+        "line_no",
+        "is_malformed",
+        *(["raw_line"] if kind == "feedback" else []),
+    ]
 
 
 def repeats(keys: pl.DataFrame, kind: Kind) -> pl.DataFrame:
@@ -123,10 +171,12 @@ def repeats(keys: pl.DataFrame, kind: Kind) -> pl.DataFrame:
         return pl.DataFrame(schema={"file_sha256": pl.String, "line_no": pl.Int64})
     keyed = keys.filter(~pl.col("is_malformed") & pl.col("request_id").is_not_null())
     if kind == "feedback":
-        keyed = keyed.with_columns(request_id=pl.concat_str(
-            "request_id", pl.col("raw_line").hash(seed=0).cast(pl.String), separator="#"))
+        keyed = keyed.with_columns(
+            request_id=pl.concat_str("request_id", pl.col("raw_line").hash(seed=0).cast(pl.String), separator="#")
+        )
     ordered = keyed.select("request_id", "ingested_at", "file_sha256", "line_no").sort(
-        ["ingested_at", "file_sha256", "line_no"])
+        ["ingested_at", "file_sha256", "line_no"]
+    )
     return detach(ordered.filter(~pl.col("request_id").is_first_distinct()).select("file_sha256", "line_no"))
 
 
@@ -161,9 +211,17 @@ class DwdTransform:
         return TARGETS[self.kind]
 
     def __call__(self, ods: pl.DataFrame) -> Batch:
-        repeat = ods.select("file_sha256", "line_no").join(
-            self.repeats.with_columns(_repeat=pl.lit(True)), on=["file_sha256", "line_no"], how="left",
-            maintain_order="left").get_column("_repeat").fill_null(False)
+        repeat = (
+            ods.select("file_sha256", "line_no")
+            .join(
+                self.repeats.with_columns(_repeat=pl.lit(True)),
+                on=["file_sha256", "line_no"],
+                how="left",
+                maintain_order="left",
+            )
+            .get_column("_repeat")
+            .fill_null(False)
+        )
         records = self._own(parse_rows(ods.with_columns(repeat), self.kind, self.parser_for))
         bad = pl.col("ods_parse_error").is_not_null() | pl.col("parse_error").is_not_null()
         malformed = records.filter(bad)
@@ -171,29 +229,51 @@ class DwdTransform:
         typed = self._typed(unique)
         # A timestamp present but not canonical breaks ts.type (the row checks would see it as missing).
         ts_faults = typed.filter(pl.col("_ts_type_error"))
-        split = split_rows(typed.filter(~pl.col("_ts_type_error")).drop("_ts_type_error"), self.target.contract,
-                           now=self.now, keep=_CARRIED)
+        split = split_rows(
+            typed.filter(~pl.col("_ts_type_error")).drop("_ts_type_error"),
+            self.target.contract,
+            now=self.now,
+            keep=_CARRIED,
+        )
         # Timestamp rules a contract cannot state: the configured floor, and the row's own partition.
         implausible = self._ts_rules()
         valid = split.valid.with_columns(_ts_rules=implausible)
-        rejected = pl.concat([
-            split.rejected.with_columns(rules=pl.concat_list("rules", implausible).list.unique().list.sort()),
-            valid.filter(pl.col("_ts_rules").list.len() > 0).rename({"_ts_rules": "rules"}),
-        ], how="diagonal_relaxed")
-        set_aside = pl.concat([
-            quarantine_rows(malformed, pl.concat_list(malformed_rule(pl.coalesce("ods_parse_error", "parse_error"))),
-                            self.target, self.day),
-            quarantine_rows(ts_faults, pl.concat_list(pl.lit("ts.type")), self.target, self.day),
-            quarantine_rows(rejected, pl.col("rules"), self.target, self.day),
-        ], how="vertical_relaxed")
+        rejected = pl.concat(
+            [
+                split.rejected.with_columns(rules=pl.concat_list("rules", implausible).list.unique().list.sort()),
+                valid.filter(pl.col("_ts_rules").list.len() > 0).rename({"_ts_rules": "rules"}),
+            ],
+            how="diagonal_relaxed",
+        )
+        set_aside = pl.concat(
+            [
+                quarantine_rows(
+                    malformed,
+                    pl.concat_list(malformed_rule(pl.coalesce("ods_parse_error", "parse_error"))),
+                    self.target,
+                    self.day,
+                ),
+                quarantine_rows(ts_faults, pl.concat_list(pl.lit("ts.type")), self.target, self.day),
+                quarantine_rows(rejected, pl.col("rules"), self.target, self.day),
+            ],
+            how="vertical_relaxed",
+        )
         rows = valid.filter(pl.col("_ts_rules").list.len() == 0).drop(_CARRIED, "_ts_rules")
         incomplete = no_usage = 0
         if self.kind == "requests":  # a null cost: no price in effect, or no usage to price
-            unpriced = rows.select(priced=pl.col("cost_usd").is_null() & pl.col("input_tokens").is_not_null(),
-                                   no_usage=pl.col("cost_usd").is_null() & pl.col("input_tokens").is_null()).sum()
+            unpriced = rows.select(
+                priced=pl.col("cost_usd").is_null() & pl.col("input_tokens").is_not_null(),
+                no_usage=pl.col("cost_usd").is_null() & pl.col("input_tokens").is_null(),
+            ).sum()
             incomplete, no_usage = unpriced.row(0)
-        counts = Counts(records=records.height, duplicates=duplicates, malformed=malformed.height,
-                        quarantined=ts_faults.height + rejected.height, incomplete=incomplete, no_usage=no_usage)
+        counts = Counts(
+            records=records.height,
+            duplicates=duplicates,
+            malformed=malformed.height,
+            quarantined=ts_faults.height + rejected.height,
+            incomplete=incomplete,
+            no_usage=no_usage,
+        )
         return Batch(rows, set_aside, counts)
 
     def _own(self, records: pl.DataFrame) -> pl.DataFrame:
@@ -203,8 +283,9 @@ class DwdTransform:
         if several.any():
             dated = records.filter(several)
             own = dated.select(parse_ts(pl.col("ts")).dt.date()).to_series()
-            owner = dated.select(pl.when(pl.col("_line_dates").list.contains(own)).then(own)
-                                 .otherwise(pl.col("_line_date"))).to_series()
+            owner = dated.select(
+                pl.when(pl.col("_line_dates").list.contains(own)).then(own).otherwise(pl.col("_line_date"))
+            ).to_series()
             where = several.arg_true()
             keep = pl.Series([True] * records.height).scatter(where, (owner == self.day).fill_null(False))
             records = records.filter(keep)  # in arrival order: the first arrival of a key wins
@@ -214,10 +295,14 @@ class DwdTransform:
         """``ts.floor`` (before the earliest plausible time: a 1970 date, epoch seconds read as
         milliseconds) and ``ts.event_date`` (outside the day being built), as a list per row."""
         ts = pl.col("ts")
-        return pl.concat_list(
-            pl.when(ts < self.floor).then(pl.lit("ts.floor")),
-            pl.when(ts.dt.date() != self.day).then(pl.lit("ts.event_date")),
-        ).list.drop_nulls().list.sort()
+        return (
+            pl.concat_list(
+                pl.when(ts < self.floor).then(pl.lit("ts.floor")),
+                pl.when(ts.dt.date() != self.day).then(pl.lit("ts.event_date")),
+            )
+            .list.drop_nulls()
+            .list.sort()
+        )
 
     def _deduplicated(self, good: pl.DataFrame) -> tuple[pl.DataFrame, int]:
         """The first arrival of each key, and how many repeats were dropped.
@@ -225,34 +310,47 @@ class DwdTransform:
         Repeats of an earlier arrival were found in the first pass; a key the first pass
         could not see (an OTLP line holds several spans) is deduplicated as it streams by.
         """
-        ident = (pl.col("request_id") if self.kind == "requests"
-                 else pl.concat_str(["request_id", "kind", "ts", "value"], separator="\x1f", ignore_nulls=True))
-        good = good.with_columns(_key=ident).with_columns(_first=pl.when(pl.col("_repeat")).then(False).when(
-            pl.col("_key").is_null() | pl.col("_ods_keyed")).then(True).otherwise(
-            pl.col("_key").is_first_distinct() & ~pl.col("_key").is_in(self._seen.implode())))
+        ident = (
+            pl.col("request_id")
+            if self.kind == "requests"
+            else pl.concat_str(["request_id", "kind", "ts", "value"], separator="\x1f", ignore_nulls=True)
+        )
+        good = good.with_columns(_key=ident).with_columns(
+            _first=pl.when(pl.col("_repeat"))
+            .then(False)
+            .when(pl.col("_key").is_null() | pl.col("_ods_keyed"))
+            .then(True)
+            .otherwise(pl.col("_key").is_first_distinct() & ~pl.col("_key").is_in(self._seen.implode()))
+        )
         streamed = good.filter(~pl.col("_ods_keyed") & pl.col("_first")).get_column("_key").drop_nulls()
         if streamed.len():
             self._seen = pl.concat([self._seen, detach(streamed.rename("seen"))]).rechunk()
-        unique = good.filter(pl.col("_first")).drop("_first", "_key", "_repeat", "_ods_keyed", "ods_parse_error",
-                                                    "parse_error")
+        unique = good.filter(pl.col("_first")).drop(
+            "_first", "_key", "_repeat", "_ods_keyed", "ods_parse_error", "parse_error"
+        )
         return unique, good.height - unique.height
 
     def _typed(self, unique: pl.DataFrame) -> pl.DataFrame:
         if self.requests is None:
             return _ts_columns(unique.drop("ods_source")).with_columns(event_date=pl.lit(self.day))
         frame = unique.rename({"ods_source": "source"})
-        typed = _ts_columns(frame).with_columns(
-            user_pseudonym=pseudonymize(frame.get_column("user_id"), self.requests.key, self._pseudonyms),
-            event_date=pl.lit(self.day),
-            is_error=(pl.col("status_code").cast(pl.Int64, strict=False) >= 400).fill_null(False)
-            | pl.col("error_type").is_not_null(),
-            is_retry=pl.col("retry_of").is_not_null()
-            | (pl.col("attempt").cast(pl.Int64, strict=False) > 1).fill_null(False),
-            attempt=pl.col("attempt").fill_null("1"),
-        ).drop("user_id")
+        typed = (
+            _ts_columns(frame)
+            .with_columns(
+                user_pseudonym=pseudonymize(frame.get_column("user_id"), self.requests.key, self._pseudonyms),
+                event_date=pl.lit(self.day),
+                is_error=(pl.col("status_code").cast(pl.Int64, strict=False) >= 400).fill_null(False)
+                | pl.col("error_type").is_not_null(),
+                is_retry=pl.col("retry_of").is_not_null()
+                | (pl.col("attempt").cast(pl.Int64, strict=False) > 1).fill_null(False),
+                attempt=pl.col("attempt").fill_null("1"),
+            )
+            .drop("user_id")
+        )
         # Joined on the key alone, then put beside the (wide) frame: no copy of every column.
-        labelled = typed.select("request_id").join(self.requests.labels, on="request_id", how="left",
-                                                   maintain_order="left")
+        labelled = typed.select("request_id").join(
+            self.requests.labels, on="request_id", how="left", maintain_order="left"
+        )
         return with_cost(typed, self.requests.prices).with_columns(labelled.drop("request_id"))
 
 

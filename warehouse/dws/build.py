@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import polars as pl
 
@@ -49,8 +49,10 @@ class DwsTransform:
         split = split_rows(rows, self.entity.target.contract)
         if split.rejected.height:  # the transform's rows break their own contract: a bug, never data
             rules = sorted(set(split.rejected.get_column("rules").explode().to_list()))
-            raise AssertionError(f"{self.entity.target}: {split.rejected.height} feature row(s) broke {rules}, "
-                                 f"e.g. {split.rejected.head(1).to_dicts()}")
+            raise AssertionError(
+                f"{self.entity.target}: {split.rejected.height} feature row(s) broke {rules}, "
+                f"e.g. {split.rejected.head(1).to_dicts()}"
+            )
         return Batch(split.valid, counts=Counts(records=requests.height))
 
 
@@ -74,19 +76,32 @@ def build(lake: Lake | Settings, day: dt.date, progress: Progress | None = None)
         raise FileNotFoundError(f"{DWD_REQUEST} does not exist: build DWD first (`strata build dwd --date …`)")
     first = day - dt.timedelta(days=AFFECTED_DAYS)
     if not delta.to_pyarrow_dataset().count_rows(filter=pc.field("event_date").isin(affected_days(first))):
-        raise NoData(f"no {DWD_REQUEST} rows from {first} to {day} (the windows of {day}'s features): nothing "
-                     "to build (check the date, or build those days' DWD first)")
+        raise NoData(
+            f"no {DWD_REQUEST} rows from {first} to {day} (the windows of {day}'s features): nothing "
+            "to build (check the date, or build those days' DWD first)"
+        )
     return {entity.target.name: build_entity(lake, entity, day, progress) for entity in ENTITIES}
 
 
 def build_entity(lake: Lake | Settings, entity: Entity, day: dt.date, progress: Progress | None = None) -> RunResult:
     """Publish D's partition of one DWS table: read its requests, then stream batches of whole entities."""
     lake = Lake.for_step(lake)
-    with claim(lake, entity.target, day, reads=[DWD_REQUEST], books=False, quarantine=False):
-        with _Buckets(lake, entity, day) as buckets:
-            boundaries.first_read("build dws")
-            return run(lake, entity.target, DwsTransform(entity, day), buckets, day=day, total=buckets.rows,
-                       progress=progress, books=False, quarantine=False)
+    with (
+        claim(lake, entity.target, day, reads=[DWD_REQUEST], books=False, quarantine=False),
+        _Buckets(lake, entity, day) as buckets,
+    ):
+        boundaries.first_read("build dws")
+        return run(
+            lake,
+            entity.target,
+            DwsTransform(entity, day),
+            buckets,
+            day=day,
+            total=buckets.rows,
+            progress=progress,
+            books=False,
+            quarantine=False,
+        )
 
 
 class _Buckets:
@@ -116,13 +131,20 @@ class _Buckets:
         dataset = delta.to_pyarrow_dataset()
         where = (pc.field("event_date") >= lo.date()) & (pc.field("event_date") <= hi.date())
         self.count = math.ceil(dataset.count_rows(filter=where) / BATCH_REQUESTS) or 1
-        batches = dataset.to_batches(columns=_columns(self.entity), filter=where, batch_size=256 * 1024,
-                                     batch_readahead=2, fragment_readahead=1)
+        batches = dataset.to_batches(
+            columns=_columns(self.entity), filter=where, batch_size=256 * 1024, batch_readahead=2, fragment_readahead=1
+        )
         if self.count == 1:
             parts = [reduce(pl.from_arrow(b), self.entity, self.day).collect() for b in batches]  # type: ignore[arg-type]
-            self.whole = pl.concat(parts) if parts else reduce(
-                pl.from_arrow(dataset.schema.empty_table().select(_columns(self.entity))),  # type: ignore[arg-type]
-                self.entity, self.day).collect()
+            self.whole = (
+                pl.concat(parts)
+                if parts
+                else reduce(
+                    pl.from_arrow(dataset.schema.empty_table().select(_columns(self.entity))),  # type: ignore[arg-type]
+                    self.entity,
+                    self.day,
+                ).collect()
+            )
             self.rows = self.whole.height
             return self
         try:
@@ -144,8 +166,11 @@ class _Buckets:
         writers: dict[int, ipc.RecordBatchFileWriter] = {}
         try:
             for batch in batches:
-                reduced = reduce(pl.from_arrow(batch), self.entity, self.day).with_columns(  # type: ignore[arg-type]
-                    _bucket=(pl.col("k").hash() % self.count).cast(pl.Int32)).collect()
+                reduced = (
+                    reduce(pl.from_arrow(batch), self.entity, self.day)  # type: ignore[arg-type]
+                    .with_columns(_bucket=(pl.col("k").hash() % self.count).cast(pl.Int32))
+                    .collect()
+                )
                 self.rows += reduced.height
                 for (bucket,), part in reduced.partition_by("_bucket", as_dict=True, include_key=False).items():
                     table = part.to_arrow()
@@ -157,8 +182,13 @@ class _Buckets:
                 writer.close()
 
     def __iter__(self) -> Iterator[pl.DataFrame]:
-        log.info("%s %s: %s row(s) of dwd.request (reduced) to aggregate, in %d batch(es)", self.entity.target.name,
-                 self.day, f"{self.rows:,}", self.count)
+        log.info(
+            "%s %s: %s row(s) of dwd.request (reduced) to aggregate, in %d batch(es)",
+            self.entity.target.name,
+            self.day,
+            f"{self.rows:,}",
+            self.count,
+        )
         if self.whole is not None:
             yield self.whole.sort("k", "t")
             return

@@ -42,9 +42,24 @@ WINDOWS: dict[str, int] = {"1h": 1, "24h": 24, "7d": 7 * 24}
 #: Night: 22:00 (inclusive) to 06:00 (exclusive) UTC, by the request's ts.
 NIGHT_HOURS = (22, 6)
 #: The dwd.request columns the features read.
-SOURCE_COLUMNS = ["ts", "user_pseudonym", "tenant_id", "model", "model_version", "operation", "duration_ms",
-                  "ttft_ms", "input_tokens", "output_tokens", "cost_usd", "cache_hit", "status_code", "error_type",
-                  "is_error", "is_retry"]
+SOURCE_COLUMNS = [
+    "ts",
+    "user_pseudonym",
+    "tenant_id",
+    "model",
+    "model_version",
+    "operation",
+    "duration_ms",
+    "ttft_ms",
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
+    "cache_hit",
+    "status_code",
+    "error_type",
+    "is_error",
+    "is_retry",
+]
 #: Windows with more values than this are slid hour by hour; smaller ones are sorted together.
 LARGE_WINDOW = 512
 #: Hours from the first hour a build reads (D-8 23:00) to D 00:00.
@@ -75,8 +90,12 @@ def _model_version() -> pl.Expr:
 USER = Entity(DWS_USER_FEATURES, "user_pseudonym", lambda: pl.col("user_pseudonym"))
 TENANT = Entity(DWS_TENANT_FEATURES, "tenant_id", lambda: pl.col("tenant_id"))
 #: model_key is 'model@version', the version 'unknown' when the request carried none.
-MODEL = Entity(DWS_MODEL_FEATURES, "model_key", lambda: pl.concat_str(pl.col("model"), pl.lit("@"), _model_version()),
-               (("model", lambda: pl.col("model")), ("model_version", _model_version)))
+MODEL = Entity(
+    DWS_MODEL_FEATURES,
+    "model_key",
+    lambda: pl.concat_str(pl.col("model"), pl.lit("@"), _model_version()),
+    (("model", lambda: pl.col("model")), ("model_version", _model_version)),
+)
 ENTITIES: tuple[Entity, ...] = (USER, TENANT, MODEL)
 
 
@@ -101,20 +120,32 @@ def reduce(requests: pl.DataFrame | pl.LazyFrame, entity: Entity, day: dt.date) 
     (``k``, ``t`` in µs, the key's plain columns, the values), in any order."""
     lo, hi = day_bounds(day)
     ts = pl.col("ts")
-    return requests.lazy().filter((ts >= lo) & (ts < hi)).select(
-        entity.expression().alias("k"), *[e().alias(name) for name, e in entity.extra],
-        ts.dt.epoch("us").alias("t"),
-        pl.col("is_error").cast(pl.Int8).alias("err"), pl.col("is_retry").cast(pl.Int8).alias("rty"),
-        ((pl.col("error_type") == "timeout").fill_null(False) | pl.col("status_code").is_in([408, 504]))
-        .cast(pl.Int8).alias("tmo"),
-        ((pl.col("error_type") == "rate_limited").fill_null(False) | (pl.col("status_code") == 429))
-        .cast(pl.Int8).alias("rl"),
-        ((ts.dt.hour() >= NIGHT_HOURS[0]) | (ts.dt.hour() < NIGHT_HOURS[1])).cast(pl.Int8).alias("night"),
-        pl.col("duration_ms").alias("dur"),
-        pl.when(pl.col("operation") == "chat").then(pl.col("ttft_ms")).alias("ttft"),
-        pl.col("input_tokens").alias("itok"), pl.col("output_tokens").alias("otok"), pl.col("cost_usd").alias("cost"),
-        pl.col("cache_hit").cast(pl.Int8).alias("hit"), pl.col("model").alias("_model"),
-    ).filter(pl.col("k").is_not_null())
+    return (
+        requests.lazy()
+        .filter((ts >= lo) & (ts < hi))
+        .select(
+            entity.expression().alias("k"),
+            *[e().alias(name) for name, e in entity.extra],
+            ts.dt.epoch("us").alias("t"),
+            pl.col("is_error").cast(pl.Int8).alias("err"),
+            pl.col("is_retry").cast(pl.Int8).alias("rty"),
+            ((pl.col("error_type") == "timeout").fill_null(False) | pl.col("status_code").is_in([408, 504]))
+            .cast(pl.Int8)
+            .alias("tmo"),
+            ((pl.col("error_type") == "rate_limited").fill_null(False) | (pl.col("status_code") == 429))
+            .cast(pl.Int8)
+            .alias("rl"),
+            ((ts.dt.hour() >= NIGHT_HOURS[0]) | (ts.dt.hour() < NIGHT_HOURS[1])).cast(pl.Int8).alias("night"),
+            pl.col("duration_ms").alias("dur"),
+            pl.when(pl.col("operation") == "chat").then(pl.col("ttft_ms")).alias("ttft"),
+            pl.col("input_tokens").alias("itok"),
+            pl.col("output_tokens").alias("otok"),
+            pl.col("cost_usd").alias("cost"),
+            pl.col("cache_hit").cast(pl.Int8).alias("hit"),
+            pl.col("model").alias("_model"),
+        )
+        .filter(pl.col("k").is_not_null())
+    )
 
 
 def features(requests: pl.DataFrame, entity: Entity, day: dt.date) -> pl.DataFrame:
@@ -127,7 +158,8 @@ def features(requests: pl.DataFrame, entity: Entity, day: dt.date) -> pl.DataFra
     start_h = int(dt.datetime.combine(day, dt.time(), dt.UTC).timestamp()) // 3600
     r = requests.with_columns(
         kid=(pl.col("k") != pl.col("k").shift()).fill_null(True).cum_sum().cast(pl.Int64) - 1,
-        hr=pl.col("t") // HOUR_US - (start_h - _FIRST_HOUR))  # hours since D-8 23:00: 0 … 191
+        hr=pl.col("t") // HOUR_US - (start_h - _FIRST_HOUR),
+    )  # hours since D-8 23:00: 0 … 191
     hours = _hourly(r)
     probes = _probes(hours, day_h=_FIRST_HOUR)
     pkid, pfh = probes["kid"].to_numpy(), probes["fh"].to_numpy()
@@ -151,7 +183,8 @@ def features(requests: pl.DataFrame, entity: Entity, day: dt.date) -> pl.DataFra
     feature_ts = pl.Series((pfh + start_h - _FIRST_HOUR) * HOUR_US).cast(pl.Datetime("us", "UTC"))
     rows = pl.DataFrame({"kid": pkid}).join(keys, on="kid", how="left", maintain_order="left")
     rows = rows.select(pl.col("k").alias(entity.key), *[n for n, _ in entity.extra]).with_columns(
-        feature_ts=feature_ts, event_date=feature_ts.dt.date(), **{k: pl.Series(k, v) for k, v in out.items()})
+        feature_ts=feature_ts, event_date=feature_ts.dt.date(), **{k: pl.Series(k, v) for k, v in out.items()}
+    )
     names = entity.target.contract.column_names
     return rows.select(names)
 
@@ -167,21 +200,29 @@ def _key(kid: np.ndarray, hour: np.ndarray) -> np.ndarray:
 
 def _hourly(r: pl.DataFrame) -> pl.DataFrame:
     return r.group_by("kid", "hr", maintain_order=True).agg(
-        pl.len().cast(pl.Int64).alias("n"), *[pl.col(c).cast(pl.Int64).sum() for c in ("err", "rty", "tmo", "rl",
-                                                                                      "night")],
-        pl.col("itok").count().cast(pl.Int64).alias("itok_n"), pl.col("itok").sum(),
-        pl.col("otok").count().cast(pl.Int64).alias("otok_n"), pl.col("otok").sum(),
-        pl.col("cost").sum(), pl.col("hit").count().cast(pl.Int64).alias("hit_n"),
-        pl.col("hit").cast(pl.Int64).sum())
+        pl.len().cast(pl.Int64).alias("n"),
+        *[pl.col(c).cast(pl.Int64).sum() for c in ("err", "rty", "tmo", "rl", "night")],
+        pl.col("itok").count().cast(pl.Int64).alias("itok_n"),
+        pl.col("itok").sum(),
+        pl.col("otok").count().cast(pl.Int64).alias("otok_n"),
+        pl.col("otok").sum(),
+        pl.col("cost").sum(),
+        pl.col("hit").count().cast(pl.Int64).alias("hit_n"),
+        pl.col("hit").cast(pl.Int64).sum(),
+    )
 
 
 def _probes(hours: pl.DataFrame, day_h: int) -> pl.DataFrame:
     """(kid, fh): the hours (as ends, in hours since D-8 23:00) at which a window changed, within the day."""
     offsets = pl.DataFrame({"d": [1] + [1 + w for w in WINDOWS.values()]})
-    return (hours.select("kid", "hr").join(offsets, how="cross")
-            .select("kid", fh=pl.col("hr") + pl.col("d"))
-            .filter((pl.col("fh") >= day_h) & (pl.col("fh") < day_h + 24))
-            .unique().sort("kid", "fh"))
+    return (
+        hours.select("kid", "hr")
+        .join(offsets, how="cross")
+        .select("kid", fh=pl.col("hr") + pl.col("d"))
+        .filter((pl.col("fh") >= day_h) & (pl.col("fh") < day_h + 24))
+        .unique()
+        .sort("kid", "fh")
+    )
 
 
 def _window_columns(name: str, s: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -192,14 +233,19 @@ def _window_columns(name: str, s: dict[str, np.ndarray]) -> dict[str, Any]:
             return pl.Series(np.where(den > 0, num / np.maximum(den, 1), np.nan)).fill_nan(None)
 
     return {
-        f"request_count_{name}": n, f"error_rate_{name}": share(s["err"], n), f"retry_rate_{name}": share(s["rty"], n),
-        f"timeout_share_{name}": share(s["tmo"], n), f"rate_limited_share_{name}": share(s["rl"], n),
+        f"request_count_{name}": n,
+        f"error_rate_{name}": share(s["err"], n),
+        f"retry_rate_{name}": share(s["rty"], n),
+        f"timeout_share_{name}": share(s["tmo"], n),
+        f"rate_limited_share_{name}": share(s["rl"], n),
         f"input_tokens_mean_{name}": share(s["itok"], s["itok_n"]),
         f"output_tokens_mean_{name}": share(s["otok"], s["otok_n"]),
-        f"input_tokens_sum_{name}": s["itok"], f"output_tokens_sum_{name}": s["otok"],
+        f"input_tokens_sum_{name}": s["itok"],
+        f"output_tokens_sum_{name}": s["otok"],
         # running totals of floats: a difference may come out a rounding error below 0
         f"cost_usd_sum_{name}": np.where(n > 0, np.maximum(s["cost"], 0.0), 0.0),
-        f"cache_hit_rate_{name}": share(s["hit"], s["hit_n"]), f"night_share_{name}": share(s["night"], n),
+        f"cache_hit_rate_{name}": share(s["hit"], s["hit_n"]),
+        f"night_share_{name}": share(s["night"], n),
     }
 
 
@@ -214,8 +260,9 @@ class _Values:
         self.rank[self.order] = np.arange(len(self.values))
 
 
-def _percentiles(known: dict[str, _Values], name: str, pkid: np.ndarray, pfh: np.ndarray, wh: int
-                 ) -> dict[str, pl.Series]:
+def _percentiles(
+    known: dict[str, _Values], name: str, pkid: np.ndarray, pfh: np.ndarray, wh: int
+) -> dict[str, pl.Series]:
     out = {}
     for column, label, qs in (("dur", "latency", (0.5, 0.95)), ("ttft", "ttft", (0.95,))):
         col = known[column]
@@ -227,8 +274,14 @@ def _percentiles(known: dict[str, _Values], name: str, pkid: np.ndarray, pfh: np
     return out
 
 
-def window_quantiles(values: np.ndarray, a: np.ndarray, b: np.ndarray, qs: tuple[float, ...],
-                     order: np.ndarray | None = None, rank: np.ndarray | None = None) -> list[np.ndarray]:
+def window_quantiles(
+    values: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    qs: tuple[float, ...],
+    order: np.ndarray | None = None,
+    rank: np.ndarray | None = None,
+) -> list[np.ndarray]:
     """For each window ``values[a[i]:b[i]]``, its ``qs`` quantiles (linear interpolation; NaN when empty).
 
     ``order`` (argsort of ``values``) and ``rank`` (its inverse) may be passed in when known.
@@ -254,8 +307,9 @@ def window_quantiles(values: np.ndarray, a: np.ndarray, b: np.ndarray, qs: tuple
     return result
 
 
-def _sliding(values: np.ndarray, a: np.ndarray, b: np.ndarray, large: np.ndarray, qs: tuple[float, ...],
-             result: list[np.ndarray]) -> None:
+def _sliding(
+    values: np.ndarray, a: np.ndarray, b: np.ndarray, large: np.ndarray, qs: tuple[float, ...], result: list[np.ndarray]
+) -> None:
     """Quantiles of the large windows, in order: each one's sorted values are the previous
     window's, less the values that left and plus those that entered (O(window) per step)."""
     window = np.empty(0)
@@ -268,8 +322,9 @@ def _sliding(values: np.ndarray, a: np.ndarray, b: np.ndarray, large: np.ndarray
             leave = np.sort(values[last_a:lo])
             if len(leave):
                 # the k-th of equal values leaving sits k places after the first of them
-                window = np.delete(window, np.searchsorted(window, leave) + np.arange(len(leave))
-                                   - np.searchsorted(leave, leave))
+                window = np.delete(
+                    window, np.searchsorted(window, leave) + np.arange(len(leave)) - np.searchsorted(leave, leave)
+                )
             enter = np.sort(values[last_b:hi])
             if len(enter):
                 window = np.insert(window, np.searchsorted(window, enter), enter)
@@ -305,7 +360,8 @@ def _distinct_models(seen: pl.DataFrame, pkid: np.ndarray, pfh: np.ndarray, wh: 
     """Per probe, the number of models the entity used in the hours [fh - wh, fh)."""
     pairs = seen.select("kid", "pair").unique(subset="pair", keep="first", maintain_order=True)
     probes = pl.DataFrame({"probe": np.arange(len(pkid)), "kid": pkid, "fh": pfh}).join(
-        pairs, on="kid", maintain_order="left")
+        pairs, on="kid", maintain_order="left"
+    )
     pair, fh = probes["pair"].to_numpy(), probes["fh"].to_numpy()
     pairs_of, hours = seen["pair"].to_numpy(), seen["hr"].to_numpy()
     last = np.searchsorted(_key(pairs_of, hours), _key(pair, fh)) - 1  # the pair's last hour before fh

@@ -122,17 +122,20 @@ class _PassOver(Exception):
     """A file a folder search found that this run does not read (the message says why)."""
 
 
-def _source_for(path: Path, fmt: Format, mapping: Mapping | None, tenant: str | None,
-                explicit: bool) -> tuple[str, Kind]:
+def _source_for(
+    path: Path, fmt: Format, mapping: Mapping | None, tenant: str | None, explicit: bool
+) -> tuple[str, Kind]:
     """How a file is read: by its mapping, its ``--format``, else by its content (never its name)."""
     if mapping is not None:
         return mapping.source, mapping.kind
     name = path.name.lower()
     if fmt == "csv" or (fmt == "auto" and name.endswith(landed.SUFFIXES["csv"])):
         # Landed as JSON lines, every line would be malformed, and the file then counts as landed.
-        raise ValueError(f"{path}: a CSV file needs a mapping of its columns onto the canonical fields: pass "
-                         f"--mapping FILE or the name of a shipped one ({', '.join(shipped_mappings())})"
-                         + (", or --format jsonl if it holds JSON lines" if fmt == "auto" else ""))
+        raise ValueError(
+            f"{path}: a CSV file needs a mapping of its columns onto the canonical fields: pass "
+            f"--mapping FILE or the name of a shipped one ({', '.join(shipped_mappings())})"
+            + (", or --format jsonl if it holds JSON lines" if fmt == "auto" else "")
+        )
     signal = otlp_signal(landed.head(path, HEAD_BYTES)) if fmt in ("auto", "otlp-json") else None
     if signal in ("metrics", "logs"):
         reason = f"an OpenTelemetry {signal} export (Strata reads OTLP traces)"
@@ -144,13 +147,16 @@ def _source_for(path: Path, fmt: Format, mapping: Mapping | None, tenant: str | 
     if fmt == "auto" and name.endswith(landed.SUFFIXES["otlp"]):  # .json: an export, or not logs at all
         if not explicit:
             raise _PassOver("a .json file that is not an OTLP trace export")
-        raise ValueError(f"{path}: a .json file that is not an OTLP trace export (its first line starts no "
-                         "resourceSpans): pass --format jsonl if it holds request JSON lines")
+        raise ValueError(
+            f"{path}: a .json file that is not an OTLP trace export (its first line starts no "
+            "resourceSpans): pass --format jsonl if it holds request JSON lines"
+        )
     return JSONL, kind_of(path)
 
 
-def _find(paths: list[Path], fmt: Format, mapping: Mapping | None, tenant: str | None,
-          report: IngestReport) -> list[_Found]:
+def _find(
+    paths: list[Path], fmt: Format, mapping: Mapping | None, tenant: str | None, report: IngestReport
+) -> list[_Found]:
     """The files to consider, hashed; a repeat within this run is skipped."""
     kinds = ["csv", "lines"] if mapping else ["otlp", "lines"] if fmt in ("otlp-json", "auto") else ["lines"]
     found: dict[str, _Found] = {}
@@ -217,23 +223,25 @@ class _Landing:
         hashes = [f.sha256 for f in found]
         # Each file is checked and landed under its own lock; a re-landing replaces rows across the table.
         write: list[tuple[Table, dict[str, object] | None]] = (
-            [(table, None)] if self.reland else [(table, {"file_sha256": sha}) for sha in hashes])
+            [(table, None)] if self.reland else [(table, {"file_sha256": sha}) for sha in hashes]
+        )
         with locks.hold(self.settings, write=write, read=[OPS_LANDED_FILES]):
             ledger.reconcile(self.settings, table, hashes)  # a crash between the ODS and ledger commits
-            seen = {row["file_sha256"]: row for row in ledger.seen_files(self.settings, table, hashes).iter_rows(
-                named=True)}
+            seen = {
+                row["file_sha256"]: row for row in ledger.seen_files(self.settings, table, hashes).iter_rows(named=True)
+            }
             plan = []
             for item in found:
                 earlier = seen.get(item.sha256)
                 if earlier is not None and not self.reland:
-                    self.report.files.append(FileResult(item.path, table, "skipped", source=item.source,
-                                                        landed_as=earlier["source"]))
+                    self.report.files.append(
+                        FileResult(item.path, table, "skipped", source=item.source, landed_as=earlier["source"])
+                    )
                     log.debug("%s: landed before (same content), skipped", item.path)
                 else:
                     plan.append((item, earlier))
             if len(plan) < len(found):
-                log.info("%s: %d of %d file(s) landed before, skipped", table.name, len(found) - len(plan),
-                         len(found))
+                log.info("%s: %d of %d file(s) landed before, skipped", table.name, len(found) - len(plan), len(found))
             if plan:
                 self._commit(table, plan)
 
@@ -250,8 +258,9 @@ class _Landing:
         def frames() -> Iterator[pl.DataFrame]:
             for (item, earlier), loaded in zip(plan, _loaded_ahead([item.path for item, _ in plan])):
                 if isinstance(loaded, Exception):
-                    self.report.files.append(FileResult(item.path, table, "failed", source=item.source,
-                                                        error=str(loaded)))
+                    self.report.files.append(
+                        FileResult(item.path, table, "failed", source=item.source, error=str(loaded))
+                    )
                     log.warning("not landed: %s", loaded)
                     continue
                 file, lines = loaded
@@ -259,37 +268,63 @@ class _Landing:
                     raise RuntimeError(f"{item.path} changed while being ingested; ingest it again")
                 if earlier is not None and earlier["unlanded_at"] is None:
                     _refuse_erased(item.path, int(earlier["lines"]), kept.get(item.sha256, 0))
-                result = FileResult(item.path, table, "landed", len(lines), source=item.source,
-                                    replaced=earlier is not None)
+                result = FileResult(
+                    item.path, table, "landed", len(lines), source=item.source, replaced=earlier is not None
+                )
                 ingested_at = dt.datetime.now(dt.UTC)
                 yield from self._chunks(item, file, lines, result, ingested_at)
-                log.debug("%s: %d lines, %d malformed (read as %s)", item.path, result.lines, result.malformed,
-                          item.source)
+                log.debug(
+                    "%s: %d lines, %d malformed (read as %s)", item.path, result.lines, result.malformed, item.source
+                )
                 landed_now.append(result)
-                landings.append(ledger.Landing(item.sha256, table.name, str(file.path), item.source, result.lines,
-                                               result.malformed, self.report.batch_id, ingested_at))
+                landings.append(
+                    ledger.Landing(
+                        item.sha256,
+                        table.name,
+                        str(file.path),
+                        item.source,
+                        result.lines,
+                        result.malformed,
+                        self.report.batch_id,
+                        ingested_at,
+                    )
+                )
                 self.done += 1
                 if self.progress:
                     self.progress(table.name, self.done, self.total)
 
         mode: Literal["append", "replace_partitions"] = "replace_partitions" if relanding else "append"
         swap = [{"file_sha256": item.sha256} for item, _ in plan] if relanding else []
-        published = publish(self.settings, table, frames(), mode=mode, partitions=swap, expectations=False,
-                            invariants=[keeps_every_row("ods.keeps_every_line")])
+        published = publish(
+            self.settings,
+            table,
+            frames(),
+            mode=mode,
+            partitions=swap,
+            expectations=False,
+            invariants=[keeps_every_row("ods.keeps_every_line")],
+        )
         if relanding:  # a rewrite of rows already there: their exact types must survive it
             lake.check_file_types(self.settings, table, published.version)
         ledger.record(self.settings, landings, replace=relanding)
-        log.info("%s version %s: %s %d file(s), %s lines (%s malformed)", table.name, published.version,
-                 "landed again" if relanding else "landed", len(landed_now),
-                 f"{sum(r.lines for r in landed_now):,}", f"{sum(r.malformed for r in landed_now):,}")
+        log.info(
+            "%s version %s: %s %d file(s), %s lines (%s malformed)",
+            table.name,
+            published.version,
+            "landed again" if relanding else "landed",
+            len(landed_now),
+            f"{sum(r.lines for r in landed_now):,}",
+            f"{sum(r.malformed for r in landed_now):,}",
+        )
         for result in landed_now:
             result.version = published.version
             if result.replaced:
                 self.report.stale_dates.update(result.dates)
         self.report.files += landed_now
 
-    def _chunks(self, item: _Found, file: landed.LandedFile, lines: landed.Lines, result: FileResult,
-                ingested_at: dt.datetime) -> Iterator[pl.DataFrame]:
+    def _chunks(
+        self, item: _Found, file: landed.LandedFile, lines: landed.Lines, result: FileResult, ingested_at: dt.datetime
+    ) -> Iterator[pl.DataFrame]:
         """ODS rows of one file, a chunk at a time; the result gathers its counts, dates and warnings."""
         parse = parser_for(self.settings, item.source, item.kind, keys_only=True)
         mapped = set(self.mapping.fields) if self.mapping is not None else set()
@@ -300,8 +335,16 @@ class _Landing:
             line_no = pa.array(np.arange(start + 1, start + 1 + len(chunk), dtype=np.int64))
             shas = pa.array([file.sha256] * len(chunk))
             parsed = per_line(parse(chunk, line_no, shas, ndjson=lines.block(start, start + len(chunk))), len(chunk))
-            frame = ods_frame(chunk, parsed, source=item.source, file=file, ingested_at=ingested_at,
-                              batch_id=self.report.batch_id, first_line=start + 1, floor=self.settings.ts_floor)
+            frame = ods_frame(
+                chunk,
+                parsed,
+                source=item.source,
+                file=file,
+                ingested_at=ingested_at,
+                batch_id=self.report.batch_id,
+                first_line=start + 1,
+                floor=self.settings.ts_floor,
+            )
             result.malformed += int(frame.get_column("is_malformed").sum())
             dates |= record_dates(frame)
             good = parsed.filter(pl.col("parse_error").is_null())
@@ -312,23 +355,30 @@ class _Landing:
             for name in sorted(mapped - present):
                 self.report.warnings.append(
                     f"{item.path}: mapping {self.mapping.name!r} maps {name} from source field "
-                    f"{self.mapping.fields[name]!r}, which no line of the file holds (misspelt?)")
+                    f"{self.mapping.fields[name]!r}, which no line of the file holds (misspelt?)"
+                )
 
 
 def _rows_of(settings: Settings, table: Table, hashes: list[str]) -> pl.DataFrame:
     """``file_sha256``, ``event_date`` (and ``event_dates`` where the table has it) of the ODS rows of these files."""
     if not hashes or lake.open_table(settings, table) is None:
         return pl.DataFrame(schema={"file_sha256": pl.String, "event_date": pl.Date})
-    return lake.read_frame(settings, table, filters=[("file_sha256", "in", hashes)],
-                           columns=lake.present_columns(settings, table, ["file_sha256", "event_date", "event_dates"]))
+    return lake.read_frame(
+        settings,
+        table,
+        filters=[("file_sha256", "in", hashes)],
+        columns=lake.present_columns(settings, table, ["file_sha256", "event_date", "event_dates"]),
+    )
 
 
 def _refuse_erased(path: Path, lines: int, kept: int) -> None:
     """A file some of whose lines retention or ``strata forget`` removed may not land again."""
     if kept < lines:
-        raise ValueError(f"{path}: {lines - kept:,} of its {lines:,} lines were removed from ODS since it was "
-                         "landed (retention or strata forget); landing it again would bring them back, so it is "
-                         "refused and nothing was landed")
+        raise ValueError(
+            f"{path}: {lines - kept:,} of its {lines:,} lines were removed from ODS since it was "
+            "landed (retention or strata forget); landing it again would bring them back, so it is "
+            "refused and nothing was landed"
+        )
 
 
 def _load(path: Path) -> tuple[landed.LandedFile, landed.Lines] | Exception:

@@ -50,14 +50,27 @@ def per_line(parsed: pl.DataFrame, lines: int) -> pl.DataFrame:
         return parsed
     reduced = parsed.group_by("_line").agg(
         pl.when(pl.len() == 1).then(pl.col("request_id").first()).alias("request_id"),
-        pl.col("ts").first(), pl.col("parse_error").first(), pl.col("ts").alias("_record_ts"))
-    return pl.DataFrame({"_line": pl.int_range(lines, dtype=pl.Int64, eager=True)}).join(
-        reduced, on="_line", how="left").sort("_line")
+        pl.col("ts").first(),
+        pl.col("parse_error").first(),
+        pl.col("ts").alias("_record_ts"),
+    )
+    return (
+        pl.DataFrame({"_line": pl.int_range(lines, dtype=pl.Int64, eager=True)})
+        .join(reduced, on="_line", how="left")
+        .sort("_line")
+    )
 
 
 def ods_frame(
-    raw: pa.Array, parsed: pl.DataFrame, *, source: str, file: landed.LandedFile,
-    ingested_at: dt.datetime, batch_id: str, first_line: int = 1, floor: dt.datetime = FLOOR,
+    raw: pa.Array,
+    parsed: pl.DataFrame,
+    *,
+    source: str,
+    file: landed.LandedFile,
+    ingested_at: dt.datetime,
+    batch_id: str,
+    first_line: int = 1,
+    floor: dt.datetime = FLOOR,
 ) -> pl.DataFrame:
     """ODS rows of (a chunk of) one file: raw bytes, lineage, lenient keys, the malformed flag."""
     latest = ingested_at + dt.timedelta(days=1)
@@ -94,18 +107,26 @@ def record_dates(rows: pl.DataFrame) -> set[dt.date]:
     return dates
 
 
-def _line_dates(record_ts: pl.Series, event_ts: pl.Series, floor: dt.datetime,
-                latest: dt.datetime) -> tuple[pl.Series, pl.Series]:
+def _line_dates(
+    record_ts: pl.Series, event_ts: pl.Series, floor: dt.datetime, latest: dt.datetime
+) -> tuple[pl.Series, pl.Series]:
     """Per line of several records: the earliest plausible record time (its event time), and
     the dates of its records, that date and the next, when they are two (else null)."""
-    records = pl.DataFrame({"_i": pl.int_range(len(record_ts), dtype=pl.Int64, eager=True),
-                            "ts": record_ts}).explode("ts")
+    records = pl.DataFrame({"_i": pl.int_range(len(record_ts), dtype=pl.Int64, eager=True), "ts": record_ts}).explode(
+        "ts"
+    )
     records = records.with_columns(ts=parse_ts(pl.col("ts"))).filter(pl.col("ts").is_between(floor, latest))
     next_day = pl.col("ts").min().over("_i").dt.date() + pl.duration(days=1)
-    per_line = records.filter(pl.col("ts").dt.date() <= next_day).group_by("_i").agg(
-        first=pl.col("ts").min(), dates=pl.col("ts").dt.date().unique().sort())
-    lines = pl.DataFrame({"_i": pl.int_range(len(record_ts), dtype=pl.Int64, eager=True)}).join(
-        per_line, on="_i", how="left").sort("_i")
+    per_line = (
+        records.filter(pl.col("ts").dt.date() <= next_day)
+        .group_by("_i")
+        .agg(first=pl.col("ts").min(), dates=pl.col("ts").dt.date().unique().sort())
+    )
+    lines = (
+        pl.DataFrame({"_i": pl.int_range(len(record_ts), dtype=pl.Int64, eager=True)})
+        .join(per_line, on="_i", how="left")
+        .sort("_i")
+    )
     first = lines.get_column("first").dt.cast_time_unit(event_ts.dtype.time_unit)  # type: ignore[attr-defined]
     dates = lines.select(pl.when(pl.col("dates").list.len() > 1).then(pl.col("dates"))).to_series()
     return first.fill_null(event_ts).rename(event_ts.name), dates.rename("event_dates")

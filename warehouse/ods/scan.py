@@ -26,8 +26,12 @@ def ods_files(delta: DeltaTable, day: dt.date) -> list[str]:
     actions = pl.DataFrame(delta.get_add_actions(flatten=True))
     # Arrival order: a writer streams rows in order and cuts files as it goes, so the files
     # sort by their first row's (ingested_at, source_file, line_no).
-    paths = (actions.filter(pl.col("partition.event_date") == day)
-             .sort(["min.ingested_at", "min.source_file", "min.line_no", "path"]).get_column("path").to_list())
+    paths = (
+        actions.filter(pl.col("partition.event_date") == day)
+        .sort(["min.ingested_at", "min.source_file", "min.line_no", "path"])
+        .get_column("path")
+        .to_list()
+    )
     root = delta.table_uri.rstrip("/")
     return [f"{root}/{path}" for path in paths]
 

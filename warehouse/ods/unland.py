@@ -77,13 +77,18 @@ def unland(settings: Settings, files: Sequence[Path] = (), *, batch: str | None 
             hashes = found.filter(pl.col("table_name") == table.name).get_column("file_sha256").to_list()
             if not hashes or lake.open_table(settings, table) is None:
                 continue
-            rows = lake.read_frame(settings, table, columns=lake.present_columns(settings, table, [
-                "event_date", "event_dates"]), filters=[("file_sha256", "in", hashes)])
+            rows = lake.read_frame(
+                settings,
+                table,
+                columns=lake.present_columns(settings, table, ["event_date", "event_dates"]),
+                filters=[("file_sha256", "in", hashes)],
+            )
             dates = rows.get_column("event_date").unique()
             report.stale_dates |= record_dates(rows)
             if dates.len():
-                before, after = republish(settings, table, _without_files(hashes),
-                                          [{"event_date": d} for d in sorted(dates.to_list())])
+                before, after = republish(
+                    settings, table, _without_files(hashes), [{"event_date": d} for d in sorted(dates.to_list())]
+                )
                 report.rows[table.name] = before - after
             ledger.stamp_unlanded(settings, table, hashes, now)
     return report

@@ -32,10 +32,24 @@ class Books:
 
 def record_books(where: Lake | Settings, books: Books) -> None:
     """Replace the (table, event date) row of ``ops.books`` with this build's books."""
-    frame = pl.DataFrame([{
-        "table_name": books.table, "event_date": books.event_date, "ods_rows": books.ods_rows,
-        "dwd_rows": books.dwd_rows, "duplicates": books.duplicates, "quarantined": books.quarantined,
-        "malformed": books.malformed, "balanced": books.balanced,
-    }])
-    publish(where, OPS_BOOKS, frame, partitions=[{"event_date": books.event_date, "table_name": books.table}],
-            expectations=False)
+    frame = pl.DataFrame(
+        [
+            {
+                "table_name": books.table,
+                "event_date": books.event_date,
+                "ods_rows": books.ods_rows,
+                "dwd_rows": books.dwd_rows,
+                "duplicates": books.duplicates,
+                "quarantined": books.quarantined,
+                "malformed": books.malformed,
+                "balanced": books.balanced,
+            }
+        ]
+    )
+    publish(
+        where,
+        OPS_BOOKS,
+        frame,
+        partitions=[{"event_date": books.event_date, "table_name": books.table}],
+        expectations=False,
+    )

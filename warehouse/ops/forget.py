@@ -88,7 +88,8 @@ class _Matcher:
     @property
     def _parses_lines(self) -> bool:
         return "source" in self.table.contract and any(
-            pa.types.is_binary(c.arrow_type) for c in self.table.classified(PII))
+            pa.types.is_binary(c.arrow_type) for c in self.table.classified(PII)
+        )
 
     def __call__(self, frame: pl.DataFrame) -> pl.Series:
         mask = pl.repeat(False, frame.height, eager=True)
@@ -114,16 +115,21 @@ class _Matcher:
 
         for source in frame.get_column("source").unique().to_list():
             if source not in self._everyones:
-                self._everyones[source] = source.startswith("mapping:") and registered_mapping(
-                    self.settings, source).constants.get("user_id") == self.user_id
+                self._everyones[source] = (
+                    source.startswith("mapping:")
+                    and registered_mapping(self.settings, source).constants.get("user_id") == self.user_id
+                )
         everyone = pl.col("source").is_in([source for source, yes in self._everyones.items() if yes])
-        hit = frame.select(everyone | (pl.col("raw_line").bin.contains(self.user_id.encode())
-                                       & pl.col("is_malformed"))).to_series()
+        hit = frame.select(
+            everyone | (pl.col("raw_line").bin.contains(self.user_id.encode()) & pl.col("is_malformed"))
+        ).to_series()
         candidates = frame.with_row_index("_i").filter(_may_hold(self.user_id) & ~everyone & ~pl.col("is_malformed"))
         for (source,), group in candidates.group_by(["source"]):
             parsed = parser_for(self.settings, str(source), "requests")(
-                group.get_column("raw_line").to_arrow(), group.get_column("line_no").to_arrow(),
-                group.get_column("file_sha256").to_arrow())
+                group.get_column("raw_line").to_arrow(),
+                group.get_column("line_no").to_arrow(),
+                group.get_column("file_sha256").to_arrow(),
+            )
             if "_line" in parsed.columns:  # several records per line: the line is the user's if any is
                 lines = parsed.filter(pl.col("user_id") == self.user_id).get_column("_line").unique()
                 theirs = pl.Series(range(group.height)).is_in(lines.implode())
@@ -133,8 +139,11 @@ class _Matcher:
         return hit
 
 
-def _batches(dataset: ds.Dataset, columns: list[str], filter_: pc.Expression | None = None,
-             ) -> Iterator[pl.DataFrame]:
+def _batches(
+    dataset: ds.Dataset,
+    columns: list[str],
+    filter_: pc.Expression | None = None,
+) -> Iterator[pl.DataFrame]:
     for batch in dataset.to_batches(columns=columns, filter=filter_, batch_size=SCAN_ROWS):
         frame = pl.from_arrow(batch)
         assert isinstance(frame, pl.DataFrame)
@@ -156,8 +165,9 @@ class _Marked:
         if not self.keys.width:
             return self.match(frame)
         names = self.keys.columns
-        return frame.select(pl.struct(names).is_in(self.keys.select(pl.struct(names)).to_series().implode())
-                            ).to_series()
+        return frame.select(
+            pl.struct(names).is_in(self.keys.select(pl.struct(names)).to_series().implode())
+        ).to_series()
 
 
 def _find(settings: Settings, table: Table, match: _Matcher) -> tuple[_Marked | None, set[str]]:
@@ -181,8 +191,11 @@ def _lineage(table: Table) -> list[str]:
 
 def searched_tables() -> list[Table]:
     """The tables a forget searches, and locks exclusively from its first read to its last write."""
-    return [t for t in all_tables() if t.classified(PII) or t.classified(PSEUDONYMOUS) or t.classified(FREE_TEXT)
-            or "request_id" in t.contract]
+    return [
+        t
+        for t in all_tables()
+        if t.classified(PII) or t.classified(PSEUDONYMOUS) or t.classified(FREE_TEXT) or "request_id" in t.contract
+    ]
 
 
 def forget_user(settings: Settings, user_id: str) -> ForgetReport:
@@ -218,8 +231,9 @@ def _forget(settings: Settings, user_id: str, pseud: str, existing: list[Table])
     for table in existing:
         parts = [marked[table].lineage] if table in marked else []
         if request_ids and _lineage(table) and "request_id" in table.contract:
-            parts += list(_batches(lake.snapshot(settings, table), LINEAGE,
-                                   pc.field("request_id").isin(sorted(request_ids))))
+            parts += list(
+                _batches(lake.snapshot(settings, table), LINEAGE, pc.field("request_id").isin(sorted(request_ids)))
+            )
         lineage = pl.concat(parts, how="vertical_relaxed").unique() if parts else pl.DataFrame()
         if lineage.height:
             report.files += rewrite_landed(settings, table, lineage)
@@ -231,8 +245,11 @@ def _forget(settings: Settings, user_id: str, pseud: str, existing: list[Table])
         mark = marked.get(table)
         partitions = list(mark.partitions) if mark else []
         if linked:
-            for frame in _batches(lake.snapshot(settings, table), ["request_id", *table.partition_columns],
-                                  pc.field("request_id").isin(sorted(request_ids))):
+            for frame in _batches(
+                lake.snapshot(settings, table),
+                ["request_id", *table.partition_columns],
+                pc.field("request_id").isin(sorted(request_ids)),
+            ):
                 if frame.height:
                     partitions += frame.select(table.partition_columns).unique().to_dicts() or [{}]
         partitions = [dict(p) for p in {tuple(sorted(p.items())) for p in partitions}]
@@ -262,8 +279,9 @@ def _redact(settings: Settings, table: Table, texts: list[str], report: ForgetRe
     columns = [c.name for c in table.classified(FREE_TEXT)]
 
     def holds(frame: pl.DataFrame) -> pl.Series:
-        return frame.select(pl.any_horizontal(pl.col(c).str.contains(t, literal=True).fill_null(False)
-                                              for c in columns for t in texts)).to_series()
+        return frame.select(
+            pl.any_horizontal(pl.col(c).str.contains(t, literal=True).fill_null(False) for c in columns for t in texts)
+        ).to_series()
 
     read = sorted({*columns, *table.partition_columns})
     hits = [f.filter(holds(f)) for f in _batches(lake.snapshot(settings, table), read)]

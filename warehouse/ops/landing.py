@@ -64,9 +64,15 @@ def _record_rewrite(settings: Settings, table: Table, old: str, new: str, lines:
     """The ledger row of a rewritten file: its landing's, under the new hash, with the lines left."""
     if lake.open_table(settings, OPS_LANDED_FILES) is None:
         return
-    before = lake.read_frame(settings, OPS_LANDED_FILES, filters=[("file_sha256", "=", old),
-                                                                  ("table_name", "=", table.name)])
+    before = lake.read_frame(
+        settings, OPS_LANDED_FILES, filters=[("file_sha256", "=", old), ("table_name", "=", table.name)]
+    )
     if before.is_empty():
         return
-    publish(settings, OPS_LANDED_FILES, before.head(1).with_columns(file_sha256=pl.lit(new), lines=pl.lit(lines)),
-            mode="append", expectations=False)
+    publish(
+        settings,
+        OPS_LANDED_FILES,
+        before.head(1).with_columns(file_sha256=pl.lit(new), lines=pl.lit(lines)),
+        mode="append",
+        expectations=False,
+    )

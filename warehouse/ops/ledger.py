@@ -40,10 +40,17 @@ class Landing:
 
 def _rows(settings: Settings, ods_table: Table, hashes: Collection[str]) -> pl.DataFrame:
     if not hashes or lake.open_table(settings, OPS_LANDED_FILES) is None:
-        return pl.DataFrame(schema={"file_sha256": pl.String, "source": pl.String, "lines": pl.Int64,
-                                    "unlanded_at": pl.Datetime("us", "UTC")})
-    rows = lake.read_frame(settings, OPS_LANDED_FILES, filters=[
-        ("file_sha256", "in", sorted(hashes)), ("table_name", "=", ods_table.name)])
+        return pl.DataFrame(
+            schema={
+                "file_sha256": pl.String,
+                "source": pl.String,
+                "lines": pl.Int64,
+                "unlanded_at": pl.Datetime("us", "UTC"),
+            }
+        )
+    rows = lake.read_frame(
+        settings, OPS_LANDED_FILES, filters=[("file_sha256", "in", sorted(hashes)), ("table_name", "=", ods_table.name)]
+    )
     if "unlanded_at" not in rows.columns:  # a ledger written before files could be unlanded
         rows = rows.with_columns(unlanded_at=pl.lit(None, pl.Datetime("us", "UTC")))
     return rows.select("file_sha256", "source", "lines", "unlanded_at")
@@ -61,14 +68,22 @@ def reconcile(settings: Settings, ods_table: Table, hashes: Collection[str]) -> 
     missing = set(hashes) - set(_rows(settings, ods_table, hashes).get_column("file_sha256").to_list())
     if not missing or lake.open_table(settings, ods_table) is None:
         return 0
-    ods = lake.read_frame(settings, ods_table, filters=[("file_sha256", "in", sorted(missing))],
-                          columns=["file_sha256", "source_file", "source", "is_malformed", "batch_id", "ingested_at"])
+    ods = lake.read_frame(
+        settings,
+        ods_table,
+        filters=[("file_sha256", "in", sorted(missing))],
+        columns=["file_sha256", "source_file", "source", "is_malformed", "batch_id", "ingested_at"],
+    )
     if ods.is_empty():
         return 0
     found = ods.group_by("file_sha256").agg(
-        pl.col("source_file").first(), pl.col("source").first(), pl.len().alias("lines"),
-        pl.col("is_malformed").sum().alias("malformed"), pl.col("batch_id").first(),
-        pl.col("ingested_at").min().alias("landed_at"))
+        pl.col("source_file").first(),
+        pl.col("source").first(),
+        pl.len().alias("lines"),
+        pl.col("is_malformed").sum().alias("malformed"),
+        pl.col("batch_id").first(),
+        pl.col("ingested_at").min().alias("landed_at"),
+    )
     record(settings, [Landing(table_name=ods_table.name, **row) for row in found.iter_rows(named=True)])
     return found.height
 
@@ -79,8 +94,14 @@ def record(settings: Settings, landings: Sequence[Landing], *, replace: bool = F
         return
     frame = pl.DataFrame([asdict(landing) for landing in landings])
     keys = [{"file_sha256": landing.file_sha256, "table_name": landing.table_name} for landing in landings]
-    publish(settings, OPS_LANDED_FILES, frame, mode="replace_partitions" if replace else "append",
-            partitions=keys if replace else (), expectations=False)
+    publish(
+        settings,
+        OPS_LANDED_FILES,
+        frame,
+        mode="replace_partitions" if replace else "append",
+        partitions=keys if replace else (),
+        expectations=False,
+    )
 
 
 def stamp_unlanded(settings: Settings, ods_table: Table, hashes: Collection[str], at: dt.datetime) -> None:

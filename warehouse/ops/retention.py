@@ -82,11 +82,12 @@ def apply_retention(settings: Settings, *, days: int | None = None, today: dt.da
     keep_days = settings.ods_retention_days if days is None else days
     if keep_days < 1:
         raise ValueError("retention must keep at least 1 day")
-    cutoff = (today or dt.datetime.now(dt.timezone.utc).date()) - dt.timedelta(days=keep_days)
+    cutoff = (today or dt.datetime.now(dt.UTC).date()) - dt.timedelta(days=keep_days)
     deleted: dict[str, int] = {}
     tables = raw_tables()
-    log.info("deleting raw data before %s (keeping %d day(s)) from %s", cutoff, keep_days,
-             ", ".join(t.name for t in tables))
+    log.info(
+        "deleting raw data before %s (keeping %d day(s)) from %s", cutoff, keep_days, ", ".join(t.name for t in tables)
+    )
     with locks.hold(settings, write=[(t, None) for t in tables]):
         audit.recover(settings)
         for table in tables:

@@ -106,17 +106,19 @@ class Lines:
         open_end = not self.content.endswith(b"\n") and stop == len(self)  # the last line has no terminator
         end = stop - 1 if open_end else stop
         with_terminators = pa.LargeBinaryArray.from_buffers(
-            pa.large_binary(), end - start,
-            [None, pa.py_buffer(self.starts[start:end + 1]), pa.py_buffer(self.content)])
+            pa.large_binary(),
+            end - start,
+            [None, pa.py_buffer(self.starts[start : end + 1]), pa.py_buffer(self.content)],
+        )
         lines = pc.binary_slice(with_terminators, 0, -1)
         if open_end:
-            last = pa.array([self.content[int(self.starts[end]):]], pa.large_binary())
+            last = pa.array([self.content[int(self.starts[end]) :]], pa.large_binary())
             lines = pa.concat_arrays([lines, last])
         return lines
 
     def block(self, start: int, stop: int) -> memoryview:
         """Lines ``start`` to ``stop`` (exclusive) as the file holds them, terminators included."""
-        return memoryview(self.content)[int(self.starts[start]):int(self.starts[min(stop, len(self))])]
+        return memoryview(self.content)[int(self.starts[start]) : int(self.starts[min(stop, len(self))])]
 
 
 def _newlines(content: bytes, step: int = 1 << 20) -> np.ndarray:
@@ -126,7 +128,7 @@ def _newlines(content: bytes, step: int = 1 << 20) -> np.ndarray:
     found = []
     for low in range(0, len(buf), step):
         window = mask[: min(step, len(buf) - low)]
-        np.equal(buf[low: low + step], 10, out=window)
+        np.equal(buf[low : low + step], 10, out=window)
         found.append(np.flatnonzero(window) + low)
     return np.concatenate(found) if found else np.empty(0, np.int64)
 

@@ -36,8 +36,9 @@ class Parser(Protocol):
     parser that can read them directly saves a copy.
     """
 
-    def __call__(self, raw: pa.Array, line_no: pa.Array, sha: pa.Array, /, *,
-                 ndjson: memoryview | None = None) -> pl.DataFrame: ...
+    def __call__(
+        self, raw: pa.Array, line_no: pa.Array, sha: pa.Array, /, *, ndjson: memoryview | None = None
+    ) -> pl.DataFrame: ...
 
 
 JSONL = "jsonl"
@@ -79,8 +80,9 @@ def registered_mapping(settings: Settings, source: str) -> Mapping:
     return parse_mapping(text, origin=path)
 
 
-def parser_for(settings: Settings, source: str, kind: Kind, *, keys_only: bool = False,
-               checked_ok: bool = False) -> Parser:
+def parser_for(
+    settings: Settings, source: str, kind: Kind, *, keys_only: bool = False, checked_ok: bool = False
+) -> Parser:
     """The parser for rows of a given ``source``.
 
     ``keys_only`` asks for ``request_id`` and ``ts`` alone where a format can skip the rest
@@ -90,21 +92,22 @@ def parser_for(settings: Settings, source: str, kind: Kind, *, keys_only: bool =
     folder = scratch_dir(settings)
     if source == JSONL:
         fields = ("request_id", "ts") if keys_only else fields_for(kind)
-        return lambda raw, _line_no, _sha, ndjson=None: parse_json_lines(raw, fields, folder=folder,
-                                                                        checked_ok=checked_ok, ndjson=ndjson)
+        return lambda raw, _line_no, _sha, ndjson=None: parse_json_lines(
+            raw, fields, folder=folder, checked_ok=checked_ok, ndjson=ndjson
+        )
     if source.startswith("mapping:"):
         from warehouse.sources.mapping import parse_mapped_lines
 
         mapping = registered_mapping(settings, source)
-        return lambda raw, line_no, sha, ndjson=None: parse_mapped_lines(raw, mapping, line_no=line_no,
-                                                                         file_sha256=sha, folder=folder)
+        return lambda raw, line_no, sha, ndjson=None: parse_mapped_lines(
+            raw, mapping, line_no=line_no, file_sha256=sha, folder=folder
+        )
     if source == OTLP or source.startswith(OTLP + _OTLP_TENANT):
         from warehouse.sources.otlp import parse_otlp_lines
 
         tenant = source.partition(_OTLP_TENANT)[2] or None
         return lambda raw, _line_no, _sha, ndjson=None: parse_otlp_lines(raw, tenant=tenant)
-    raise ValueError(f"unknown ODS source {source!r}: expected jsonl, otlp-json[;tenant=<id>] or "
-                     "mapping:<name>@<hash>")
+    raise ValueError(f"unknown ODS source {source!r}: expected jsonl, otlp-json[;tenant=<id>] or mapping:<name>@<hash>")
 
 
 def otlp_source(tenant: str | None) -> str:

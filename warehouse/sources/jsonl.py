@@ -41,7 +41,8 @@ def _checked(con: DuckDBPyConnection, raw: pa.Array, fields: Sequence[str]) -> p
         values = f"CASE WHEN ok THEN json_extract_string(s, {paths}) END" if fields else "NULL::VARCHAR[]"
         # A valid document is an object exactly when its first non-blank character is '{'. The
         # rows come back in input order (DuckDB preserves insertion order; no sort needed).
-        return con.sql(f"""
+        return (
+            con.sql(f"""
             SELECT CASE WHEN n > {MAX_LINE_BYTES} THEN 'oversized line (> {MAX_LINE_BYTES} bytes)'
                         WHEN s IS NULL THEN 'invalid UTF-8'
                         WHEN NOT ok THEN 'invalid JSON'
@@ -54,7 +55,10 @@ def _checked(con: DuckDBPyConnection, raw: pa.Array, fields: Sequence[str]) -> p
                              CASE WHEN octet_length(raw) <= {MAX_LINE_BYTES} THEN try(decode(raw)) END AS s
                       FROM lines)
             )
-        """).pl().with_row_index("i")
+        """)
+            .pl()
+            .with_row_index("i")
+        )
     finally:
         con.unregister("lines")
 
@@ -65,7 +69,7 @@ def _contiguous(lines: pa.Array) -> tuple[np.ndarray, pa.Buffer]:
         lines = lines.combine_chunks()
     if lines.type != pa.large_binary():
         lines = lines.cast(pa.large_binary())
-    offsets = np.frombuffer(lines.buffers()[1], np.int64)[lines.offset: lines.offset + len(lines) + 1]
+    offsets = np.frombuffer(lines.buffers()[1], np.int64)[lines.offset : lines.offset + len(lines) + 1]
     data = lines.buffers()[2]
     start = int(offsets[0]) if len(offsets) else 0
     size = int(offsets[-1]) - start if len(offsets) else 0
@@ -94,8 +98,9 @@ def _files(folder: Path, *parts: pa.Buffer | memoryview | bytes) -> Iterator[lis
             os.unlink(path)
 
 
-def _read(con: DuckDBPyConnection, paths: list[str], fields: Sequence[str], *, lenient: bool,
-          largest: int) -> pl.DataFrame:
+def _read(
+    con: DuckDBPyConnection, paths: list[str], fields: Sequence[str], *, lenient: bool, largest: int
+) -> pl.DataFrame:
     """The fields (as text) of every JSON document in the files, in order."""
     columns = "{" + ", ".join(f"'{f}': 'VARCHAR'" for f in fields) + "}"
     fmt = "newline_delimited" if lenient else "unstructured"
@@ -105,16 +110,16 @@ def _read(con: DuckDBPyConnection, paths: list[str], fields: Sequence[str], *, l
                     """).pl()
 
 
-def _read_objects(con: DuckDBPyConnection, lines: pa.Array, fields: Sequence[str],
-                  folder: Path) -> pl.DataFrame | None:
+def _read_objects(con: DuckDBPyConnection, lines: pa.Array, fields: Sequence[str], folder: Path) -> pl.DataFrame | None:
     """Fields of lines that are all JSON objects, read from their bytes as they lie in memory
     (objects delimit themselves); None when the reader refused them or did not line up."""
     offsets, data = _contiguous(lines)
     if not len(lines):
         return None
     # One file per parsing thread, cut at line boundaries: the reader parses a file per thread.
-    cuts = [int(offsets[np.searchsorted(offsets, offsets[-1] * k // SCRATCH_THREADS)])
-            for k in range(SCRATCH_THREADS + 1)]
+    cuts = [
+        int(offsets[np.searchsorted(offsets, offsets[-1] * k // SCRATCH_THREADS)]) for k in range(SCRATCH_THREADS + 1)
+    ]
     parts = [data.slice(low, high - low) for low, high in itertools.pairwise(cuts) if high > low]
     try:
         with _files(folder, *parts) as paths:
@@ -130,12 +135,17 @@ def _blank(offsets: np.ndarray, data: pa.Buffer) -> np.ndarray:
     if len(data):
         first = np.frombuffer(data, np.uint8)[np.minimum(offsets[:-1], len(data) - 1)]
         for i in np.flatnonzero(np.isin(first, np.frombuffer(_BLANK, np.uint8)) & ~blank):
-            blank[i] = not bytes(data[offsets[i]:offsets[i + 1]]).strip(_BLANK)
+            blank[i] = not bytes(data[offsets[i] : offsets[i + 1]]).strip(_BLANK)
     return blank
 
 
-def _read_lines(con: DuckDBPyConnection, raw: pa.Array, fields: Sequence[str],
-                ndjson: pa.Buffer | memoryview | bytes | None, folder: Path) -> pl.DataFrame | None:
+def _read_lines(
+    con: DuckDBPyConnection,
+    raw: pa.Array,
+    fields: Sequence[str],
+    ndjson: pa.Buffer | memoryview | bytes | None,
+    folder: Path,
+) -> pl.DataFrame | None:
     """Every line's parse error and fields via the NDJSON reader; None if it did not line up."""
     n = len(raw)
     offsets, data = _contiguous(raw)
@@ -173,7 +183,11 @@ def _read_lines(con: DuckDBPyConnection, raw: pa.Array, fields: Sequence[str],
 
 
 def parse_json_lines(
-    raw: pa.Array, fields: Sequence[str], *, folder: Path, checked_ok: bool = False,
+    raw: pa.Array,
+    fields: Sequence[str],
+    *,
+    folder: Path,
+    checked_ok: bool = False,
     ndjson: pa.Buffer | memoryview | bytes | None = None,
 ) -> pl.DataFrame:
     """Fields of each JSON-object line as text, plus ``parse_error`` (null when the line parsed).

@@ -86,8 +86,9 @@ def resolve_mapping(name_or_path: Path) -> Path:
     shipped = SHIPPED / f"{name_or_path.name.removesuffix('.yaml')}.yaml"
     if shipped.is_file():
         return shipped
-    raise FileNotFoundError(f"no mapping file {name_or_path} and no shipped mapping of that name "
-                            f"({', '.join(shipped_mappings())})")
+    raise FileNotFoundError(
+        f"no mapping file {name_or_path} and no shipped mapping of that name ({', '.join(shipped_mappings())})"
+    )
 
 
 #: A mapping file is a few hundred bytes; anything far larger is not one.
@@ -119,8 +120,10 @@ def _yaml(text: str, origin: str) -> object:
     try:
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-                raise MappingError(f"{origin}: YAML anchors and aliases are not allowed in a mapping file "
-                                   f"(line {event.start_mark.line + 1})")
+                raise MappingError(
+                    f"{origin}: YAML anchors and aliases are not allowed in a mapping file "
+                    f"(line {event.start_mark.line + 1})"
+                )
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise MappingError(f"{origin}: not valid YAML: {exc}") from None
@@ -169,8 +172,9 @@ def parse_mapping(text: str, origin: str = "<mapping>") -> Mapping:
     for where, keys in (("fields", fields_), ("constants", constants)):
         wrong = sorted(set(keys) - canonical)
         if wrong:
-            raise fail(f"{where}.{wrong[0]}",
-                       f"not a canonical {kind} field (see docs/design.md §2: {sorted(canonical)})")
+            raise fail(
+                f"{where}.{wrong[0]}", f"not a canonical {kind} field (see docs/design.md §2: {sorted(canonical)})"
+            )
     request_id = doc.get("request_id")
     if request_id not in (None, "derive"):
         raise fail("request_id", f"the only value is 'derive', not {request_id!r}")
@@ -214,10 +218,20 @@ def parse_mapping(text: str, origin: str = "<mapping>") -> Mapping:
     elif csv_opts:
         raise fail("csv", "applies to format: csv only")
     return Mapping(
-        name=name, kind=kind, format=fmt, fields=fields_, constants=constants,
-        csv_columns=columns, csv_header=header, csv_delimiter=delimiter,
-        ts_format=ts_format, ts_timezone=timezone, ts_unit=ts.get("unit"), ts_epoch_offset_s=float(offset),
-        derive_request_id=request_id == "derive", text=text,
+        name=name,
+        kind=kind,
+        format=fmt,
+        fields=fields_,
+        constants=constants,
+        csv_columns=columns,
+        csv_header=header,
+        csv_delimiter=delimiter,
+        ts_format=ts_format,
+        ts_timezone=timezone,
+        ts_unit=ts.get("unit"),
+        ts_epoch_offset_s=float(offset),
+        derive_request_id=request_id == "derive",
+        text=text,
     )
 
 
@@ -247,15 +261,20 @@ def _parse_csv_lines(raw: pa.Array, mapping: Mapping) -> pl.DataFrame:
             rows.append(list[str | None](values))
             errors.append(None)
     columns = {c: [r[i] for r in rows] for i, c in enumerate(mapping.csv_columns)}
-    return pl.DataFrame({"parse_error": errors, **columns}, schema={"parse_error": pl.String,
-                        **{c: pl.String for c in mapping.csv_columns}})
+    return pl.DataFrame(
+        {"parse_error": errors, **columns},
+        schema={"parse_error": pl.String, **{c: pl.String for c in mapping.csv_columns}},
+    )
 
 
 def _timestamps_to_text(values: pl.Expr, mapping: Mapping) -> pl.Expr:
     """Source timestamps → RFC 3339 UTC text; text that does not parse is kept as it was."""
     if mapping.ts_unit:
-        micros = (values.cast(pl.Float64, strict=False) * _UNITS[mapping.ts_unit]
-                  + mapping.ts_epoch_offset_s * 1_000_000).round(0).cast(pl.Int64, strict=False)
+        micros = (
+            (values.cast(pl.Float64, strict=False) * _UNITS[mapping.ts_unit] + mapping.ts_epoch_offset_s * 1_000_000)
+            .round(0)
+            .cast(pl.Int64, strict=False)
+        )
         parsed = pl.from_epoch(micros, time_unit="us").dt.replace_time_zone("UTC")
     else:
         parsed = values.str.to_datetime(mapping.ts_format, strict=False, time_unit="us")
@@ -264,8 +283,9 @@ def _timestamps_to_text(values: pl.Expr, mapping: Mapping) -> pl.Expr:
     return pl.when(parsed.is_not_null()).then(iso).otherwise(values)
 
 
-def parse_mapped_lines(raw: pa.Array, mapping: Mapping, *, line_no: pa.Array, file_sha256: pa.Array,
-                       folder: Path) -> pl.DataFrame:
+def parse_mapped_lines(
+    raw: pa.Array, mapping: Mapping, *, line_no: pa.Array, file_sha256: pa.Array, folder: Path
+) -> pl.DataFrame:
     """Canonical fields (text) and ``parse_error`` for lines of a mapped source, in input order."""
     if mapping.format == "csv":
         source = _parse_csv_lines(raw, mapping)
@@ -283,8 +303,9 @@ def parse_mapped_lines(raw: pa.Array, mapping: Mapping, *, line_no: pa.Array, fi
         elif name in mapping.constants:
             expr = pl.lit(mapping.constants[name])
         elif name == "request_id" and mapping.derive_request_id:
-            expr = pl.format("{}:{}:{}", pl.lit(mapping.name), pl.Series(file_sha256).str.slice(0, 12),
-                             pl.Series(line_no))
+            expr = pl.format(
+                "{}:{}:{}", pl.lit(mapping.name), pl.Series(file_sha256).str.slice(0, 12), pl.Series(line_no)
+            )
         else:
             expr = pl.lit(None, pl.String)
         exprs.append(pl.when(ok).then(expr).otherwise(None).cast(pl.String).alias(name))

@@ -143,8 +143,10 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "input_tokens": ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"),
     "output_tokens": ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"),
     "cached_input_tokens": (
-        "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_read_input_tokens",
-        "gen_ai.usage.input_tokens.cached", "gen_ai.usage.cached_tokens",
+        "gen_ai.usage.cache_read.input_tokens",
+        "gen_ai.usage.cache_read_input_tokens",
+        "gen_ai.usage.input_tokens.cached",
+        "gen_ai.usage.cached_tokens",
     ),
     "batch_size": ("gen_ai.server.batch_size",),
     "error_type": ("error.type",),
@@ -152,8 +154,11 @@ _KEYS: dict[str, tuple[str, ...]] = {
 }
 # Canonical millisecond field → attribute keys holding seconds.
 _SECONDS_KEYS: dict[str, tuple[str, ...]] = {
-    "ttft_ms": ("gen_ai.response.time_to_first_chunk", "gen_ai.server.time_to_first_token",
-                "gen_ai.latency.time_to_first_token"),
+    "ttft_ms": (
+        "gen_ai.response.time_to_first_chunk",
+        "gen_ai.server.time_to_first_token",
+        "gen_ai.latency.time_to_first_token",
+    ),
     "queue_ms": ("gen_ai.latency.time_in_queue",),
     "preprocess_ms": ("gen_ai.latency.time_in_preprocess",),
     "inference_ms": ("gen_ai.latency.time_in_model_inference",),
@@ -175,15 +180,30 @@ _ERROR_CODE = re.compile(r"Error code: ([1-5][0-9]{2})\b")
 _CLASS_NAME = re.compile(r"^<class '([^']+)'>$")
 #: Error class → (HTTP status it stands for, error_type); see the module docstring.
 ERROR_CLASSES: dict[str, tuple[int | None, str]] = {
-    "BadRequestError": (400, "invalid_request"), "AuthenticationError": (401, "authentication"),
-    "PermissionDeniedError": (403, "permission_denied"), "NotFoundError": (404, "not_found"),
-    "ConflictError": (409, "conflict"), "UnprocessableEntityError": (422, "invalid_request"),
-    "RateLimitError": (429, "rate_limited"), "InternalServerError": (500, "upstream_error"),
-    "APITimeoutError": (None, "timeout"), "TimeoutError": (None, "timeout"),
-    "APIConnectionError": (None, "connection_error"), "ConnectError": (None, "connection_error"),
+    "BadRequestError": (400, "invalid_request"),
+    "AuthenticationError": (401, "authentication"),
+    "PermissionDeniedError": (403, "permission_denied"),
+    "NotFoundError": (404, "not_found"),
+    "ConflictError": (409, "conflict"),
+    "UnprocessableEntityError": (422, "invalid_request"),
+    "RateLimitError": (429, "rate_limited"),
+    "InternalServerError": (500, "upstream_error"),
+    "APITimeoutError": (None, "timeout"),
+    "TimeoutError": (None, "timeout"),
+    "APIConnectionError": (None, "connection_error"),
+    "ConnectError": (None, "connection_error"),
 }
-_STATUS_ERRORS = {400: "invalid_request", 401: "authentication", 403: "permission_denied", 404: "not_found",
-                  408: "timeout", 409: "conflict", 422: "invalid_request", 429: "rate_limited", 504: "timeout"}
+_STATUS_ERRORS = {
+    400: "invalid_request",
+    401: "authentication",
+    403: "permission_denied",
+    404: "not_found",
+    408: "timeout",
+    409: "conflict",
+    422: "invalid_request",
+    429: "rate_limited",
+    504: "timeout",
+}
 _STATUS_NOT_ERROR = {0, 1, "0", "1", "STATUS_CODE_UNSET", "STATUS_CODE_OK"}
 
 _COLUMNS: tuple[str, ...] = ("parse_error", *REQUEST_FIELDS)
@@ -274,8 +294,14 @@ def _json_text(value: Any, where: str) -> str:
         return "[" + ",".join(_json_text(item, f"{where}[{i}]") for i, item in enumerate(items)) + "]"
     if kind == "kvlistValue":
         entries = _list(_message(v, f"{where}.kvlistValue"), "values", f"{where}.kvlistValue")
-        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + _json_text(val, f"{where}.{k}")
-                              for k, val in _key_values(entries, f"{where}.kvlistValue.values")) + "}"
+        return (
+            "{"
+            + ",".join(
+                json.dumps(k, ensure_ascii=False) + ":" + _json_text(val, f"{where}.{k}")
+                for k, val in _key_values(entries, f"{where}.kvlistValue.values")
+            )
+            + "}"
+        )
     text = _scalar(kind, v, where)
     if isinstance(v, bool) and kind == "boolValue":
         return text
@@ -438,8 +464,9 @@ def _status_and_error(span: dict[str, Any], look: _Lookup, error: str | None) ->
     return status, error
 
 
-def _span_row(span: dict[str, Any], look: _Lookup, resource: dict[str, Any],
-              tenant: str | None) -> dict[str, str | None]:
+def _span_row(
+    span: dict[str, Any], look: _Lookup, resource: dict[str, Any], tenant: str | None
+) -> dict[str, str | None]:
     row: dict[str, str | None] = dict.fromkeys(_COLUMNS)
     errors: list[str] = []
     for field, keys in _KEYS.items():
@@ -447,8 +474,12 @@ def _span_row(span: dict[str, Any], look: _Lookup, resource: dict[str, Any],
     receiver = resource.get(_RECEIVER_TENANT)
     receiver_tenant = None if receiver is None else _text(receiver, f"resource.{_RECEIVER_TENANT}")
     service = resource.get(_SERVICE_NAME)
-    row["tenant_id"] = (receiver_tenant or row["tenant_id"] or tenant
-                        or (None if service is None else _text(service, f"resource.{_SERVICE_NAME}")))
+    row["tenant_id"] = (
+        receiver_tenant
+        or row["tenant_id"]
+        or tenant
+        or (None if service is None else _text(service, f"resource.{_SERVICE_NAME}"))
+    )
     for field, keys in _SECONDS_KEYS.items():
         for key in keys:
             seconds = look.text(key)
@@ -502,7 +533,7 @@ def _span_row(span: dict[str, Any], look: _Lookup, resource: dict[str, Any],
     for key, field_name in (("otel.span_id", "spanId"), ("otel.parent_span_id", "parentSpanId")):
         span_id = _hex_id(_get(span, field_name), 8)
         if span_id is not None and span_id != row["request_id"]:  # the request id is the span id when
-            rest[key] = span_id                                     # the span names no response id
+            rest[key] = span_id  # the span names no response id
     row["attributes"] = json.dumps(rest, ensure_ascii=False, separators=(",", ":")) if rest else None
     if errors:
         row["parse_error"] = "invalid span: " + "; ".join(errors)

@@ -16,7 +16,8 @@ def parse_ts(text: pl.Expr) -> pl.Expr:
     """``Datetime(us, UTC)`` of canonical timestamp text; null when it is not canonical."""
     epoch = pl.from_epoch(text.cast(pl.Int64, strict=False), time_unit="ms").dt.replace_time_zone("UTC")
     rfc3339 = (
-        text.str.replace(r"Z$", "+00:00").str.replace(" ", "T", literal=True)
+        text.str.replace(r"Z$", "+00:00")
+        .str.replace(" ", "T", literal=True)
         .str.to_datetime("%Y-%m-%dT%H:%M:%S%.f%:z", strict=False, time_unit="us", time_zone="UTC")
     )
     return pl.when(text.str.contains(_EPOCH_MS)).then(epoch.dt.cast_time_unit("us")).otherwise(rfc3339)

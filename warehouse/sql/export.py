@@ -83,8 +83,7 @@ def write_file(reader: pa.RecordBatchReader, fmt: str, path: Path) -> int:
 
 def _flat(frame: pl.DataFrame) -> pl.DataFrame:
     nested = [name for name, dtype in frame.schema.items() if dtype.is_nested()]
-    return frame.with_columns(
-        pl.col(name).map_elements(_json_text, return_dtype=pl.String) for name in nested)
+    return frame.with_columns(pl.col(name).map_elements(_json_text, return_dtype=pl.String) for name in nested)
 
 
 def _json_text(value: Any) -> str:

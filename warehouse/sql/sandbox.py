@@ -95,8 +95,9 @@ def parse_as_of(text: str) -> tuple[Table, int | dt.datetime]:
 class Session:
     """A sandboxed DuckDB connection with a view per table; run reads with :meth:`execute`."""
 
-    def __init__(self, settings: Settings, *, raw: bool = False,
-                 as_of: Mapping[Table, int | dt.datetime] | None = None) -> None:
+    def __init__(
+        self, settings: Settings, *, raw: bool = False, as_of: Mapping[Table, int | dt.datetime] | None = None
+    ) -> None:
         self.raw = raw
         pins = dict(as_of or {})
         for pinned in pins:
@@ -130,8 +131,9 @@ class Session:
             raise
         self.con = con
 
-    def _create_views(self, con: duckdb.DuckDBPyConnection, settings: Settings,
-                      pins: dict[Table, int | dt.datetime]) -> list[View]:
+    def _create_views(
+        self, con: duckdb.DuckDBPyConnection, settings: Settings, pins: dict[Table, int | dt.datetime]
+    ) -> list[View]:
         views = []
         unknown = set(pins)
         for t in all_tables():
@@ -172,10 +174,14 @@ class Session:
             read = self._explained(statement.query) if statement.type == duckdb.StatementType.EXPLAIN else statement
             if read.type != duckdb.StatementType.SELECT:
                 # DuckDB expands some reads into a CREATE with no text of its own (PIVOT without IN values).
-                made = "" if read.query.strip() else " (DuckDB makes one of PIVOT … ON col without IN (…) values: " \
-                                                      "list the values)"
-                raise QueryRefused(f"{read.type.name} statements are refused{made}: strata sql is read-only, "
-                                   f"it runs {READS}")
+                made = (
+                    ""
+                    if read.query.strip()
+                    else " (DuckDB makes one of PIVOT … ON col without IN (…) values: list the values)"
+                )
+                raise QueryRefused(
+                    f"{read.type.name} statements are refused{made}: strata sql is read-only, it runs {READS}"
+                )
             check(self.con, read.query, views, self._denied, unknown_hint=self._unknown_hint)
         return statements
 
@@ -185,8 +191,10 @@ class Session:
         EXPLAIN ANALYZE runs its statement: it may only explain a read.
         """
         tokens = duckdb.tokenize(query)
-        words = [(start, query[start:tokens[i + 1][0] if i + 1 < len(tokens) else len(query)].strip())
-                 for i, (start, _) in enumerate(tokens)]
+        words = [
+            (start, query[start : tokens[i + 1][0] if i + 1 < len(tokens) else len(query)].strip())
+            for i, (start, _) in enumerate(tokens)
+        ]
         i = 1
         if i < len(words) and words[i][1].lower() == "analyze":
             i += 1
@@ -199,7 +207,7 @@ class Session:
                     break
         if i >= len(words):
             raise QueryRefused("EXPLAIN of nothing")
-        inner = self.con.extract_statements(query[words[i][0]:])
+        inner = self.con.extract_statements(query[words[i][0] :])
         if len(inner) != 1:
             raise QueryRefused("EXPLAIN explains one statement")
         return inner[0]
@@ -214,17 +222,21 @@ class Session:
         try:
             for statement in self.statements(sql):  # checking runs SQL too: a Ctrl-C may come then
                 self._raise_if_stopped()
-                timer = threading.Timer(self.timeout_s, self._interrupt,
-                                        [f"the statement ran past {self.timeout_s:g} s and was cancelled "
-                                         "(STRATA_SQL_TIMEOUT_S sets the limit)"])
+                timer = threading.Timer(
+                    self.timeout_s,
+                    self._interrupt,
+                    [
+                        f"the statement ran past {self.timeout_s:g} s and was cancelled "
+                        "(STRATA_SQL_TIMEOUT_S sets the limit)"
+                    ],
+                )
                 timer.daemon = True
                 timer.start()
                 try:
                     yield self._guarded(self.con.execute(statement.query).to_arrow_reader(BATCH_ROWS))
                 except duckdb.PermissionException as e:
                     hint = "" if self.raw else "; raw lines (ODS, quarantine) need --raw"
-                    raise duckdb.PermissionException(f"{e}\n(strata sql reads only the lake's tables{hint})") \
-                        from None
+                    raise duckdb.PermissionException(f"{e}\n(strata sql reads only the lake's tables{hint})") from None
                 finally:
                     timer.cancel()
         except Exception:
@@ -245,12 +257,14 @@ class Session:
 
     def _guarded(self, reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
         """``reader``, raising :class:`QueryCancelled` instead of DuckDB's interrupt error once stopped."""
+
         def batches() -> Iterator[pa.RecordBatch]:
             try:
                 yield from reader
             except Exception:
                 self._raise_if_stopped()
                 raise
+
         return pa.RecordBatchReader.from_batches(reader.schema, batches())
 
     def query(self, sql: str) -> pa.Table:

@@ -44,7 +44,7 @@ class Attempt:
     table: Table
     partition: str
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    started_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
+    started_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
     _clock: float = field(default_factory=time.perf_counter)
     lake: Lake = field(init=False, repr=False)
 
@@ -55,8 +55,14 @@ class Attempt:
         """Leave the note, before anything is written."""
         fs, folder = _folder(self.lake)
         fs.create_dir(folder, recursive=True)
-        note = {"id": self.id, "table": self.table.name, "partition": self.partition, "pid": os.getpid(),
-                "host": socket.gethostname(), "started_at": self.started_at.isoformat()}
+        note = {
+            "id": self.id,
+            "table": self.table.name,
+            "partition": self.partition,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started_at": self.started_at.isoformat(),
+        }
         path = f"{folder}/{self.id}.json"
         # Another command's recovery may list the folder at any moment: a note appears whole. An object
         # store's PUT is visible only once complete; a local file is written aside and renamed.
@@ -67,14 +73,34 @@ class Attempt:
             fs.move(staged, path)
         return self
 
-    def end(self, status: str, version: int | None, *, rows_in: int = 0, rows_published: int = 0,
-            rows_rejected: int = 0, rules: list[str] | None = None, message: str = "") -> float:
+    def end(
+        self,
+        status: str,
+        version: int | None,
+        *,
+        rows_in: int = 0,
+        rows_published: int = 0,
+        rows_rejected: int = 0,
+        rules: list[str] | None = None,
+        message: str = "",
+    ) -> float:
         """Write the attempt's row, then drop its note; returns its duration in ms."""
         duration_ms = (time.perf_counter() - self._clock) * 1000
-        record(self.lake, attempt_id=self.id, table_name=self.table.name, partition=self.partition,
-               delta_version=version, status=status, rows_in=rows_in, rows_published=rows_published,
-               rows_rejected=rows_rejected, rules_failed=rules or [], started_at=self.started_at,
-               duration_ms=duration_ms, message=message)
+        record(
+            self.lake,
+            attempt_id=self.id,
+            table_name=self.table.name,
+            partition=self.partition,
+            delta_version=version,
+            status=status,
+            rows_in=rows_in,
+            rows_published=rows_published,
+            rows_rejected=rows_rejected,
+            rules_failed=rules or [],
+            started_at=self.started_at,
+            duration_ms=duration_ms,
+            message=message,
+        )
         fs, folder = _folder(self.lake)
         fs.delete_file(f"{folder}/{self.id}.json")
         return duration_ms
@@ -85,21 +111,52 @@ def _folder(lake: Lake) -> tuple[pafs.FileSystem, str]:
     return fs, f"{root.rstrip('/')}/ops/_attempts"
 
 
-def record(lake: Lake, *, attempt_id: str, table_name: str, partition: str, delta_version: int | None,
-           status: str, rows_in: int, rows_published: int, rows_rejected: int, rules_failed: list[str],
-           started_at: dt.datetime, duration_ms: float, message: str) -> None:
+def record(
+    lake: Lake,
+    *,
+    attempt_id: str,
+    table_name: str,
+    partition: str,
+    delta_version: int | None,
+    status: str,
+    rows_in: int,
+    rows_published: int,
+    rows_rejected: int,
+    rules_failed: list[str],
+    started_at: dt.datetime,
+    duration_ms: float,
+    message: str,
+) -> None:
     """Append one row to ``ops.audit_log`` (conformed to its contract, never audited itself)."""
     from contracts import conform
 
     contract = OPS_AUDIT_LOG.contract
-    row = pl.DataFrame([{
-        "table_name": table_name, "partition": partition, "delta_version": delta_version,
-        "status": status, "rows_in": rows_in, "rows_published": rows_published,
-        "rows_rejected": rows_rejected, "rules_failed": rules_failed, "started_at": started_at,
-        "duration_ms": duration_ms, "message": message[:4000], "attempt_id": attempt_id,
-    }], schema_overrides={"rules_failed": pl.List(pl.String), "delta_version": pl.Int64})
-    lake.commit(OPS_AUDIT_LOG, conform(row, contract), mode="append",
-                partition_by=contract.partition_columns, description=contract.description)
+    row = pl.DataFrame(
+        [
+            {
+                "table_name": table_name,
+                "partition": partition,
+                "delta_version": delta_version,
+                "status": status,
+                "rows_in": rows_in,
+                "rows_published": rows_published,
+                "rows_rejected": rows_rejected,
+                "rules_failed": rules_failed,
+                "started_at": started_at,
+                "duration_ms": duration_ms,
+                "message": message[:4000],
+                "attempt_id": attempt_id,
+            }
+        ],
+        schema_overrides={"rules_failed": pl.List(pl.String), "delta_version": pl.Int64},
+    )
+    lake.commit(
+        OPS_AUDIT_LOG,
+        conform(row, contract),
+        mode="append",
+        partition_by=contract.partition_columns,
+        description=contract.description,
+    )
 
 
 def recover_once(lake: Lake) -> None:
@@ -118,8 +175,11 @@ def recover(where: Lake | Settings) -> int:
         return 0
     recovered = 0
     for info in fs.get_file_info(pafs.FileSelector(folder)):
-        if info.base_name.endswith(_STAGED) and info.mtime is not None and \
-                dt.datetime.now(dt.timezone.utc) - info.mtime.astimezone(dt.timezone.utc) > ABANDONED_AFTER:
+        if (
+            info.base_name.endswith(_STAGED)
+            and info.mtime is not None
+            and dt.datetime.now(dt.UTC) - info.mtime.astimezone(dt.UTC) > ABANDONED_AFTER
+        ):
             _drop(fs, info.path)  # a note its writer died writing: it wrote nothing after it
         if not info.base_name.endswith(".json"):
             continue
@@ -132,12 +192,22 @@ def recover(where: Lake | Settings) -> int:
             continue
         if not _recorded(lake, note["id"]):
             version, rows = _stamped(lake, table(note["table"]), note["id"])
-            record(lake, attempt_id=note["id"], table_name=note["table"], partition=note["partition"],
-                   delta_version=version, status="published" if version is not None else "failed",
-                   rows_in=rows, rows_published=rows, rows_rejected=0, rules_failed=[],
-                   started_at=dt.datetime.fromisoformat(note["started_at"]), duration_ms=0.0,
-                   message="recorded after the writing process died" + ("" if version is not None else
-                                                                        " before its commit"))
+            record(
+                lake,
+                attempt_id=note["id"],
+                table_name=note["table"],
+                partition=note["partition"],
+                delta_version=version,
+                status="published" if version is not None else "failed",
+                rows_in=rows,
+                rows_published=rows,
+                rows_rejected=0,
+                rules_failed=[],
+                started_at=dt.datetime.fromisoformat(note["started_at"]),
+                duration_ms=0.0,
+                message="recorded after the writing process died"
+                + ("" if version is not None else " before its commit"),
+            )
         _drop(fs, info.path)
         recovered += 1
     return recovered
@@ -151,7 +221,7 @@ def _drop(fs: pafs.FileSystem, path: str) -> None:
 
 def _abandoned(note: dict) -> bool:
     if note["host"] != socket.gethostname():
-        return dt.datetime.now(dt.timezone.utc) - dt.datetime.fromisoformat(note["started_at"]) > ABANDONED_AFTER
+        return dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(note["started_at"]) > ABANDONED_AFTER
     try:
         os.kill(note["pid"], 0)
     except ProcessLookupError:

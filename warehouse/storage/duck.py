@@ -60,8 +60,13 @@ def lake_reader(settings: Settings, *, ordered: bool = True) -> duckdb.DuckDBPyC
     from warehouse.storage.objectstore import configure_duckdb
     from warehouse.storage.scratch import scratch_dir
 
-    key = (str(settings.home), settings.lake_uri, settings.s3_endpoint_url or "", settings.s3_region or "",
-           settings.s3_access_key_id or "")
+    key = (
+        str(settings.home),
+        settings.lake_uri,
+        settings.s3_endpoint_url or "",
+        settings.s3_region or "",
+        settings.s3_access_key_id or "",
+    )
     with _readers_lock:
         base = _readers.get(key)
         if base is None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Literal
 from urllib.parse import unquote
-from typing import Callable, Iterable, Iterator, Literal, Mapping, Sequence
 
 import polars as pl
 import pyarrow as pa
@@ -28,7 +29,6 @@ from warehouse.storage import locks
 from warehouse.storage.boundaries import passed
 from warehouse.storage.objectstore import S3, filesystem, is_object_store, storage_options
 from warehouse.tables import Table
-
 
 #: Delta properties of every table. A checkpoint every 10 commits (Delta's own default; delta-rs
 #: writes one every 100): opening a table replays the commits since the last checkpoint, which for
@@ -50,8 +50,9 @@ def writer_properties(schema: pa.Schema) -> WriterProperties:
     """
     raw = {f.name: _RAW_BYTES for f in schema if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)}
     if raw:
-        return WriterProperties(max_row_group_size=128 * 1024, compression="ZSTD", compression_level=1,
-                                column_properties=raw)
+        return WriterProperties(
+            max_row_group_size=128 * 1024, compression="ZSTD", compression_level=1, column_properties=raw
+        )
     return WriterProperties(max_row_group_size=128 * 1024, compression="SNAPPY")
 
 
@@ -161,8 +162,13 @@ class Lake:
         delta = self.open_table(table)
         return None if delta is None else delta.version()
 
-    def read(self, table: Table, *, filters: Sequence[tuple[str, str, object]] | None = None,
-             columns: Sequence[str] | None = None) -> pa.Table:
+    def read(
+        self,
+        table: Table,
+        *,
+        filters: Sequence[tuple[str, str, object]] | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
         """Read the table's current version."""
         dataset = self._existing(table).to_pyarrow_dataset()
         expr = None
@@ -171,8 +177,13 @@ class Lake:
             expr = term if expr is None else expr & term
         return dataset.to_table(columns=list(columns) if columns else None, filter=expr)
 
-    def read_frame(self, table: Table, *, filters: Sequence[tuple[str, str, object]] | None = None,
-                   columns: Sequence[str] | None = None) -> pl.DataFrame:
+    def read_frame(
+        self,
+        table: Table,
+        *,
+        filters: Sequence[tuple[str, str, object]] | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pl.DataFrame:
         """:meth:`read` as a polars frame."""
         frame = pl.from_arrow(self.read(table, filters=filters, columns=columns))
         assert isinstance(frame, pl.DataFrame)
@@ -197,8 +208,13 @@ class Lake:
             for column, value in zip(table.partition_columns, row):
                 expr = expr & (pc.field(column) == value)
             partitions.append(expr)
-        return ds.FileSystemDataset.from_paths(paths, schema=arrow_schema(table.contract),
-                                               format=ds.ParquetFileFormat(), filesystem=fs, partitions=partitions)
+        return ds.FileSystemDataset.from_paths(
+            paths,
+            schema=arrow_schema(table.contract),
+            format=ds.ParquetFileFormat(),
+            filesystem=fs,
+            partitions=partitions,
+        )
 
     def check_file_types(self, table: Table, version: int | None) -> None:
         """Refuse a version whose new data files do not hold exactly the contract's Arrow types.
@@ -242,13 +258,17 @@ class Lake:
     # ------------------------------------------------------------------ locks
 
     @contextmanager
-    def hold(self, *, write: Iterable[tuple[Table, dict[str, object] | None]] = (),
-             read: Iterable[Table] = ()) -> Iterator[None]:
+    def hold(
+        self, *, write: Iterable[tuple[Table, dict[str, object] | None]] = (), read: Iterable[Table] = ()
+    ) -> Iterator[None]:
         """Hold the locks for writing these partitions (``None``: the whole table) and reading these
         tables until the block ends (:func:`warehouse.storage.locks.hold`), taking only those this
         handle does not hold already: a step takes each of its locks once."""
-        write = [(t, p) for t, p in write
-                 if self._held.get(locks.Key.of(t, p)) is not True and self._held.get(locks.Key.of(t)) is not True]
+        write = [
+            (t, p)
+            for t, p in write
+            if self._held.get(locks.Key.of(t, p)) is not True and self._held.get(locks.Key.of(t)) is not True
+        ]
         read = [t for t in read if locks.Key.of(t) not in self._held]
         if not write and not read:
             yield
@@ -274,10 +294,18 @@ class Lake:
 
     # ------------------------------------------------------------------ commit
 
-    def commit(self, table: Table, data: pa.Table | pa.RecordBatchReader, *,
-               mode: Literal["append", "replace_partitions", "overwrite"], partition_by: Sequence[str] = (),
-               partitions: Iterable[dict[str, object]] = (), description: str | None = None,
-               attempt: str | None = None, check: Callable[[], None] | None = None) -> int:
+    def commit(
+        self,
+        table: Table,
+        data: pa.Table | pa.RecordBatchReader,
+        *,
+        mode: Literal["append", "replace_partitions", "overwrite"],
+        partition_by: Sequence[str] = (),
+        partitions: Iterable[dict[str, object]] = (),
+        description: str | None = None,
+        attempt: str | None = None,
+        check: Callable[[], None] | None = None,
+    ) -> int:
         """Commit ``data`` as one Delta version and return that version.
 
         ``replace_partitions`` swaps exactly the rows matching the listed column values for
@@ -289,14 +317,15 @@ class Lake:
         refusal — aborts the write, and is what the caller sees.
         """
         delta = self._latest(table)  # a write goes on from the table's latest commit
-        kwargs: dict[str, object] = {"partition_by": list(partition_by) or None,
-                                     "writer_properties": writer_properties(data.schema),
-                                     "target_file_size": TARGET_FILE_BYTES}
+        kwargs: dict[str, object] = {
+            "partition_by": list(partition_by) or None,
+            "writer_properties": writer_properties(data.schema),
+            "target_file_size": TARGET_FILE_BYTES,
+        }
         if attempt is not None:
             kwargs["commit_properties"] = CommitProperties(custom_metadata={"strata.attempt": attempt})
         if delta is None:
-            kwargs |= {"description": description, "configuration": TABLE_PROPERTIES,
-                       "storage_options": self.options}
+            kwargs |= {"description": description, "configuration": TABLE_PROPERTIES, "storage_options": self.options}
         else:  # a compatible contract change (a column added) reaches a table written before it
             kwargs["schema_mode"] = "merge"
             _set_properties(delta)
@@ -309,8 +338,12 @@ class Lake:
         feed = _Feed(data, [lambda: self.verify(table), *([check] if check is not None else [])])
         # Handed the table it has just opened, the writer reads the log once and updates it in place.
         try:
-            write_deltalake(delta if delta is not None else self.uri(table),  # type: ignore[call-overload]
-                            feed.reader(), mode="append" if mode == "append" else "overwrite", **kwargs)
+            write_deltalake(
+                delta if delta is not None else self.uri(table),  # type: ignore[call-overload]
+                feed.reader(),
+                mode="append" if mode == "append" else "overwrite",
+                **kwargs,
+            )
         except Exception:
             feed.raise_own()
             raise
@@ -327,6 +360,7 @@ _threads = threading.local()
 
 # The old call shape: a function of the settings (or a handle), for callers not yet handed a Lake.
 
+
 def open_table(where: Lake | Settings, table: Table) -> DeltaTable | None:
     """:meth:`Lake.open_table`."""
     return Lake.of(where).open_table(table)
@@ -337,14 +371,24 @@ def version(where: Lake | Settings, table: Table) -> int | None:
     return Lake.of(where).version(table)
 
 
-def read(where: Lake | Settings, table: Table, *, filters: Sequence[tuple[str, str, object]] | None = None,
-         columns: Sequence[str] | None = None) -> pa.Table:
+def read(
+    where: Lake | Settings,
+    table: Table,
+    *,
+    filters: Sequence[tuple[str, str, object]] | None = None,
+    columns: Sequence[str] | None = None,
+) -> pa.Table:
     """:meth:`Lake.read`."""
     return Lake.of(where).read(table, filters=filters, columns=columns)
 
 
-def read_frame(where: Lake | Settings, table: Table, *, filters: Sequence[tuple[str, str, object]] | None = None,
-               columns: Sequence[str] | None = None) -> pl.DataFrame:
+def read_frame(
+    where: Lake | Settings,
+    table: Table,
+    *,
+    filters: Sequence[tuple[str, str, object]] | None = None,
+    columns: Sequence[str] | None = None,
+) -> pl.DataFrame:
     """:meth:`Lake.read_frame`."""
     return Lake.of(where).read_frame(table, filters=filters, columns=columns)
 
@@ -364,13 +408,29 @@ def commit_actions(where: Lake | Settings, table: Table, version: int) -> list[d
     return Lake.of(where).commit_actions(table, version)
 
 
-def commit(where: Lake | Settings, table: Table, data: pa.Table | pa.RecordBatchReader, *,
-           mode: Literal["append", "replace_partitions", "overwrite"], partition_by: Sequence[str] = (),
-           partitions: Iterable[dict[str, object]] = (), description: str | None = None,
-           attempt: str | None = None, check: Callable[[], None] | None = None) -> int:
+def commit(
+    where: Lake | Settings,
+    table: Table,
+    data: pa.Table | pa.RecordBatchReader,
+    *,
+    mode: Literal["append", "replace_partitions", "overwrite"],
+    partition_by: Sequence[str] = (),
+    partitions: Iterable[dict[str, object]] = (),
+    description: str | None = None,
+    attempt: str | None = None,
+    check: Callable[[], None] | None = None,
+) -> int:
     """:meth:`Lake.commit`."""
-    return Lake.of(where).commit(table, data, mode=mode, partition_by=partition_by, partitions=partitions,
-                                 description=description, attempt=attempt, check=check)
+    return Lake.of(where).commit(
+        table,
+        data,
+        mode=mode,
+        partition_by=partition_by,
+        partitions=partitions,
+        description=description,
+        attempt=attempt,
+        check=check,
+    )
 
 
 def present_columns(settings: Settings, table: Table, columns: Sequence[str]) -> list[str]:
@@ -385,8 +445,14 @@ def _comparison(column: str, op: str, value: object) -> pc.Expression:
     field = pc.field(column)
     if op == "in":
         return field.isin(value)
-    operators = {"=": field.__eq__, "!=": field.__ne__, "<": field.__lt__, "<=": field.__le__,
-                 ">": field.__gt__, ">=": field.__ge__}
+    operators = {
+        "=": field.__eq__,
+        "!=": field.__ne__,
+        "<": field.__lt__,
+        "<=": field.__le__,
+        ">": field.__gt__,
+        ">=": field.__ge__,
+    }
     if op not in operators:
         raise ValueError(f"unsupported filter operator {op!r}")
     return operators[op](value)

@@ -38,10 +38,11 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Protocol, Sequence, cast
+from typing import Protocol, cast
 
 from warehouse.settings import Settings
 from warehouse.tables import Table
@@ -90,7 +91,7 @@ def _command() -> str:
 
 
 def _holder() -> str:
-    since = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    since = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return f"pid {os.getpid()} on {socket.gethostname()} ({_command()}) since {since}"
 
 
@@ -229,12 +230,17 @@ class _Postgres:
         rows = self._execute(
             "SELECT a.query, a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
             "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.classid::bigint = %s "
-            "AND l.objid::bigint = %s AND l.pid <> pg_backend_pid()", self._split(key))
+            "AND l.objid::bigint = %s AND l.pid <> pg_backend_pid()",
+            self._split(key),
+        )
         out = []
         for query, name in rows:
             whole = re.match(r"/\* strata: (.*?) \*/", query or "")
-            out.append(_COMMENT_UNSAFE.sub(lambda m: chr(int(m[1], 16)), whole[1]) if whole
-                       else (name or "").removeprefix("strata: "))
+            out.append(
+                _COMMENT_UNSAFE.sub(lambda m: chr(int(m[1], 16)), whole[1])
+                if whole
+                else (name or "").removeprefix("strata: ")
+            )
         return out
 
     def lost(self, held: dict[Key, object]) -> list[Key]:
@@ -247,7 +253,8 @@ class _Postgres:
                 "SELECT c, o FROM unnest(%s::bigint[], %s::bigint[]) AS t(c, o) WHERE NOT EXISTS ("
                 "SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
                 "AND l.pid = pg_backend_pid() AND l.classid::bigint = t.c AND l.objid::bigint = t.o)",
-                ([c for c, _ in split], [o for _, o in split]))
+                ([c for c, _ in split], [o for _, o in split]),
+            )
         except psycopg.OperationalError:
             return sorted(held)
         return sorted(split[(c, o)] for c, o in rows)
@@ -273,8 +280,7 @@ def _backend(settings: Settings) -> _Backend:
     return backend
 
 
-def wanted(write: Iterable[tuple[Table, dict[str, object] | None]] = (),
-           read: Iterable[Table] = ()) -> dict[Key, bool]:
+def wanted(write: Iterable[tuple[Table, dict[str, object] | None]] = (), read: Iterable[Table] = ()) -> dict[Key, bool]:
     """The keys (→ exclusive?) of writing these partitions (``None``: the whole table) and reading
     these tables: a partition's own key exclusive, its table's shared."""
     keys: dict[Key, bool] = {}
@@ -290,8 +296,9 @@ def wanted(write: Iterable[tuple[Table, dict[str, object] | None]] = (),
 
 
 @contextmanager
-def hold(settings: Settings, *, write: Iterable[tuple[Table, dict[str, object] | None]] = (),
-         read: Iterable[Table] = ()) -> Iterator[None]:
+def hold(
+    settings: Settings, *, write: Iterable[tuple[Table, dict[str, object] | None]] = (), read: Iterable[Table] = ()
+) -> Iterator[None]:
     """Hold the locks for writing these partitions (``None``: the whole table) and reading these
     tables, until the block ends. Waits up to ``settings.lock_wait`` seconds for each."""
     wanted_ = wanted(write, read)
@@ -311,8 +318,10 @@ def hold(settings: Settings, *, write: Iterable[tuple[Table, dict[str, object] |
                 handle = backend.acquire(key, exclusive, time.monotonic() + settings.lock_wait)
                 if handle is None:
                     holders = backend.holders(key) or ["another process"]
-                    raise LockHeld(f"{key.name} is locked by {'; '.join(holders)}: retry when it is done, or pass "
-                                   "--wait SECONDS (STRATA_LOCK_WAIT) to wait for it")
+                    raise LockHeld(
+                        f"{key.name} is locked by {'; '.join(holders)}: retry when it is done, or pass "
+                        "--wait SECONDS (STRATA_LOCK_WAIT) to wait for it"
+                    )
                 _held.keys[key] = [exclusive, 1, handle]
                 taken.append(key)
         yield
@@ -331,15 +340,20 @@ def verify(settings: Settings, table: Table) -> None:
     partition's) is no longer held. Called immediately before each commit; costs one query on
     Postgres, two ``stat`` calls per lock on files, nothing when no lock of the table is held."""
     with _held.lock:
-        mine = {key: entry[2] for key, entry in _held.keys.items()
-                if key.name == table.name or key.name.startswith(table.name + "#")}
+        mine = {
+            key: entry[2]
+            for key, entry in _held.keys.items()
+            if key.name == table.name or key.name.startswith(table.name + "#")
+        }
         if not mine:
             return
         lost = _backend(settings).lost(mine)
     if lost:
-        raise LockLost(f"{table.name}: this process no longer holds the lock of {', '.join(k.name for k in lost)} "
-                       "(its Postgres session ended — terminated, a database restart, a network cut — or its lock "
-                       "file was removed), so another writer may be at work: nothing was committed; run the step again")
+        raise LockLost(
+            f"{table.name}: this process no longer holds the lock of {', '.join(k.name for k in lost)} "
+            "(its Postgres session ended — terminated, a database restart, a network cut — or its lock "
+            "file was removed), so another writer may be at work: nothing was committed; run the step again"
+        )
 
 
 def held(table: Table, partition: dict[str, object] | None = None) -> bool:

@@ -16,9 +16,10 @@ Every attempt appends a row to ``ops.audit_log``.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Literal, Mapping, Sequence, TypeAlias, TypeVar
+from typing import Literal, TypeAlias, TypeVar
 
 import numpy as np
 import polars as pl
@@ -74,6 +75,7 @@ def keeps_every_row(rule: str) -> Invariant:
 
     A row check refusing one of their rows is a bug, and nothing may be published then.
     """
+
     def check(tally: Tally) -> InvariantFailure | None:
         if not tally.rows_rejected:
             return None
@@ -150,7 +152,7 @@ def prefetch(frames: Iterable[T], depth: int = 1) -> Iterator[T]:
                 if not offer(frame):
                     return
             offer(done)
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+        except BaseException as exc:
             offer(exc)
 
     worker = threading.Thread(target=produce, name="strata-prefetch", daemon=True)
@@ -256,16 +258,25 @@ def publish(
     gate = AuditGate(table.name, label, stream, invariants, now)
     try:
         with _locked(lake, table, mode, owned):
-            version = commit_audited(lake, table, stream.batches(data), gate, mode=mode, partitions=owned,
-                                     attempt=attempt.id)
+            version = commit_audited(
+                lake, table, stream.batches(data), gate, mode=mode, partitions=owned, attempt=attempt.id
+            )
     except Exception as exc:
         record_failed(attempt, stream.tally, exc)
         raise
     rejected = stream.tally.rejected_frame()
     duration_ms = record_published(attempt, stream.tally, version, rejected)
     verdict = gate.verdict
-    return PublishResult(table.name, label, version, stream.tally.rows_in, stream.tally.rows_published, rejected,
-                         duration_ms, verdict.result if verdict is not None else {})
+    return PublishResult(
+        table.name,
+        label,
+        version,
+        stream.tally.rows_in,
+        stream.tally.rows_published,
+        rejected,
+        duration_ms,
+        verdict.result if verdict is not None else {},
+    )
 
 
 Mode = Literal["replace_partitions", "append", "overwrite"]
@@ -288,16 +299,27 @@ class Stream:
 
     def batches(self, data: Data) -> pa.RecordBatchReader:
         """``data``, piece by piece, conformed: memory follows the piece, not the table."""
-        return pa.RecordBatchReader.from_batches(self.schema, conform_and_check(
-            _pieces(data), self.contract, self.tally, self._sample, checked=self.checked, now=self.now))
+        return pa.RecordBatchReader.from_batches(
+            self.schema,
+            conform_and_check(
+                _pieces(data), self.contract, self.tally, self._sample, checked=self.checked, now=self.now
+            ),
+        )
 
     def sample(self) -> pa.Table | None:
         """The even sample of the published rows for the expectation suite (None: no suite)."""
         return None if self._sample is None else self._sample.table(self.schema)
 
 
-def conform_and_check(pieces: Iterable[Piece], contract: Contract, tally: Tally, sample: _Sample | None, *,
-                      checked: bool = False, now: dt.datetime | None = None) -> Iterator[pa.RecordBatch]:
+def conform_and_check(
+    pieces: Iterable[Piece],
+    contract: Contract,
+    tally: Tally,
+    sample: _Sample | None,
+    *,
+    checked: bool = False,
+    now: dt.datetime | None = None,
+) -> Iterator[pa.RecordBatch]:
     """Each piece conformed to the contract's Arrow schema, after the row checks (unless the
     caller ran them: ``checked``); counts go to ``tally``, refused rows to ``tally.rejected``."""
     from contracts import conform, split_rows
@@ -326,8 +348,13 @@ class Verdict:
     result: dict = field(default_factory=dict)
 
 
-def audit_verdict(contract: Contract, sample: pa.Table | None, tally: Tally, invariants: Sequence[Invariant] = (),
-                  now: dt.datetime | None = None) -> Verdict:
+def audit_verdict(
+    contract: Contract,
+    sample: pa.Table | None,
+    tally: Tally,
+    invariants: Sequence[Invariant] = (),
+    now: dt.datetime | None = None,
+) -> Verdict:
     """Phase 2, audit: the contract's row-count bounds, its expectation suite on ``sample`` (when
     given) and the caller's invariants, judged on the whole stream's tally."""
     from contracts.audit_worker import audit as run_suite
@@ -336,13 +363,17 @@ def audit_verdict(contract: Contract, sample: pa.Table | None, tally: Tally, inv
     result: dict = {}
     low, high = contract.row_count.minimum, contract.row_count.maximum
     if (low is not None and tally.rows_published < low) or (high is not None and tally.rows_published > high):
-        failures.append(("table.row_count", f"{tally.rows_published} rows published, expected between "
-                         f"{low} and {high}", ()))
+        failures.append(
+            ("table.row_count", f"{tally.rows_published} rows published, expected between {low} and {high}", ())
+        )
     if sample is not None and sample.num_rows:
         suite = run_suite(sample, contract, now=now)
         result = suite.result
-        failures += [(f.rule, f"{f.expectation} failed on {f.unexpected_count} sampled row(s)", f.examples)
-                     for f in suite.failures if f.rule != "table.row_count"]
+        failures += [
+            (f.rule, f"{f.expectation} failed on {f.unexpected_count} sampled row(s)", f.examples)
+            for f in suite.failures
+            if f.rule != "table.row_count"
+        ]
     for invariant in invariants:
         broken = invariant(tally)
         if broken is not None:
@@ -354,33 +385,56 @@ class AuditGate:
     """The audit as the commit's last check: run once the stream has ended, it raises
     :class:`AuditFailed` — the one place an audit stops a writer — and keeps its verdict."""
 
-    def __init__(self, table: str, partition: str, stream: Stream, invariants: Sequence[Invariant],
-                 now: dt.datetime | None) -> None:
+    def __init__(
+        self, table: str, partition: str, stream: Stream, invariants: Sequence[Invariant], now: dt.datetime | None
+    ) -> None:
         self.table, self.partition, self.stream, self.invariants, self.now = table, partition, stream, invariants, now
         self.verdict: Verdict | None = None
 
     def __call__(self) -> None:
-        self.verdict = audit_verdict(self.stream.contract, self.stream.sample(), self.stream.tally, self.invariants,
-                                     self.now)
+        self.verdict = audit_verdict(
+            self.stream.contract, self.stream.sample(), self.stream.tally, self.invariants, self.now
+        )
         if self.verdict.failures:
             raise AuditFailed(self.table, self.partition, self.verdict.failures)
 
 
-def commit_audited(lake: Lake, table: Table, batches: pa.RecordBatchReader, gate: Callable[[], None], *,
-                   mode: Mode, partitions: Sequence[dict[str, object]], attempt: str) -> int:
+def commit_audited(
+    lake: Lake,
+    table: Table,
+    batches: pa.RecordBatchReader,
+    gate: Callable[[], None],
+    *,
+    mode: Mode,
+    partitions: Sequence[dict[str, object]],
+    attempt: str,
+) -> int:
     """Phase 3, commit: one Delta version of ``batches``, made only if ``gate`` — run after the
     last batch, before the log entry — returns; its error (:class:`AuditFailed`) is raised as is."""
     contract = table.contract
-    return lake.commit(table, batches, mode=mode, partitions=partitions,
-                       partition_by=contract.partition_columns, description=contract.description, attempt=attempt,
-                       check=gate)
+    return lake.commit(
+        table,
+        batches,
+        mode=mode,
+        partitions=partitions,
+        partition_by=contract.partition_columns,
+        description=contract.description,
+        attempt=attempt,
+        check=gate,
+    )
 
 
 def record_published(attempt: audit.Attempt, tally: Tally, version: int, rejected: pl.DataFrame) -> float:
     """Phase 4, record: the attempt's row for a commit; returns the attempt's duration in ms."""
     rules = sorted(set(rejected.get_column("rules").explode().drop_nulls().to_list())) if rejected.height else []
-    return attempt.end("published", version, rows_in=tally.rows_in, rows_rejected=tally.rows_rejected,
-                       rows_published=tally.rows_published, rules=rules)
+    return attempt.end(
+        "published",
+        version,
+        rows_in=tally.rows_in,
+        rows_rejected=tally.rows_rejected,
+        rows_published=tally.rows_published,
+        rules=rules,
+    )
 
 
 def record_failed(attempt: audit.Attempt, tally: Tally, error: Exception) -> None:
@@ -389,16 +443,24 @@ def record_failed(attempt: audit.Attempt, tally: Tally, error: Exception) -> Non
     error is added to ``error`` as a note: the caller's error is the one raised."""
     refused = error if isinstance(error, AuditFailed) else None
     try:
-        attempt.end("failed", None, rows_in=tally.rows_in, rows_rejected=tally.rows_rejected,
-                    rules=refused.rules if refused else [],
-                    message=str(error) if refused else f"{type(error).__name__}: {error}")
-    except Exception as log_error:  # noqa: BLE001 - reported on the error that is raised
-        error.add_note(f"ops.audit_log could not record this attempt either: {type(log_error).__name__}: "
-                       f"{log_error}")
+        attempt.end(
+            "failed",
+            None,
+            rows_in=tally.rows_in,
+            rows_rejected=tally.rows_rejected,
+            rules=refused.rules if refused else [],
+            message=str(error) if refused else f"{type(error).__name__}: {error}",
+        )
+    except Exception as log_error:
+        error.add_note(f"ops.audit_log could not record this attempt either: {type(log_error).__name__}: {log_error}")
 
 
-def republish(where: Lake | Settings, table: Table, change: Callable[[pl.DataFrame], pl.DataFrame],
-              partitions: Sequence[Mapping[str, object]] = ()) -> tuple[int, int]:
+def republish(
+    where: Lake | Settings,
+    table: Table,
+    change: Callable[[pl.DataFrame], pl.DataFrame],
+    partitions: Sequence[Mapping[str, object]] = (),
+) -> tuple[int, int]:
     """Rewrite ``partitions`` of ``table`` (the whole table when none are named) through
     ``change``, one batch of its current rows at a time, as one commit; (rows before, after).
 
@@ -429,8 +491,7 @@ def republish(where: Lake | Settings, table: Table, change: Callable[[pl.DataFra
                 counts[1] += after.height
                 yield after
 
-        result = publish(lake, table, changed(), partitions=owned, mode=mode, expectations=False,
-                         checked=True)
+        result = publish(lake, table, changed(), partitions=owned, mode=mode, expectations=False, checked=True)
         lake.check_file_types(table, result.version)
     return counts[0], counts[1]
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import base64
 import json
-
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -78,8 +77,9 @@ def accept(body: bytes, content_type: str, tenant: str | None) -> Accepted:
         record = _PROTOBUF_BODY + len(claim).to_bytes(2, "big") + claim + body if spans > rejected else None
         return Accepted(record, spans, rejected, _rejected_message(rejected))
     decoded = decode(body, content_type, tenant)
-    return Accepted(None if decoded.line is None else _LINE + decoded.line, decoded.spans, decoded.rejected,
-                    decoded.message)
+    return Accepted(
+        None if decoded.line is None else _LINE + decoded.line, decoded.spans, decoded.rejected, decoded.message
+    )
 
 
 def line_of(record: bytes) -> bytes | None:
@@ -90,7 +90,7 @@ def line_of(record: bytes) -> bytes | None:
     if kind != _PROTOBUF_BODY or len(record) < 3:
         raise BadData(f"not a spool record (kind {kind!r})")
     size = int.from_bytes(record[1:3], "big")
-    return decode(record[3 + size:], PROTOBUF, record[3:3 + size].decode() or None).line
+    return decode(record[3 + size :], PROTOBUF, record[3 : 3 + size].decode() or None).line
 
 
 def decode(body: bytes, content_type: str, tenant: str | None) -> Decoded:
@@ -116,8 +116,11 @@ def decode(body: bytes, content_type: str, tenant: str | None) -> Decoded:
 def _claims_ours(request: dict[str, Any]) -> bool:
     """Whether a resource carries an attribute only the receiver writes (then the line is re-encoded without it)."""
     try:
-        return any(isinstance(a, dict) and a.get("key") in _OURS for rs in request.get("resourceSpans", ())
-                   for a in (rs.get("resource") or {}).get("attributes", ()))
+        return any(
+            isinstance(a, dict) and a.get("key") in _OURS
+            for rs in request.get("resourceSpans", ())
+            for a in (rs.get("resource") or {}).get("attributes", ())
+        )
     except (AttributeError, TypeError):
         raise BadData("the body is not an OTLP/JSON ExportTraceServiceRequest (broken resourceSpans)") from None
 
@@ -231,8 +234,9 @@ def _finite(value: float) -> float | str:
 
 def _count_spans(request: dict[str, Any]) -> int:
     try:
-        return sum(len(scope.get("spans", ())) for rs in request.get("resourceSpans", ())
-                   for scope in rs.get("scopeSpans", ()))
+        return sum(
+            len(scope.get("spans", ())) for rs in request.get("resourceSpans", ()) for scope in rs.get("scopeSpans", ())
+        )
     except (AttributeError, TypeError):
         raise BadData("the body is not an OTLP/JSON ExportTraceServiceRequest (broken resourceSpans)") from None
 
@@ -263,8 +267,9 @@ def _restamp(request: dict[str, Any], tenant: str | None, *, converted: bool) ->
                 if claimed is not None and claimed != tenant:
                     scope_spans["spans"] = []
                 else:
-                    scope_spans["spans"] = [s for s in all_spans
-                                            if _string_attr(s.get("attributes", ()), _CLAIMED_TENANT) in (None, tenant)]
+                    scope_spans["spans"] = [
+                        s for s in all_spans if _string_attr(s.get("attributes", ()), _CLAIMED_TENANT) in (None, tenant)
+                    ]
                 rejected += len(all_spans) - len(scope_spans["spans"])
             if tenant is not None:
                 attributes.append({"key": TENANT, "value": {"stringValue": tenant}})
@@ -308,4 +313,3 @@ def status_body(content_type: str, status: int, message: str) -> bytes:
 
         return Status(code=code, message=message).SerializeToString()
     return json.dumps({"code": code, "message": message}).encode()
-

@@ -100,13 +100,15 @@ class Receiver:
             extra = [(b"retry-after", str(refused.retry_after).encode())] if refused.retry_after else []
             if refused.status == 405:
                 extra.append((b"allow", b"POST"))
-            await _answer(send, refused.status, answer_as, status_body(answer_as, refused.status, refused.message),
-                          extra)
+            await _answer(
+                send, refused.status, answer_as, status_body(answer_as, refused.status, refused.message), extra
+            )
             return
         await _answer(send, status, answer_as, body)
 
-    async def _export(self, scope: Scope, headers: dict[bytes, bytes], content_type: str,
-                      receive: Receive) -> tuple[int, bytes]:
+    async def _export(
+        self, scope: Scope, headers: dict[bytes, bytes], content_type: str, receive: Receive
+    ) -> tuple[int, bytes]:
         path = scope["path"]
         if path in _NOT_YET:
             raise _Refused(404, f"Strata takes traces only: {_NOT_YET[path]} are not received yet (POST {TRACES})")
@@ -125,8 +127,7 @@ class Receiver:
         if encoding not in (b"identity", b"gzip"):
             raise _Refused(415, f"Content-Encoding must be gzip or none, not {encoding.decode('latin-1')!r}")
         if self.spool.pending_bytes() >= self.spool_max_bytes:
-            raise _Refused(503, "the receiver's spool is full until the landing zone takes its segments",
-                           RETRY_AFTER_S)
+            raise _Refused(503, "the receiver's spool is full until the landing zone takes its segments", RETRY_AFTER_S)
         declared = headers.get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.max_body_bytes:
             raise _Refused(413, f"the body is over the receiver's limit of {self.max_body_bytes} bytes")
@@ -184,8 +185,9 @@ class Receiver:
                 raise BadData(f"the body is not valid gzip: {exc}") from None
             size += len(part)
             if size > self.max_body_bytes:
-                raise _Refused(413, f"the decompressed body is over the receiver's limit of {self.max_body_bytes} "
-                                    "bytes")
+                raise _Refused(
+                    413, f"the decompressed body is over the receiver's limit of {self.max_body_bytes} bytes"
+                )
             if not inflate.eof:
                 raise BadData("the gzip body is truncated")
             parts.append(part)
@@ -193,8 +195,9 @@ class Receiver:
         return b"".join(parts)
 
 
-async def _answer(send: Send, status: int, content_type: str, body: bytes,
-                  extra: list[tuple[bytes, bytes]] | None = None) -> None:
+async def _answer(
+    send: Send, status: int, content_type: str, body: bytes, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
     headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()), *(extra or [])]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
@@ -205,8 +208,13 @@ def build_receiver(settings: Settings, collect: CollectSettings) -> Receiver:
     for name, path in (("STRATA_COLLECT_TLS_CERT", collect.tls_cert), ("STRATA_COLLECT_TLS_KEY", collect.tls_key)):
         if path is not None and not path.is_file():
             raise ConfigError(f"{name} names {path}, which is not a file")
-    spool = Spool(settings.home / "collect" / "spool", settings.landing_dir,
-                  segment_bytes=collect.segment_bytes, segment_seconds=collect.segment_seconds, convert=line_of)
+    spool = Spool(
+        settings.home / "collect" / "spool",
+        settings.landing_dir,
+        segment_bytes=collect.segment_bytes,
+        segment_seconds=collect.segment_seconds,
+        convert=line_of,
+    )
     tokens = load_tokens(collect.tokens_file) if collect.tokens_file is not None else None
     return Receiver(spool, collect.max_body_bytes, collect.spool_max_bytes, tokens)
 
@@ -228,8 +236,17 @@ def serve(settings: Settings, collect: CollectSettings) -> None:
 
     build_receiver(settings, collect)  # refuse bad files here, once, not in every worker
     uvicorn.run(
-        f"{__name__}:receiver_from_env", factory=True, workers=collect.workers, host=collect.host,
-        port=collect.port, lifespan="on", log_level="warning", access_log=False, server_header=False,
-        limit_concurrency=CONNECTIONS, timeout_graceful_shutdown=30,
+        f"{__name__}:receiver_from_env",
+        factory=True,
+        workers=collect.workers,
+        host=collect.host,
+        port=collect.port,
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+        server_header=False,
+        limit_concurrency=CONNECTIONS,
+        timeout_graceful_shutdown=30,
         ssl_certfile=str(collect.tls_cert) if collect.tls_cert else None,
-        ssl_keyfile=str(collect.tls_key) if collect.tls_key else None)
+        ssl_keyfile=str(collect.tls_key) if collect.tls_key else None,
+    )

@@ -70,8 +70,15 @@ class Spool:
     ``convert`` makes a record the line its landed file holds (``None``: none), on the converter thread.
     """
 
-    def __init__(self, spool_dir: Path, landing_dir: Path, *, segment_bytes: int, segment_seconds: float,
-                 convert: Callable[[bytes], bytes | None]) -> None:
+    def __init__(
+        self,
+        spool_dir: Path,
+        landing_dir: Path,
+        *,
+        segment_bytes: int,
+        segment_seconds: float,
+        convert: Callable[[bytes], bytes | None],
+    ) -> None:
         self.spool_dir = spool_dir
         self.landing_dir = landing_dir / "otlp"
         self.segment_bytes = segment_bytes
@@ -171,8 +178,9 @@ class Spool:
             if batch:
                 self._commit(batch, size)
             segment = self._segment
-            if segment is not None and (segment.size >= self.segment_bytes
-                                        or time.monotonic() - segment.opened >= self.segment_seconds):
+            if segment is not None and (
+                segment.size >= self.segment_bytes or time.monotonic() - segment.opened >= self.segment_seconds
+            ):
                 self._roll()
         self._roll()
 
@@ -210,7 +218,7 @@ class Spool:
 
     def _open(self) -> _Segment:
         self._seq += 1
-        day = dt.datetime.now(dt.timezone.utc).date().isoformat()
+        day = dt.datetime.now(dt.UTC).date().isoformat()
         folder = self.spool_dir / f"date={day}"
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{self._prefix}-{self._seq:06d}{SUFFIX}"
@@ -253,7 +261,7 @@ class Spool:
             except OSError as exc:
                 log.warning("strata collect: cannot land %s yet: %s", segment.path.name, exc)
                 with self._closed:  # keep it, retry later, let backpressure build; a restart takes it over
-                    if self._stopping or self._closed.wait(1.0) and self._stopping:
+                    if self._stopping or (self._closed.wait(1.0) and self._stopping):
                         return
                 continue
             if landed is not None:
@@ -281,8 +289,9 @@ class Spool:
             part.unlink()
             aside = path.with_name(path.name + ".failed")
             os.rename(path, aside)
-            log.error("strata collect: %s holds a record that cannot be converted (%s); kept as %s", path.name, exc,
-                      aside)
+            log.error(
+                "strata collect: %s holds a record that cannot be converted (%s); kept as %s", path.name, exc, aside
+            )
             return None
         except BaseException:
             part.unlink(missing_ok=True)
@@ -359,7 +368,7 @@ def _settle(batch: list[tuple[bytes, concurrent.futures.Future[None]]], error: O
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _sync_dir(folder: Path) -> None:

@@ -55,8 +55,10 @@ def load_tokens(path: Path) -> Tokens:
         if not fields:
             continue
         if len(fields) > 2 or len(fields[0]) < MIN_TOKEN_CHARS:
-            raise ConfigError(f"{path} line {number}: expected '<token> [<tenant>]' with a token of at least "
-                              f"{MIN_TOKEN_CHARS} characters")
+            raise ConfigError(
+                f"{path} line {number}: expected '<token> [<tenant>]' with a token of at least "
+                f"{MIN_TOKEN_CHARS} characters"
+            )
         tokens.append(Token(fields[0].encode(), fields[1] if len(fields) == 2 else None))
     if not tokens:
         raise ConfigError(f"{path} holds no token: add lines of '<token> [<tenant>]'")
