@@ -13,7 +13,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from contracts.rules import checked
 from contracts.types import type_name
 
 
@@ -150,13 +149,3 @@ class Contract:
 
     def __contains__(self, name: object) -> bool:
         return any(c.name == name for c in self.columns)
-
-    def rule_ids(self) -> list[str]:
-        """Every rule id the enforcers of this contract can report."""
-        ids: list[str] = []
-        for c in self.columns:
-            ids += [f"{c.name}.type", *(rule.rule_id(c.name) for rule in checked(c, self))]
-        if self.primary_key:
-            ids.append("primary_key.unique")
-        ids += ["table.row_count", "table.columns"]
-        return ids

@@ -537,6 +537,17 @@ def checked(column: Column, contract: Contract) -> list[Rule]:
     ]
 
 
+def rule_ids(contract: Contract) -> list[str]:
+    """Every rule id the enforcers of ``contract`` can report."""
+    ids: list[str] = []
+    for c in contract.columns:
+        ids += [f"{c.name}.type", *(rule.rule_id(c.name) for rule in checked(c, contract))]
+    if contract.primary_key:
+        ids.append("primary_key.unique")
+    ids += ["table.row_count", "table.columns"]
+    return ids
+
+
 @contextmanager
 def registered(rule: Rule) -> Iterator[Rule]:
     """Add ``rule`` to the rules for the length of the block, then restore them.
