@@ -159,7 +159,7 @@ def test_every_writing_task_declares_its_tables_as_outlets(probe: dict[str, Any]
 
 def test_library_code_and_the_cli_never_import_airflow() -> None:
     """Importing Airflow reconfigures a process's logging: only the dag.test() child and the Celery
-    configuration Airflow's workers read may (DESIGN §8)."""
+    configuration Airflow's workers read may (docs/design.md §8)."""
     root = DAGS.parent
     orchestration = root / "strata" / "orchestration"
     allowed = {orchestration / "dag_runs.py", orchestration / "celery_config.py"}
@@ -206,3 +206,30 @@ def test_dag_files_are_thin_airflow_sdk_at_top_level_and_a_task_runs_the_step_it
         step = ast.literal_eval(calls[0].args[0])
         assert step == function.name or (function.name == "score_shards" and step == "score")
         assert step in task_steps.STEPS, f"{name}: task {function.name} runs {step!r}, which no step is declared as"
+
+
+_FORKED = """
+import os, sys, time
+import strata.orchestration.celery_config  # what a Celery worker imports before it forks its tasks
+pid = os.fork()
+if pid == 0:  # a task: parallel polars work, as an ingest's ledger read does
+    import polars as pl
+    pl.DataFrame({"a": list(range(300_000)) * 2}).unique()
+    from warehouse.tables import all_tables
+    all_tables()
+    os._exit(0)
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline:
+    if os.waitpid(pid, os.WNOHANG)[0]:
+        sys.exit(0)
+    time.sleep(0.05)
+os.kill(pid, 9)
+sys.exit("the forked task hung")
+"""
+
+
+def test_a_task_forked_from_the_celery_worker_can_run_polars() -> None:
+    """Polars' thread pool does not survive fork(): had the worker used polars (loading the contracts
+    compiles their patterns with it) before forking, a task's first parallel query would wait forever."""
+    done = subprocess.run([sys.executable, "-c", _FORKED], capture_output=True, text=True, timeout=120, cwd=DAGS.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
