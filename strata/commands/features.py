@@ -71,16 +71,19 @@ def get_cmd(
     values = get_online_features(
         load_settings(), kind, raw, names or None, pseudonymize=not pseudonymized, with_times=True
     )
+    shown = [k for k in values if not k.endswith("__ts")]
+    if all(values[f"{n}__ts"] is None for n in shown):  # a page of dashes would read as an answer
+        raise LookupError(
+            f"the online store holds nothing for {kind} {raw}: unknown, forgotten, or not materialized yet "
+            "(strata features materialize)"
+        )
     table = Table(title=f"online features of {kind} {raw}")
     for column in ("feature", "value", "event time"):
         table.add_column(column)
-    shown = [k for k in values if not k.endswith("__ts")]
     for name in shown:
         ts = values[f"{name}__ts"]
         table.add_row(name, "—" if values[name] is None else str(values[name]), "—" if ts is None else ts.isoformat())
     out.print(table)
-    if all(values[f"{n}__ts"] is None for n in shown):
-        out.print(f"[yellow]the online store holds nothing for {kind} {raw}[/] (not materialized, or unknown)")
 
 
 @app.command("serve")

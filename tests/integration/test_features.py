@@ -256,6 +256,9 @@ def test_pipeline_steps_and_the_get_command(world: dict) -> None:
     assert result.exit_code == 0, result.output
     assert str(values["request_count_1h"]) in result.output and "2026-03-0" in result.output
     assert "alice" in result.output and ALICE not in result.output
+    unknown = CliRunner().invoke(app, ["features", "get", "user=nobody"], env=settings.to_env())
+    assert unknown.exit_code == 1 and "holds nothing for user nobody" in str(unknown.exception)
+    assert "—" not in unknown.output  # no page of empty rows
 
 
 def test_forget_removes_the_users_online_rows(world: dict) -> None:
