@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 app = typer.Typer()
 _HELP = (
     "Tables are views named <layer>.<table> (ads.model_daily, dwd.request, …) of their current Delta "
-    "versions. End a statement with ';'. .tables lists the tables, .quit (or Ctrl-D) leaves."
+    "versions. End a statement with ';'. .tables lists the tables, .help shows this, .quit (or Ctrl-D) leaves."
 )
 
 
@@ -158,6 +158,12 @@ def _prompt(session: Session, settings: Settings, max_rows: int) -> None:
                 for view in session.views:
                     pin = " (pinned)" if view.pinned else ""
                     out.print(f"{view.name}  v{view.version}{pin}")
+                continue
+            if not lines and command == ".help":
+                console.print(_HELP)
+                continue
+            if not lines and command.startswith("."):  # no SQL starts with a dot: not a statement's first line
+                console.print(f"[red]error:[/] unknown command {escape(command)} (.help, .tables, .quit)")
                 continue
             lines.append(line)
             text = "\n".join(lines).strip()

@@ -82,13 +82,15 @@ def test_as_of_reads_an_older_version(env: dict[str, str]) -> None:
 
 def test_the_prompt_runs_statements_and_keeps_history(env: dict[str, str]) -> None:
     session = (
-        "select 6 * 7 as answer;\nselect\n  count(*) as quotas\nfrom dwd.tenant_quota;\ndelete from "
+        ".help\n.nope\nselect 6 * 7 as answer;\nselect\n  count(*) as quotas\nfrom dwd.tenant_quota;\ndelete from "
         "dwd.tenant_quota;\n.tables\n.quit\n"
     )
     result = _run(env, "sql", stdin=session)
     assert result.returncode == 0, result.stderr
     assert "42" in result.stdout and "dwd.tenant_quota" in result.stdout and "1 row(s)" in result.stdout
     assert "DELETE statements are refused" in result.stderr  # an error does not end the session
+    # .help answers, an unknown dot command is one error line: neither opens a statement
+    assert result.stderr.count("End a statement with ';'") == 2 and "unknown command .nope" in result.stderr
     history = (Path(env["STRATA_HOME"]) / "sql_history").read_text().splitlines()
     assert history[-3:] == [
         "select 6 * 7 as answer;",
