@@ -71,15 +71,47 @@ def list_cmd() -> None:
 
 
 @app.command("show")
-def show_cmd(ref: str = typer.Argument(..., help="NAME or NAME@VERSION")) -> None:
+def show_cmd(
+    ref: str = typer.Argument(..., help="NAME or NAME@VERSION"),
+    as_json: bool = typer.Option(False, "--json", help="The whole card as registered (model.json)."),
+) -> None:
     """A model version's card: features, feature service, window, metrics, libraries, hash."""
+    from rich.table import Table
+
     from batch_inference.registry import get
     from warehouse.settings import load_settings
 
     name, _, version = ref.partition("@")
     model = get(load_settings(), name, version or None)
-    out.print(escape(model.card.to_json()), end="")
-    out.print(f"[dim]{escape(str(model.path))}[/]")
+    card = model.card
+    if as_json:
+        out.print(escape(card.to_json()), end="")
+        return
+    dtypes = sorted({f.dtype for f in card.features})
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for label, value in (
+        ("model", f"{card.ref}, created {card.created_at}"),
+        ("scores", f"{card.entity} from {card.source_table} (feature service {card.feature_service})"),
+        ("trained on", " … ".join(card.training_window)),
+        ("metrics", " · ".join(f"{k} {_number(v)}" for k, v in sorted(card.metrics.items()))),
+        ("threshold", _number(card.threshold)),
+        ("features", f"{len(card.features)} ({', '.join(dtypes)}): " + ", ".join(f.name for f in card.features)),
+        ("libraries", " · ".join(f"{k} {v}" for k, v in sorted(card.libraries.items()))),
+        ("sha256", f"model {card.sha256[:16]}…, card {card.card_sha256[:16]}…"),
+        ("files", str(model.path)),
+    ):
+        grid.add_row(label, escape(value))
+    out.print(grid)
+    out.print("[dim]--json prints the whole card[/]")
+
+
+def _number(value: float) -> str:
+    """A metric in plain digits: 3 significant ones, no exponent for what a person reads."""
+    if value == 0 or 1e-3 <= abs(value) < 1e6:
+        return f"{value:.4g}"
+    return f"{value:.2e}"
 
 
 @app.command("score")

@@ -50,6 +50,19 @@ def test_an_edited_card_is_refused_by_scoring(strata_env: Path, change: str) -> 
         score(settings, "user_risk", dt.date(2026, 1, 8), version=version, provider="cpu")
 
 
+def test_model_show_prints_a_card_that_fits_80_columns(strata_env: Path) -> None:
+    settings = load_settings()
+    register(settings, CARD, b"onnx bytes")
+    shown = CliRunner().invoke(app, ["show", "user_risk"], env={"COLUMNS": "80"})
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert len(lines) <= 20 and max(map(len, lines)) <= 80
+    assert "user_risk@v1" in shown.output and "2026-01-01 … 2026-01-06" in shown.output
+    assert "roc_auc 0.8" in shown.output and "a_1h, b_1h" in shown.output
+    whole = CliRunner().invoke(app, ["show", "user_risk@v1", "--json"])
+    assert json.loads(whole.output)["threshold"] == 0.7
+
+
 def test_model_list_names_each_bad_version_and_lists_the_good(strata_env: Path) -> None:
     settings = load_settings()
     for _ in range(3):
