@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -15,6 +16,20 @@ from warehouse.progress import Progress as ProgressFn
 
 console = Console(stderr=True, highlight=False)
 out = Console(highlight=False)
+
+
+def plain(value: float) -> str:
+    """A number as a person reads it in a table: thousands separated, about three significant
+    digits (four below 1), never an exponent (``32,850`` not ``3.285e+04``; ``0.000000119`` not ``1.19e-07``)."""
+    if not math.isfinite(value):
+        return str(value)
+    magnitude = abs(value)
+    if magnitude >= 100:
+        return f"{value:,.0f}"
+    decimals = 2 if magnitude >= 1 else (3 - math.floor(math.log10(magnitude)) if magnitude else 0)
+    text = f"{value:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
 
 #: Log levels by ``-v`` count: none shows warnings only, ``-v`` what each step does, ``-vv`` detail.
 LEVELS = ("WARNING", "INFO", "DEBUG")

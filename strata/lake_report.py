@@ -14,6 +14,7 @@ from typing import Any, TypeAlias
 
 from rich.table import Table as RichTable
 
+from strata.console import plain
 from warehouse.settings import Settings
 
 Echo: TypeAlias = Callable[[Any], None]
@@ -41,7 +42,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, float):
-        return f"{value:,.4g}"
+        return plain(value)
     return "" if value is None else str(value)
 
 

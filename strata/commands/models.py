@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.markup import escape
 
-from strata.console import out, progress
+from strata.console import out, plain, progress
 from strata.options import WAIT, for_writing, parse_date
 
 app = typer.Typer(help="ONNX models: train from Feast, register, score entities in batch.", no_args_is_help=True)
@@ -95,8 +95,8 @@ def show_cmd(
         ("model", f"{card.ref}, created {card.created_at}"),
         ("scores", f"{card.entity} from {card.source_table} (feature service {card.feature_service})"),
         ("trained on", " … ".join(card.training_window)),
-        ("metrics", " · ".join(f"{k} {_number(v)}" for k, v in sorted(card.metrics.items()))),
-        ("threshold", _number(card.threshold)),
+        ("metrics", " · ".join(f"{k} {plain(v)}" for k, v in sorted(card.metrics.items()))),
+        ("threshold", plain(card.threshold)),
         ("features", f"{len(card.features)} ({', '.join(dtypes)}): " + ", ".join(f.name for f in card.features)),
         ("libraries", " · ".join(f"{k} {v}" for k, v in sorted(card.libraries.items()))),
         ("sha256", f"model {card.sha256[:16]}…, card {card.card_sha256[:16]}…"),
@@ -105,13 +105,6 @@ def show_cmd(
         grid.add_row(label, escape(value))
     out.print(grid)
     out.print("[dim]--json prints the whole card[/]")
-
-
-def _number(value: float) -> str:
-    """A metric in plain digits: 3 significant ones, no exponent for what a person reads."""
-    if value == 0 or 1e-3 <= abs(value) < 1e6:
-        return f"{value:.4g}"
-    return f"{value:.2e}"
 
 
 @app.command("score")
