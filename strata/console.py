@@ -18,6 +18,19 @@ console = Console(stderr=True, highlight=False)
 out = Console(highlight=False)
 
 
+class Command(str):
+    """A command line for a person to copy: printed whole on one line, however narrow the terminal."""
+
+
+def say(renderable: object, console: Console = out) -> None:
+    """Print for a person on ``console``; a :class:`Command` is never broken or cropped by rich (the
+    terminal wraps it on screen; copied, it is one line that runs as printed)."""
+    if isinstance(renderable, Command):
+        console.print(renderable, soft_wrap=True, markup=False, highlight=False)
+    else:
+        console.print(renderable)
+
+
 def plain(value: float) -> str:
     """A number as a person reads it in a table: thousands separated, about three significant
     digits (four below 1), never an exponent (``32,850`` not ``3.285e+04``; ``0.000000119`` not ``1.19e-07``)."""

@@ -302,12 +302,17 @@ def _echo_run(report: RunReport, manifest: dict, echo: Echo) -> bool:
 
 
 def _next_commands(settings: Settings, echo: Echo, user_id: str) -> None:
-    echo("[bold]next[/]")
-    strata = Path(sys.executable).parent / "strata"
+    from strata.console import Command
+
+    def command(line: str) -> None:  # one line however narrow the terminal: copied, it runs as printed
+        echo(Command(f"  {line}"))
+
     echo(
-        f'  eval "$(STRATA_HOME={settings.home.parent} {strata} demo env)"   # once per shell: `strata` on the '
-        "PATH, the demo's lake and key (STRATA_HOME, STRATA_PSEUDONYM_KEY); then:"
+        "[bold]next[/] (once per shell, the first line puts `strata` on the PATH and the demo's lake and key in "
+        "STRATA_HOME and STRATA_PSEUDONYM_KEY)"
     )
+    strata = Path(sys.executable).parent / "strata"
+    command(f'eval "$(STRATA_HOME={settings.home.parent} {strata} demo env)"')
     for line in (
         'strata sql "SELECT tenant_id, sum(cost_usd) FROM dwd.request GROUP BY 1 ORDER BY 2 DESC"',
         f"strata features get user={user_id}",
@@ -316,5 +321,5 @@ def _next_commands(settings: Settings, echo: Echo, user_id: str) -> None:
         "strata landed --last 5",
         "strata demo --reset   # start the demo over",
     ):
-        echo(f"  {line}")
+        command(line)
     echo(f"  lake: {settings.lake_uri}  (Delta tables: ods/*, dwd/*, ops/*, …; any Delta reader opens them)")

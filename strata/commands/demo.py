@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from strata.console import out, progress
+from strata.console import out, progress, say
 from strata.options import parse_date
 
 app = typer.Typer()
@@ -69,7 +69,7 @@ def demo_cmd(
     settings = load_settings()
     if reset:
         out.print(f"  removed the demo's corner {reset_demo(settings)}: starting over")
-    if not run_demo(settings, days=days, requests_per_day=requests_per_day, seed=seed, echo=out.print):
+    if not run_demo(settings, days=days, requests_per_day=requests_per_day, seed=seed, echo=say):
         raise typer.Exit(1)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 from strata.demo import BEFORE_SCORES, DWD_ONLY, _echo_run, daily_plan
 from strata.orchestration.dag_runs import RunReport
@@ -53,3 +54,23 @@ def test_a_failed_run_is_printed_with_its_error_and_fails_the_demo() -> None:
     assert _echo_run(failed, {"days": {}}, said.append) is False
     assert "✗[/] strata_daily 2026-01-02" in said[0]
     assert "dwd.build_dwd: build_dwd for 2026-01-02: no ODS rows" in said[1]
+
+
+def test_the_next_commands_stay_one_line_each_at_80_columns(tmp_path: Path) -> None:
+    """Copied from a narrow terminal, a command the demo suggests must run as printed: rich must not
+    break it with real line breaks (it did: `... ORDER` / `BY 2 DESC"`)."""
+    import io
+
+    from rich.console import Console
+
+    from strata.console import say
+    from strata.demo import _next_commands
+    from warehouse.settings import load_settings
+
+    console = Console(width=80, file=io.StringIO(), record=True)
+    _next_commands(load_settings({"STRATA_HOME": str(tmp_path / "home")}), lambda x: say(x, console), "u_13cae536e2")
+    lines = [line.strip() for line in console.export_text().splitlines()]
+    assert 'strata sql "SELECT tenant_id, sum(cost_usd) FROM dwd.request GROUP BY 1 ORDER BY 2 DESC"' in lines
+    assert "strata airflow up   # the same DAGs on a schedule, on this lake: http://127.0.0.1:8080" in lines
+    [env] = [line for line in lines if line.startswith("eval ")]
+    assert env.endswith('demo env)"')
