@@ -15,6 +15,7 @@ from tests.contract_rows import synthetic
 from warehouse.settings import Settings, load_settings
 from warehouse.storage import lake
 from warehouse.storage.duck import lake_reader
+from warehouse.storage.lake import Lake
 from warehouse.tables import OPS_BOOKS
 
 
@@ -28,7 +29,7 @@ def _rows(n: int) -> pa.Table:
 
 
 def _commit(settings: Settings, data: pa.Table) -> int:
-    return lake.commit(settings, OPS_BOOKS, data, mode="append", partition_by=OPS_BOOKS.contract.partition_columns)
+    return Lake.of(settings).commit(OPS_BOOKS, data, mode="append", partition_by=OPS_BOOKS.contract.partition_columns)
 
 
 def test_a_table_opened_again_sees_every_commit_since_and_is_the_same_handle(settings: Settings) -> None:

@@ -408,31 +408,6 @@ def commit_actions(where: Lake | Settings, table: Table, version: int) -> list[d
     return Lake.of(where).commit_actions(table, version)
 
 
-def commit(
-    where: Lake | Settings,
-    table: Table,
-    data: pa.Table | pa.RecordBatchReader,
-    *,
-    mode: Literal["append", "replace_partitions", "overwrite"],
-    partition_by: Sequence[str] = (),
-    partitions: Iterable[dict[str, object]] = (),
-    description: str | None = None,
-    attempt: str | None = None,
-    check: Callable[[], None] | None = None,
-) -> int:
-    """:meth:`Lake.commit`."""
-    return Lake.of(where).commit(
-        table,
-        data,
-        mode=mode,
-        partition_by=partition_by,
-        partitions=partitions,
-        description=description,
-        attempt=attempt,
-        check=check,
-    )
-
-
 def present_columns(settings: Settings, table: Table, columns: Sequence[str]) -> list[str]:
     """Those of ``columns`` the table has (a column a compatible contract change added may be
     missing from a table written before it)."""
