@@ -103,6 +103,9 @@ def test_landed_files_are_listed_and_build_dwd_takes_several_dates(tmp_path: Pat
     landed = _run(["landed"], {**env, "COLUMNS": "200"})
     row = next(line for line in landed.stdout.splitlines() if "logs.jsonl" in line)
     assert [cell.strip() for cell in row.split("│")[3:7]] == ["ods.request_log_raw", "jsonl", "3", "1"]
+    narrow = _run(["landed"], {**env, "COLUMNS": "80"}).stdout.splitlines()  # one line per file, its path
+    assert max(map(len, narrow)) <= 80 and len(narrow) == 6, narrow  # shortened from the middle
+    assert [cell.strip() for cell in narrow[3].split("│")[2:5]] == [f"/{logs.parts[1]}/…/logs.jsonl", "3", "1"]
     result = _run(["-v", "build", "dwd", "--date", "2026-02-02", "--date", "2026-02-01"], env)
     assert result.returncode == 0, result.stderr
     text = " ".join(result.stdout.split())  # rich wraps long lines
