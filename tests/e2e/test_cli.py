@@ -67,6 +67,15 @@ def test_errors_are_one_line_without_traceback_unless_debug(tmp_path: Path) -> N
     assert level.returncode == 1 and "error: STRATA_LOG_LEVEL must be DEBUG, INFO" in level.stderr
 
 
+def test_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    env = {"STRATA_HOME": str(tmp_path), "COLUMNS": "80"}
+    unknown = _run(["build", "dwd", "--foo"], env)  # was a usage line, a hint and a boxed panel
+    assert unknown.returncode == 2 and unknown.stdout == ""
+    assert unknown.stderr == "error: No such option: --foo (see 'strata build dwd --help')\n"
+    long = _run(["sql", "--format", "xml", "select 1"], env)  # longer than the terminal: still one line
+    assert long.returncode == 2 and long.stderr.count("\n") == 1 and "'xml' is not one of" in long.stderr
+
+
 def test_an_error_keeps_text_that_looks_like_markup(tmp_path: Path) -> None:
     missing = tmp_path / "[bold]" / "logs.jsonl"  # rich would take "[bold]" for a style and drop it
     result = _run(["ingest", str(missing)], {"STRATA_HOME": str(tmp_path)})
