@@ -57,7 +57,7 @@ _USD = re.compile(r"(^|_)usd(_|$)")
 def cell(value: object, name: str = "") -> str:
     """A value as a table shows it, in plain units: what ``name`` (a column or feature) measures in
     milliseconds as ``623 ms`` or ``38.24 s``, in US dollars as ``$0.5921``; other numbers :func:`plain`
-    (integers whole, thousands separated), a boolean ✓ or ✗, a time to the second, nothing for null."""
+    (integers whole, thousands separated), a boolean ✓ or ✗, a time to the second in UTC, nothing for null."""
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -69,8 +69,8 @@ def cell(value: object, name: str = "") -> str:
         if _USD.search(name) and math.isfinite(number):
             return f"{'-' if number < 0 else ''}${plain(abs(number))}"
         return f"{value:,}" if isinstance(value, int) else plain(number)
-    if isinstance(value, dt.datetime):
-        return f"{value:%Y-%m-%d %H:%M:%S}"
+    if isinstance(value, dt.datetime):  # in UTC, as the lake keeps time
+        return f"{value.astimezone(dt.UTC) if value.tzinfo else value:%Y-%m-%d %H:%M:%S}"
     return str(value)
 
 
