@@ -88,12 +88,24 @@ app.add_typer(collect.app)
 
 
 def main() -> None:
-    """Entry point: run the app, turning any error into one line and exit code 1."""
+    """Entry point: run the app; a usage error is one line and exit code 2, any other error one line
+    and exit code 1."""
+    # typer vendors click and exports no name for its usage errors (typer.BadParameter is one of them)
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+
     debug = "--debug" in sys.argv[1:]
     try:
-        app(prog_name="strata")
+        # standalone_mode=False: click's errors come here instead of its rich panel of several lines
+        code = app(prog_name="strata", standalone_mode=False)
     except SystemExit:
         raise
+    except NoArgsIsHelpError:  # `strata build`: its help is printed already
+        sys.exit(2)
+    except ClickException as exc:  # a usage error (unknown option, bad value) or a file click could not open
+        hint = f" (see '{exc.ctx.command_path} --help')" if isinstance(exc, UsageError) and exc.ctx else ""
+        message = " ".join(exc.format_message().split())
+        console.print(f"[red]error:[/] {escape(message)}{escape(hint)}", soft_wrap=True)
+        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         console.print("[red]interrupted[/]")
         sys.exit(130)
@@ -105,6 +117,7 @@ def main() -> None:
         console.print(f"[red]error:[/] {escape(str(exc) or type(exc).__name__)}")
         console.print("[dim](run with --debug for the traceback)[/]")
         sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)  # typer.Exit(n) in a command returns n here
 
 
 if __name__ == "__main__":

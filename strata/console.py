@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import logging
 import math
 import os
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
-from rich.console import Console
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+from rich.text import Text
 
 from warehouse.progress import Progress as ProgressFn
 
@@ -42,6 +48,114 @@ def plain(value: float) -> str:
     decimals = 2 if magnitude >= 1 else (3 - math.floor(math.log10(magnitude)) if magnitude else 0)
     text = f"{value:,.{decimals}f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+_MS = re.compile(r"(^|_)ms(_|$)")
+_USD = re.compile(r"(^|_)usd(_|$)")
+
+
+def cell(value: object, name: str = "") -> str:
+    """A value as a table shows it, in plain units: what ``name`` (a column or feature) measures in
+    milliseconds as ``623 ms`` or ``38.24 s``, in US dollars as ``$0.5921``; other numbers :func:`plain`
+    (integers whole, thousands separated), a boolean ✓ or ✗, a time to the second in UTC, nothing for null."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "✓" if value else "✗"
+    if isinstance(value, int | float | decimal.Decimal):
+        number = float(value)
+        if _MS.search(name) and math.isfinite(number):
+            return f"{plain(number)} ms" if abs(number) < 1000 else f"{plain(number / 1000)} s"
+        if _USD.search(name) and math.isfinite(number):
+            return f"{'-' if number < 0 else ''}${plain(abs(number))}"
+        return f"{value:,}" if isinstance(value, int) else plain(number)
+    if isinstance(value, dt.datetime):  # in UTC, as the lake keeps time
+        return f"{value.astimezone(dt.UTC) if value.tzinfo else value:%Y-%m-%d %H:%M:%S}"
+    return str(value)
+
+
+def short_path(path: str, width: int) -> str:
+    """``path`` in at most ``width`` cells, shortened from the middle: its first folder and as many
+    of its last parts as fit stay whole (``/tmp/…/date=2026-12-01/feedback.jsonl.gz``); a last part
+    longer than the width keeps its start and end."""
+    if cell_len(path) <= width:
+        return path
+    parts = path.split("/")
+    first = 2 if not parts[0] and len(parts) > 2 else 1  # "/tmp" of an absolute path, else "tmp"
+    head, tail = "/".join(parts[:first]), parts[-1]
+    for start in range(len(parts) - 2, first - 1, -1):  # the parts before the last, while they fit
+        candidate = "/".join(parts[start:])
+        if cell_len(f"{head}/…/{candidate}") > width:
+            break
+        tail = candidate
+    if cell_len(f"{head}/…/{tail}") <= width:
+        return f"{head}/…/{tail}"
+    if cell_len(f"…/{tail}") <= width:
+        return f"…/{tail}"
+    keep = max(width - 1, 2)
+    return path[: keep // 2] + "…" + path[len(path) - (keep - keep // 2) :]
+
+
+def table_width(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
+    """The width a rich table of these cells takes unsqueezed: each column's widest cell or header,
+    padded by a space on each side, between rules."""
+    widths = [max([cell_len(h), *(cell_len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
+    return sum(widths) + 3 * len(widths) + 1
+
+
+#: The narrowest a column of paths is shortened to before other columns are left out.
+PATH_WIDTH = 32
+
+
+class FitTable:
+    """A table that reads at the width of the console it is printed on: every cell whole, none cropped
+    to ``…``. When its columns do not fit, columns are left out — those named in ``drop`` first, in
+    that order, then from the last — and named under it; the cells of the ``path`` column are shortened
+    from the middle to the room left (at least :data:`PATH_WIDTH`). Cells are plain text, not markup."""
+
+    def __init__(
+        self,
+        columns: Sequence[str],
+        rows: Iterable[Sequence[str]],
+        *,
+        title: str | None = None,
+        drop: Sequence[str] = (),
+        path: str | None = None,
+    ) -> None:
+        self.columns = list(columns)
+        self.rows = [list(row) for row in rows]
+        self.title = title
+        self.drop = list(drop)
+        self.path = path
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = options.max_width
+        shown = list(self.columns)
+        order = [*self.drop, *reversed([c for c in self.columns if c not in self.drop])]
+        while self._width(shown, PATH_WIDTH) > width and len(shown) > 1:
+            shown.remove(next(c for c in order if c in shown))
+        room = PATH_WIDTH + max(width - self._width(shown, PATH_WIDTH), 0)
+        table = Table(title=self.title, title_justify="left")
+        for name in shown:
+            table.add_column(name, overflow="fold")
+        index = [self.columns.index(name) for name in shown]
+        for row in self.rows:
+            cells = [short_path(row[i], room) if self.columns[i] == self.path else row[i] for i in index]
+            table.add_row(*(Text(c) for c in cells))
+        yield table
+        hidden = [c for c in self.columns if c not in shown]
+        if hidden:
+            yield Text(f"not shown at {width} columns: {', '.join(hidden)}", style="dim")
+
+    def _width(self, shown: list[str], path_width: int) -> int:
+        index = [self.columns.index(name) for name in shown]
+        rows = [[row[i] for i in index] for row in self.rows]
+        width = table_width(shown, rows)
+        if self.path in shown:  # its cells shorten to path_width (its header stays whole)
+            at = shown.index(self.path)
+            natural = max([cell_len(self.path), *(cell_len(r[at]) for r in rows)])
+            width -= natural - min(natural, max(path_width, cell_len(self.path)))
+        return width
 
 
 #: Log levels by ``-v`` count: none shows warnings only, ``-v`` what each step does, ``-vv`` detail.

@@ -12,38 +12,41 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
-from rich.table import Table as RichTable
-
-from strata.console import plain
+from strata.console import FitTable, cell
 from warehouse.settings import Settings
 
 Echo: TypeAlias = Callable[[Any], None]
 
-#: The analyst's first questions: (title, ADS table, columns to show (regex), column to sort by (regex)).
+#: The analyst's first questions: (title, ADS table, the columns to show — regexes, in order of importance:
+#: a narrow terminal leaves out the last ones —, the column to sort by (regex)).
 ADS_ANSWERS = (
-    ("cost per tenant", "ads.tenant_daily", r"tenant|requests$|tokens|cost", r"cost"),
-    ("p95 latency by model version", "ads.model_daily", r"^model|version|requests$|p95", r"p95"),
-    ("retry storms", "ads.retry_storms", r".", r"retr"),
+    (
+        "cost per tenant",
+        "ads.tenant_daily",
+        (r"^tenant", r"^cost_usd$", r"^requests$", r"^total_tokens$", r"^top_model", r"^error_rate$", r"quota_used$"),
+        r"cost",
+    ),
+    (
+        "p95 latency by model version",
+        "ads.model_daily",
+        (r"^model$", r"^model_version$", r"^requests$", r"latency_p95", r"ttft_p95", r"^errors$", r"^cost_usd$"),
+        r"p95",
+    ),
+    (
+        "retry storms",
+        "ads.retry_storms",
+        (r"^tenant", r"^model", r"^window_start$", r"^minutes$", r"^retries$", r"^first_attempts$", r"multiple$"),
+        r"retr",
+    ),
 )
 SCORES = "ads.user_risk_scores"
 MODEL = "user_risk"
 
 
-def _table(title: str, columns: list[str], rows: list[list[Any]]) -> RichTable:
-    out = RichTable(*columns, title=title, title_justify="left")
-    for row in rows:
-        out.add_row(*(_cell(v) for v in row))
-    return out
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, bool):
-        return "✓" if value else "✗"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return plain(value)
-    return "" if value is None else str(value)
+def _table(title: str, columns: list[str], rows: list[list[Any]]) -> FitTable:
+    """A table of ``rows`` in plain units, each value read as what its column measures (a cell
+    already made text stays as it is)."""
+    return FitTable(columns, [[cell(v, c) for v, c in zip(row, columns, strict=True)] for row in rows], title=title)
 
 
 def tables_section(settings: Settings, echo: Echo) -> None:
@@ -117,7 +120,11 @@ def ads_section(settings: Settings, echo: Echo, day: dt.date) -> None:
         frame = lake.read_frame(settings, table)
         if "event_date" in frame.columns and (frame["event_date"] == day).any():
             frame = frame.filter(frame["event_date"] == day)
-        columns = [c for c in frame.columns if re.search(show, c)] or frame.columns
+        columns = list(dict.fromkeys(c for pattern in show for c in frame.columns if re.search(pattern, c)))
+        columns = columns or frame.columns
+        if frame.is_empty():
+            echo(f"ADS, {title} ({name}, {day}): none")
+            continue
         order = next((c for c in columns if re.search(sort, c)), columns[0])
         frame = frame.select(columns).sort(order, descending=True, nulls_last=True).head(5)
         echo(_table(f"{title} ({name}, {day})", columns, [list(r) for r in frame.iter_rows()]))
@@ -132,7 +139,9 @@ def features_section(settings: Settings, echo: Echo, user_id: str) -> None:
     except LookupError as exc:  # no online store yet
         echo(f"online features: not materialized yet ({exc}) — skipped")
         return
-    echo(_table(f"online features of user {user_id}", ["feature", "value"], [[k, v] for k, v in values.items()]))
+    echo(
+        _table(f"online features of user {user_id}", ["feature", "value"], [[k, cell(v, k)] for k, v in values.items()])
+    )
 
 
 def model_section(settings: Settings, echo: Echo, day: dt.date, planted: frozenset[str] = frozenset()) -> None:
@@ -153,7 +162,7 @@ def model_section(settings: Settings, echo: Echo, day: dt.date, planted: frozens
             _table(
                 f"model {card.ref}, trained on {card.training_window[0]} … {card.training_window[1]}",
                 ["metric", "value"],
-                [[k, v] for k, v in card.metrics.items()],
+                [[k, cell(v, k)] for k, v in card.metrics.items()],
             )
         )
     scores = Table(SCORES)

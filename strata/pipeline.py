@@ -196,11 +196,11 @@ def build_ads(
 
 
 @_logged
-def generate_docs(settings: Settings) -> StepResult:
+def generate_docs(settings: Settings, *, progress: Progress | None = None) -> StepResult:
     """Generate the ADS dbt project's documentation site (``detail``: the path of its page)."""
     from warehouse.ads.docs import generate
 
-    return StepResult("generate_docs", {}, {}, generate(settings))
+    return StepResult("generate_docs", {}, {}, generate(settings, progress=progress))
 
 
 @_logged

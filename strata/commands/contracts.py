@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from strata.console import console, out
 
@@ -60,26 +61,20 @@ def show_cmd(table: str = typer.Argument(..., help="Table name, e.g. dwd.request
         ),
         highlight=False,
     )
-    grid = Table(title=escape(c.description) or None)
-    grid.add_column("column", no_wrap=True)
-    grid.add_column("type", no_wrap=True)
-    grid.add_column("req")
-    grid.add_column("rules")
-    grid.add_column("description")
+    # Two columns, so it reads at 80: the column's name, then its type and rules, its description below them.
+    grid = Table("column", "type · rules, description", title=escape(c.description) or None)
+    grid.columns[0].no_wrap = True
     for col in c.columns:
-        shown = []
+        shown = [col.physical_type] + (["required"] if col.required else [])
         if col.primary_key_position:
             shown.append(f"key#{col.primary_key_position}")
         if col.partition_position:
             shown.append(f"partition#{col.partition_position}")
         shown += [text for rule in rules() if col.rule(rule.name) is not None and (text := rule.show(col))]
-        grid.add_row(
-            col.name,
-            escape(col.physical_type),
-            "✓" if col.required else "",
-            escape("\n".join(shown)),
-            escape(col.description),
-        )
+        details = Text(" · ".join(shown), overflow="fold")  # a pattern folds, whole, rather than cut to …
+        if col.description:
+            details.append("\n" + col.description, style="dim")
+        grid.add_row(Text(col.name), details)
     out.print(grid)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from strata.console import out
+from strata.console import out, progress
 
 app = typer.Typer()
 
@@ -15,6 +15,7 @@ def docs_cmd() -> None:
     from strata import pipeline
     from warehouse.settings import load_settings
 
-    page = pipeline.generate_docs(load_settings()).detail
+    with progress("ADS docs") as step:  # dbt's start, its models created empty, the catalog: ~16 s
+        page = pipeline.generate_docs(load_settings(), progress=step).detail
     out.print(f"ADS documentation: {page}")
     out.print(f"  open it in a browser: file://{page}")

@@ -6,7 +6,7 @@ import datetime as dt
 
 import typer
 
-from strata.console import out, progress
+from strata.console import cell, out, progress
 
 app = typer.Typer(help="Online features (Feast): materialize, get, serve, check-consistency.", no_args_is_help=True)
 
@@ -78,11 +78,11 @@ def get_cmd(
             "(strata features materialize)"
         )
     table = Table(title=f"online features of {kind} {raw}")
-    for column in ("feature", "value", "event time"):
+    for column in ("feature", "value", "event time (UTC)"):
         table.add_column(column)
     for name in shown:
         ts = values[f"{name}__ts"]
-        table.add_row(name, "—" if values[name] is None else str(values[name]), "—" if ts is None else ts.isoformat())
+        table.add_row(name, "—" if values[name] is None else cell(values[name], name), "—" if ts is None else cell(ts))
     out.print(table)
 
 

@@ -127,8 +127,7 @@ def landed_cmd(
     last: int = typer.Option(20, "--last", min=1, help="How many of the most recent files to list."),
 ) -> None:
     """List the files landed in ODS, newest first (from ops.landed_files, which outlives retention)."""
-    from rich.table import Table
-
+    from strata.console import FitTable
     from warehouse.ops.ledger import recent
     from warehouse.settings import load_settings
 
@@ -136,17 +135,19 @@ def landed_cmd(
     if files.is_empty():
         out.print("no file landed yet")
         return
-    table = Table("landed at (UTC)", "file", "table", "read as", "lines", "malformed", "batch")
-    table.columns[1].overflow = "fold"  # a long path wraps, whole, rather than being cut
-    for row in files.iter_rows(named=True):
-        name = escape(row["source_file"]) + (" [dim](unlanded)[/]" if row.get("unlanded_at") else "")
-        table.add_row(
+    rows = [
+        [
             f"{row['landed_at']:%Y-%m-%d %H:%M:%S}",
-            name,
+            row["source_file"] + (" (unlanded)" if row.get("unlanded_at") else ""),
             row["table_name"],
-            escape(row["source"]),
+            row["source"],
             f"{row['lines']:,}",
             f"{row['malformed']:,}",
             row["batch_id"],
-        )
-    out.print(table)
+        ]
+        for row in files.iter_rows(named=True)
+    ]
+    # One line per file: a narrow terminal leaves out the batch, the format and the table before
+    # it shortens the paths below PATH_WIDTH (from the middle: the file's name stays whole).
+    columns = ["landed at (UTC)", "file", "table", "read as", "lines", "malformed", "batch"]
+    out.print(FitTable(columns, rows, drop=["batch", "read as", "table"], path="file"))

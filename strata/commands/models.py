@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.markup import escape
 
-from strata.console import out, plain, progress
+from strata.console import FitTable, out, plain, progress
 from strata.options import WAIT, for_writing, parse_date
 
 app = typer.Typer(help="ONNX models: train from Feast, register, score entities in batch.", no_args_is_help=True)
@@ -40,8 +40,6 @@ def train_cmd(
 @app.command("list")
 def list_cmd() -> None:
     """Every registered model version."""
-    from rich.table import Table
-
     from batch_inference.registry import list_models
     from warehouse.settings import load_settings
 
@@ -49,22 +47,25 @@ def list_cmd() -> None:
     if not listed:
         out.print("no model registered yet (strata model train --until YYYY-MM-DD)")
         return
-    grid = Table("model", "version", "created (UTC)", "window", "ROC AUC", "features", "sha256")
+    rows = []
     for entry in listed:
         card = entry.card
         if card is None:
-            grid.add_row(entry.name, entry.version, "[red]unusable: see below[/]", "", "", "", "")
+            rows.append([entry.name, entry.version, "", "unusable: see below", "", "", ""])
             continue
-        grid.add_row(
-            card.name,
-            card.version,
-            card.created_at,
-            " … ".join(card.training_window),
-            f"{card.metrics.get('roc_auc', float('nan')):.3f}",
-            str(len(card.features)),
-            card.sha256[:12],
+        rows.append(
+            [
+                card.name,
+                card.version,
+                card.created_at,
+                " … ".join(card.training_window),
+                f"{card.metrics.get('roc_auc', float('nan')):.3f}",
+                str(len(card.features)),
+                card.sha256[:12],
+            ]
         )
-    out.print(grid)
+    columns = ["model", "version", "created (UTC)", "window", "ROC AUC", "features", "sha256"]
+    out.print(FitTable(columns, rows, drop=["sha256", "created (UTC)", "features"]))
     for entry in listed:
         if entry.problem:
             out.print(f"[red]unusable[/] {escape(entry.problem)}")

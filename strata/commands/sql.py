@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
+from rich.text import Text
 
-from strata.console import console, out
+from strata.console import console, out, table_width
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -22,7 +23,9 @@ if TYPE_CHECKING:
 app = typer.Typer()
 _HELP = (
     "Tables are views named <layer>.<table> (ads.model_daily, dwd.request, …) of their current Delta "
-    "versions. End a statement with ';'. .tables lists the tables, .help shows this, .quit (or Ctrl-D) leaves."
+    "versions. End a statement with ';'. .tables lists the tables, .vertical (or \\x) prints every row as lines "
+    "of column and value or goes back to tables (a row wider than the terminal is printed so anyway), .help "
+    "shows this, .quit (or Ctrl-D) leaves."
 )
 
 
@@ -58,6 +61,13 @@ def sql_cmd(
         help="Also read raw lines: the ODS and quarantine tables (they may hold personal data, prompts and responses).",
     ),
     max_rows: int = typer.Option(100, "--max-rows", min=1, help="Rows the table format shows."),
+    vertical: bool = typer.Option(
+        False,
+        "--vertical",
+        "-x",
+        help="Table format: print each row as lines of column and value (chosen anyway for a row wider than "
+        "the terminal).",
+    ),
 ) -> None:
     """Run read-only SQL (DuckDB) on the lake's tables: ads.*, dws.*, dwd.*, ops.* (ods.* with --raw).
 
@@ -85,14 +95,14 @@ def sql_cmd(
             if view.pinned:
                 console.print(f"{view.name} as of version {view.version}")
         if query is None:
-            _prompt(session, settings, max_rows)
+            _prompt(session, settings, max_rows, vertical)
             return
         results = list(session.statements(query))  # every statement is checked before any runs
         if fmt is not Format.table and len(results) != 1:
             raise typer.BadParameter(f"--format {fmt.value} writes one result: give one statement")
         for reader in session.execute(query):
             if fmt is Format.table:
-                _print_table(reader, max_rows)
+                _print_table(reader, max_rows, vertical)
             else:
                 _export(reader, fmt.value, out_file)
 
@@ -109,23 +119,45 @@ def _export(reader: pa.RecordBatchReader, fmt: str, out_file: Path | None) -> No
     console.print(f"wrote {rows:,} row(s) to {out_file}")
 
 
-def _print_table(reader: pa.RecordBatchReader, max_rows: int) -> None:
-    from rich.table import Table
-
-    table = Table(*reader.schema.names, show_lines=False)
-    shown = total = 0
+def _print_table(reader: pa.RecordBatchReader, max_rows: int, vertical: bool = False) -> None:
+    """The first ``max_rows`` rows as a table, or ``vertical``ly — each row as lines of column and value,
+    as psql's ``\\x`` — which is chosen too when the table would be wider than the terminal (a table
+    squeezed to the width cuts every cell to ``…``)."""
+    names = reader.schema.names
+    rows: list[list[str]] = []
+    total = 0
     for batch in reader:
         total += batch.num_rows
-        if shown < max_rows:
-            for row in batch.slice(0, max_rows - shown).to_pylist():
-                table.add_row(*(escape("NULL" if v is None else str(v)) for v in row.values()))
-            shown = min(total, max_rows)
-    out.print(table)
-    more = f" (showing {shown:,}; --max-rows, or --format csv/json/parquet for all)" if total > shown else ""
+        for row in batch.slice(0, max(max_rows - len(rows), 0)).to_pylist():
+            rows.append(["NULL" if v is None else str(v) for v in row.values()])
+    if vertical or table_width(names, rows) > out.width:
+        _print_vertical(names, rows)
+    else:
+        from rich.table import Table
+
+        table = Table(*names, show_lines=False)
+        for row in rows:
+            table.add_row(*map(Text, row))
+        out.print(table)
+    more = f" (showing {len(rows):,}; --max-rows, or --format csv/json/parquet for all)" if total > len(rows) else ""
     out.print(f"{total:,} row(s){more}")
 
 
-def _prompt(session: Session, settings: Settings, max_rows: int) -> None:
+def _print_vertical(names: list[str], rows: list[list[str]]) -> None:
+    from rich.rule import Rule
+    from rich.table import Table
+
+    for number, row in enumerate(rows, 1):
+        out.print(Rule(f"row {number}", align="left", style="dim"))
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold", no_wrap=True)
+        grid.add_column(overflow="fold")  # a long value wraps, whole
+        for name, value in zip(names, row, strict=True):
+            grid.add_row(Text(name), Text(value))
+        out.print(grid)
+
+
+def _prompt(session: Session, settings: Settings, max_rows: int, vertical: bool) -> None:
     """An interactive prompt with line editing and history (GNU readline, kept under STRATA_HOME)."""
     import readline
     import signal
@@ -159,11 +191,16 @@ def _prompt(session: Session, settings: Settings, max_rows: int) -> None:
                     pin = " (pinned)" if view.pinned else ""
                     out.print(f"{view.name}  v{view.version}{pin}")
                 continue
+            if not lines and command in (".vertical", "\\x"):
+                vertical = not vertical
+                state = "on: every row" if vertical else "off: only a row wider than the terminal"
+                console.print(f"vertical {state} prints as lines of column and value")
+                continue
             if not lines and command == ".help":
                 console.print(_HELP)
                 continue
             if not lines and command.startswith("."):  # no SQL starts with a dot: not a statement's first line
-                console.print(f"[red]error:[/] unknown command {escape(command)} (.help, .tables, .quit)")
+                console.print(f"[red]error:[/] unknown command {escape(command)} (.help, .tables, .vertical, .quit)")
                 continue
             lines.append(line)
             text = "\n".join(lines).strip()
@@ -176,7 +213,7 @@ def _prompt(session: Session, settings: Settings, max_rows: int) -> None:
             cancel = signal.signal(signal.SIGINT, lambda *_: session.cancel())  # Ctrl-C stops the query only
             try:
                 for reader in session.execute(text):
-                    _print_table(reader, max_rows)
+                    _print_table(reader, max_rows, vertical)
             except (duckdb.Error, QueryRefused, QueryCancelled) as e:
                 console.print(f"[red]error:[/] {escape(str(e))}")
             finally:

@@ -67,6 +67,15 @@ def test_errors_are_one_line_without_traceback_unless_debug(tmp_path: Path) -> N
     assert level.returncode == 1 and "error: STRATA_LOG_LEVEL must be DEBUG, INFO" in level.stderr
 
 
+def test_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    env = {"STRATA_HOME": str(tmp_path), "COLUMNS": "80"}
+    unknown = _run(["build", "dwd", "--foo"], env)  # was a usage line, a hint and a boxed panel
+    assert unknown.returncode == 2 and unknown.stdout == ""
+    assert unknown.stderr == "error: No such option: --foo (see 'strata build dwd --help')\n"
+    long = _run(["sql", "--format", "xml", "select 1"], env)  # longer than the terminal: still one line
+    assert long.returncode == 2 and long.stderr.count("\n") == 1 and "'xml' is not one of" in long.stderr
+
+
 def test_an_error_keeps_text_that_looks_like_markup(tmp_path: Path) -> None:
     missing = tmp_path / "[bold]" / "logs.jsonl"  # rich would take "[bold]" for a style and drop it
     result = _run(["ingest", str(missing)], {"STRATA_HOME": str(tmp_path)})
@@ -103,6 +112,9 @@ def test_landed_files_are_listed_and_build_dwd_takes_several_dates(tmp_path: Pat
     landed = _run(["landed"], {**env, "COLUMNS": "200"})
     row = next(line for line in landed.stdout.splitlines() if "logs.jsonl" in line)
     assert [cell.strip() for cell in row.split("│")[3:7]] == ["ods.request_log_raw", "jsonl", "3", "1"]
+    narrow = _run(["landed"], {**env, "COLUMNS": "80"}).stdout.splitlines()  # one line per file, its path
+    assert max(map(len, narrow)) <= 80 and len(narrow) == 6, narrow  # shortened from the middle
+    assert [cell.strip() for cell in narrow[3].split("│")[2:5]] == [f"/{logs.parts[1]}/…/logs.jsonl", "3", "1"]
     result = _run(["-v", "build", "dwd", "--date", "2026-02-02", "--date", "2026-02-01"], env)
     assert result.returncode == 0, result.stderr
     text = " ".join(result.stdout.split())  # rich wraps long lines

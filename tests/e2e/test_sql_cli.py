@@ -99,6 +99,30 @@ def test_the_prompt_runs_statements_and_keeps_history(env: dict[str, str]) -> No
     ]
 
 
+def test_a_row_wider_than_the_terminal_prints_vertically(env: dict[str, str]) -> None:
+    wide = "select repeat('x', 40) as first, repeat('y', 40) as second, 42 as answer, null as nothing"
+    narrow = _run({**env, "COLUMNS": "80"}, "sql", wide)
+    assert narrow.returncode == 0, narrow.stderr
+    lines = narrow.stdout.splitlines()
+    assert max(map(len, lines)) <= 80 and "…" not in narrow.stdout  # was a table of "…" cells
+    assert lines[0].startswith("row 1 ──")
+    assert [line.split() for line in lines[1:5]] == [
+        ["first", "x" * 40],
+        ["second", "y" * 40],
+        ["answer", "42"],
+        ["nothing", "NULL"],
+    ]
+    assert lines[5] == "1 row(s)"
+    forced = _run({**env, "COLUMNS": "80"}, "sql", "select 6 * 7 as answer", "-x")
+    assert forced.stdout.splitlines()[1].split() == ["answer", "42"]
+    # the prompt: .vertical and \\x toggle it; off, a row that fits is a table
+    session = _run(
+        {**env, "COLUMNS": "80"}, "sql", stdin=".vertical\nselect 6 * 7 as answer;\n\\x\nselect 7 as seven;\n"
+    )
+    assert session.returncode == 0 and "vertical on" in session.stderr and "vertical off" in session.stderr
+    assert "row 1 ──" in session.stdout.split("answer")[0] and "┃ seven ┃" in session.stdout
+
+
 def test_out_writes_aside_and_never_into_strata_home(env: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "q.csv"
     out.write_text("kept\n")

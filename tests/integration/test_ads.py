@@ -377,8 +377,15 @@ def test_a_model_of_the_wrong_type_fails_the_build_and_publishes_nothing(
 
 def test_docs_generate_one_static_page_under_strata_home(built: tuple[Settings, dict, Path]) -> None:
     settings, _, _ = built
-    page = pipeline.generate_docs(settings).detail
+    heard: list[tuple[str, int, int]] = []
+    page = pipeline.generate_docs(settings, progress=lambda *call: heard.append(call)).detail
     assert page == settings.home / "ads" / "docs" / "index.html"
+    # `strata docs` shows its steps from the start: dbt's start, each model created empty, the catalog
+    assert heard[0] == ("dbt run --empty", 0, 1) and heard[-2:] == [
+        ("dbt docs generate", 0, 1),
+        ("dbt docs generate", 1, 1),
+    ]
+    assert any(what == "dbt run" and done == total > 0 for what, done, total in heard)  # every model
     text = page.read_text()
     for mart in MARTS:
         assert f"model.strata_ads.{mart.name.split('.')[1]}" in text

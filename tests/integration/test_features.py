@@ -251,9 +251,12 @@ def test_pipeline_steps_and_the_get_command(world: dict) -> None:
     )  # the user's features and scores, together
     assert values["request_count_1h"] is not None
     result = CliRunner().invoke(
-        app, ["features", "get", "user=alice", "-f", "request_count_1h,error_rate_7d"], env=settings.to_env()
+        app,
+        ["features", "get", "user=alice", "-f", "request_count_1h,error_rate_7d"],
+        env={**settings.to_env(), "COLUMNS": "80"},
     )
     assert result.exit_code == 0, result.output
+    assert max(map(len, result.output.splitlines())) <= 80
     assert str(values["request_count_1h"]) in result.output and "2026-03-0" in result.output
     assert "alice" in result.output and ALICE not in result.output
     unknown = CliRunner().invoke(app, ["features", "get", "user=nobody"], env=settings.to_env())

@@ -8,18 +8,18 @@ from typing import Any
 
 import polars as pl
 from rich.console import Console
-from rich.table import Table as RichTable
 
 from batch_inference.registry import ModelCard, register
 from strata import lake_report
+from strata.console import FitTable
 from warehouse.settings import load_settings
 from warehouse.tables import Table
 
 DAY = dt.date(2026, 1, 7)
 
 
-def _render(items: list[Any]) -> str:
-    console = Console(width=200, record=True)
+def _render(items: list[Any], width: int = 200) -> str:
+    console = Console(width=width, record=True)
     for item in items:
         console.print(item)
     return console.export_text()
@@ -76,7 +76,7 @@ def test_ads_answers_and_the_model_are_read_from_whatever_columns_their_tables_h
     said: list[Any] = []
     lake_report.ads_section(settings, said.append, DAY)
     lake_report.model_section(settings, said.append, DAY, planted=frozenset({"b"}))
-    tables = [s for s in said if isinstance(s, RichTable)]
+    tables = [s for s in said if isinstance(s, FitTable)]
     assert [t.title for t in tables] == [
         "cost per tenant (ads.tenant_daily, 2026-01-07)",
         "model user_risk@v1, trained on 2026-01-01 … 2026-01-06",
@@ -87,3 +87,35 @@ def test_ads_answers_and_the_model_are_read_from_whatever_columns_their_tables_h
     assert "unrelated" not in text and "0.1" not in text
     assert "roc_auc" in text and "0.93" in text
     assert text.index("0.97") < text.index("0.5") and "✓" in text  # b, the planted abuser, comes first
+
+
+def test_the_analyst_answers_read_at_80_columns_in_plain_units(strata_env: Path) -> None:
+    settings = load_settings()
+    models = pl.DataFrame(
+        {
+            "event_date": [DAY, DAY],
+            "model": ["aurora-chat-70b", "gpt-4o-mini"],
+            "model_version": ["v3.2", "2024-07-18"],
+            "requests": [538, 439],
+            "successes": [504, 402],
+            "latency_p50_ms": [7841.2, 950.0],
+            "latency_p95_ms": [32850.5, 623.3],
+            "ttft_p95_ms": [713.26, None],
+            "errors": [34, 37],
+            "cost_usd": [0.8093538, 0.2407],
+            "positive_feedback_share": [0.7083, None],
+        }
+    )
+    models.write_delta(Table("ads.model_daily").uri(settings))
+    said: list[Any] = []
+    lake_report.ads_section(settings, said.append, DAY)
+    text = _render([s for s in said if isinstance(s, FitTable)], width=80)
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 80 and "…" not in text, text
+    for whole in ("aurora-chat-70b", "gpt-4o-mini", "2024-07-18", "latency_p95_ms", "ttft_p95_ms"):
+        assert whole in text  # names, dates and the chosen columns' headers whole, never cut to "aur…"
+    assert "32.85 s" in text and "623 ms" in text and "e+" not in text  # was 3.285e+04
+    # the columns that do not fit are named, not squeezed
+    assert "not shown at 80 columns: errors, cost_usd" in " ".join(text.split())
+    wide = _render([s for s in said if isinstance(s, FitTable)], width=200)
+    assert "$0.8094" in wide and "not shown" not in wide

@@ -81,6 +81,10 @@ def test_model_list_names_each_bad_version_and_lists_the_good(strata_env: Path) 
     assert "unusable user_risk@v1: its model.json is not a model card (JSONDecodeError" in result.output
     assert "unusable user_risk@v3: its model.json has no card_sha256" in result.output
     assert "0.800" in result.output  # v2's row
+    narrow = CliRunner().invoke(app, ["list"], env={"COLUMNS": "80"}).output
+    table = narrow.split("unusable user_risk@v1")[0].splitlines()  # the table; the problems below fold
+    assert max(map(len, table)) <= 80 and "2026-01-01 … 2026-01-06" in narrow and "0.800" in narrow
+    assert "not shown at 80 columns: created (UTC), sha256" in narrow
 
 
 def test_the_scoring_task_fails_on_an_unusable_model_instead_of_waiting_for_one(strata_env: Path) -> None:

@@ -321,6 +321,8 @@ def test_cli_lint_show_diff(tmp_path: Path) -> None:
     result = runner.invoke(app, ["show", "dwd.request"], env={"COLUMNS": "200"})
     assert result.exit_code == 0 and "status_code" in result.output and "timestamp[us, tz=UTC]" in result.output
     assert runner.invoke(app, ["show", "dwd.nope"]).exit_code == 1
+    narrow = runner.invoke(app, ["show", "dwd.request"], env={"COLUMNS": "80"}).output  # rules and descriptions
+    assert max(map(len, narrow.splitlines())) <= 80 and "string · ~ ^[0-9a-f]{32}$" in narrow  # whole, not "…"
 
     old = CONTRACTS_DIR / "dwd.request.yaml"
     compatible = tmp_path / "compatible.yaml"

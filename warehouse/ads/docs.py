@@ -16,6 +16,7 @@ from pathlib import Path
 
 from warehouse.ads.build import freshness_sla_hours, read_sources
 from warehouse.ads.project import PROJECT_DIR, invoke, new_run
+from warehouse.progress import Progress
 from warehouse.settings import Settings
 from warehouse.tables import DWD_REQUEST
 
@@ -28,14 +29,25 @@ def docs_dir(settings: Settings) -> Path:
     return settings.home / "ads" / "docs"
 
 
-def generate(settings: Settings, *, project_dir: Path = PROJECT_DIR) -> Path:
-    """Generate the site and return the path of its page."""
+def generate(settings: Settings, *, project_dir: Path = PROJECT_DIR, progress: Progress | None = None) -> Path:
+    """Generate the site and return the path of its page; ``progress`` hears of each model created
+    empty and of the catalog (a few seconds each: dbt's start and the catalog's queries)."""
     run = new_run(settings, "docs")
     sources, empty = read_sources(settings)
     variables: dict[str, object] = {"days": [], "freshness_sla_hours": freshness_sla_hours(), "empty_sources": empty}
+
+    def report(what: str, done: int, total: int) -> None:
+        if progress is not None:
+            progress(what, done, total)
+
     if DWD_REQUEST in sources:
-        invoke(settings, ["run", "--empty"], run, variables, sources=sources, project_dir=project_dir)
+        report("dbt run --empty", 0, 1)  # dbt starts (seconds) before its first model says so
+        invoke(
+            settings, ["run", "--empty"], run, variables, sources=sources, project_dir=project_dir, progress=progress
+        )
+    report("dbt docs generate", 0, 1)
     invoke(settings, ["docs", "generate", "--static"], run, variables, sources=sources, project_dir=project_dir)
+    report("dbt docs generate", 1, 1)
     target = docs_dir(settings)
     target.mkdir(parents=True, exist_ok=True)
     for name in _SITE_FILES:
