@@ -117,6 +117,8 @@ def main() -> None:
         console.print(f"[red]error:[/] {escape(str(exc) or type(exc).__name__)}")
         console.print("[dim](run with --debug for the traceback)[/]")
         sys.exit(1)
+    if code == 130:  # typer turns a Ctrl-C inside a command into Exit(130), returned here
+        console.print("[red]interrupted[/]")
     sys.exit(code if isinstance(code, int) else 0)  # typer.Exit(n) in a command returns n here
 
 
