@@ -8,7 +8,17 @@ from pathlib import Path
 import pytest
 
 from warehouse.settings import ConfigError, load_collect_settings
-from warehouse.sources.collector.encoding import JSON, PROTOBUF, BadData, accept, decode, export_response, line_of
+from warehouse.sources.collector import wire
+from warehouse.sources.collector.encoding import (
+    JSON,
+    PROTOBUF,
+    BadData,
+    accept,
+    decode,
+    export_response,
+    line_of,
+    receiver_attributes,
+)
 from warehouse.sources.collector.tokens import load_tokens
 
 TRACE_ID = bytes.fromhex("5b8efff798038103d269b633813fc60c")
@@ -219,6 +229,9 @@ def test_the_conversion_writes_what_protobufs_json_mapping_writes_but_with_hex_i
     line = json.loads(decoded.line)
     line["resourceSpans"][0]["resource"]["attributes"].pop()  # the conversion mark
     assert line == expected
+    # the line the receiver lands is written straight from the wire bytes: the same bytes
+    assert wire.otlp_json(request.SerializeToString(), receiver_attributes(None)) == decoded.line
+    assert line_of(accept(request.SerializeToString(), PROTOBUF, None).record or b"") == decoded.line
 
 
 def test_the_written_out_key_value_covers_every_field_of_the_installed_protos() -> None:
