@@ -42,8 +42,8 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 footer { color: var(--muted); text-align: center; padding: 0 0 24px; font-size: 12px; }
 """
 
-#: What every chart is drawn with: no plotly logo link, no "edit in Chart Studio", resized with the window.
-CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["sendDataToCloud"]}
+#: What every chart is drawn with: no tool bar over the titles (hover still shows the numbers), resized with the window.
+CONFIG = {"displayModeBar": False, "responsive": True}
 
 
 def render(settings: Settings, start: dt.date, end: dt.date) -> bytes:

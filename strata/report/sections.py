@@ -201,8 +201,8 @@ def latency(lake: Lake) -> Section:
                 row=1,
                 col=col,
             )
-    figure.update_layout(barmode="group")
-    figure.update_yaxes(type="log")
+    figure.update_layout(barmode="group", margin={"b": 150}, legend={"y": -0.55})
+    figure.update_yaxes(type="log", dtick=1)  # a label per power of ten
     figure.update_xaxes(tickangle=-35)
     section.charts["latency"] = figure
     return section
@@ -238,7 +238,7 @@ def stages(lake: Lake) -> Section:
                 marker_color=PALETTE[i],
             )
         )
-    figure.update_layout(barmode="stack", xaxis_title="ms (mean)", margin={"l": 170})
+    figure.update_layout(barmode="stack", margin={"l": 170}, legend_traceorder="normal")
     section.charts["stages"] = figure
     return section
 
@@ -474,7 +474,7 @@ LINEAGE = (
     *((f"dws.{t}", f"view:dws.{t}") for t in ("user_features", "tenant_features", "model_features")),
     *((f"view:dws.{t}", "ads.feature_consistency") for t in ("user_features", "tenant_features", "model_features")),
     ("model", "ads.user_risk_scores"),
-    ("ads.user_risk_scores", "ads.score_daily"),
+    ("model", "ads.score_daily"),
 )
 
 
@@ -510,7 +510,8 @@ def lineage(lake: Lake) -> Section:
         nodes["model"] = f"model {latest.ref}<br>{len(versions)} version(s)"
         edges.append((f"view:{latest.source_table}", "model"))
     links = [(a, b) for a, b in edges if a in nodes and b in nodes]
-    section.charts["lineage"] = _sankey(nodes, links)
+    linked = {node for link in links for node in link}  # reference tables (prices, quotas) stand apart
+    section.charts["lineage"] = _sankey({i: label for i, label in nodes.items() if i in linked}, links)
     return section
 
 
