@@ -393,7 +393,7 @@ def consistency(lake: Lake) -> Section:
     figure.update_layout(barmode="stack", xaxis_title="entities sampled", margin={"l": 200})
     figure.update_yaxes(autorange="reversed")
     section.charts["consistency"] = figure
-    differ = int(frame.get_column("mismatches").sum() + frame.get_column("missing").sum())
+    differ = frame.select(pl.col("mismatches").sum() + pl.col("missing").sum()).item()
     section.note += f" {differ:,} differed or were missing in {frame.height} check(s)."
     return section
 
