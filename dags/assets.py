@@ -47,3 +47,6 @@ ADS_MARTS = [
 USER_RISK_MODEL = Asset(name="models.user_risk", uri="strata://models/user_risk", group="models")
 ADS_USER_RISK_SCORES = _table("ads.user_risk_scores")
 ADS_SCORE_DAILY = _table("ads.score_daily")
+
+# The report of the week, an HTML page in the lake: strata_daily / report
+REPORT = Asset(name="reports.strata_report", uri="strata://lake/reports", group="reports")

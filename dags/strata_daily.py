@@ -20,6 +20,7 @@ from assets import (
     DWS_USER,
     ONLINE_FEATURES,
     OPS_BOOKS,
+    REPORT,
 )
 from steps import DEFAULT_ARGS, run_step, shards
 
@@ -33,7 +34,7 @@ from steps import DEFAULT_ARGS, run_step, shards
     tags=["strata"],
 )
 def strata_daily() -> None:
-    """### The day's layers: DWD → DWS → features → ADS → scores
+    """### The day's layers: DWD → DWS → features → ADS → scores → the week's report
 
     Each run builds the event date of its data interval (the run at midnight builds the day
     that just ended; a backfill builds each day of its range, one at a time, in order). Every
@@ -116,7 +117,17 @@ def strata_daily() -> None:
 
         score.expand(shard=score_shards()) >> summarize_scores()
 
-    dwd() >> dws() >> features() >> ads() >> scores()
+    @task_group
+    def report() -> None:
+        """The week ending with the run's date as one HTML page, written into the lake (``reports/``)."""
+
+        @task(outlets=[REPORT])
+        def write_report(**context: object) -> dict[str, object]:
+            return run_step("write_report", context)
+
+        write_report()
+
+    dwd() >> dws() >> features() >> ads() >> scores() >> report()
 
 
 strata_daily()

@@ -27,6 +27,7 @@ from strata.commands import (
     models,
     ops,
     reference,
+    report,
     sql,
 )
 from strata.console import console, log_level, log_shown, out
@@ -83,6 +84,7 @@ app.add_typer(features.app, name="features")
 app.add_typer(contracts.app, name="contracts")
 app.add_typer(sql.app)
 app.add_typer(docs.app)
+app.add_typer(report.app)
 app.add_typer(airflow.app, name="airflow")
 app.add_typer(collect.app)
 

@@ -133,7 +133,8 @@ def daily_plan(days: list[str], last_traffic: str, *, trained: bool, empty: Coll
     """The DAG runs of the demo: each day's last ingest run, then that day's layers. Then, with
     every late label in, the weekly training up to the day before the last day of traffic, and
     that last day's scores (scoring needs a model, and a model scores the days after it); its
-    ADS build catches up the labels the feedback-only days merged into the days before it.
+    ADS build catches up the labels the feedback-only days merged into the days before it. The
+    last run writes the report of the week ending with the last day of traffic.
 
     A day in ``empty`` (its files hold no event: a day without traffic or reviews) is landed and
     not built: DWD refuses a day with no rows, as a scheduler's run would be told."""
@@ -148,17 +149,20 @@ def daily_plan(days: list[str], last_traffic: str, *, trained: bool, empty: Coll
         runs.append(Run("strata_ingest", midnight_after(day)))
         if day not in empty:
             runs.append(Run("strata_daily", midnight_after(day), tasks=layers))
+    last = midnight_after(last_traffic)
     if trained:
-        last = midnight_after(last_traffic)
         # The whole daily DAG again (its layers are idempotent): a subset holding only the mapped
-        # scoring tasks loses their expansion in Airflow 3.3's partial_subset.
+        # scoring tasks loses their expansion in Airflow 3.3's partial_subset. Its last task writes the report.
         runs += [Run("strata_train", last - dt.timedelta(days=1)), Run("strata_daily", last)]
+    else:  # no scores to wait for: the report of the week up to the last day of traffic, every label in
+        runs.append(Run("strata_daily", last, tasks=REPORT_ONLY))
     return runs
 
 
 #: The daily DAG's task groups before scoring (regular expressions on task ids).
 BEFORE_SCORES = r"^(dwd|dws|features|ads)\."
 DWD_ONLY = r"^dwd\."
+REPORT_ONLY = r"^report\."
 
 
 def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int, echo: Echo) -> bool:
@@ -255,6 +259,7 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
     key = settings.require_pseudonym_key()
     planted = frozenset(pseudonym(key, u) for u in manifest["abusive_user_ids"])
     lake_report.model_section(settings, echo, last, planted)
+    lake_report.report_section(settings, echo, last)
     _next_commands(settings, echo, user)
     return True
 
@@ -317,6 +322,7 @@ def _next_commands(settings: Settings, echo: Echo, user_id: str) -> None:
         'strata sql "SELECT tenant_id, sum(cost_usd) FROM dwd.request GROUP BY 1 ORDER BY 2 DESC"',
         f"strata features get user={user_id}",
         "strata model show user_risk",
+        "strata report --out strata-report.html   # a local copy of the week's report",
         "strata airflow up   # the same DAGs on a schedule, on this lake: http://127.0.0.1:8080",
         "strata landed --last 5",
         "strata demo --reset   # start the demo over",

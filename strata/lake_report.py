@@ -1,5 +1,6 @@
 """What the lake holds, as rich tables: every table's version and rows, the quarantine by rule,
-the books per day, a few analyst answers, an online feature lookup, the model and its riskiest users.
+the books per day, a few analyst answers, an online feature lookup, the model and its riskiest users,
+and where the week's HTML report is.
 
 A section whose layer has not been built yet (its table does not exist, nothing is materialized) is one line
 saying so — never a made-up table.
@@ -12,7 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
-from strata.console import FitTable, cell
+from strata.console import Command, FitTable, cell
 from warehouse.settings import Settings
 
 Echo: TypeAlias = Callable[[Any], None]
@@ -192,3 +193,21 @@ def model_section(settings: Settings, echo: Echo, day: dt.date, planted: frozens
             [list(r) for r in top.iter_rows()],
         )
     )
+
+
+def report_section(settings: Settings, echo: Echo, day: dt.date) -> None:
+    """Where the daily run wrote the HTML report of the week ending with ``day`` (one line when it did not)."""
+    import pyarrow.fs as pafs
+
+    from strata.report import WEEK
+    from warehouse.ops.reports import report_uri
+    from warehouse.storage.objectstore import filesystem
+
+    uri = report_uri(settings, day - dt.timedelta(days=WEEK - 1), day)
+    fs, path = filesystem(settings, uri)
+    info = fs.get_file_info(path)
+    if info.type != pafs.FileType.File:
+        echo(f"report: not written yet ({uri} does not exist) — skipped")
+        return
+    echo(f"[bold]report[/] of the week ending {day} ({info.size / 1e6:.1f} MB, opens offline in any browser):")
+    echo(Command(f"  {uri if '://' in uri else 'file://' + uri}"))

@@ -204,6 +204,31 @@ def generate_docs(settings: Settings, *, progress: Progress | None = None) -> St
 
 
 @_logged
+def write_report(
+    settings: Settings, end: dt.date, *, start: dt.date | None = None, out: Path | None = None
+) -> StepResult:
+    """Render the HTML report of ``start`` … ``end`` (by default the week ending with ``end``) and write it
+    into the lake (``<lake>/reports/``, where every worker and reader finds it), or to ``out`` (a local
+    copy). ``detail``: where it was written."""
+    from strata.report import WEEK
+    from strata.report.page import render
+    from warehouse.ops.reports import write_report as keep
+
+    start = start or end - dt.timedelta(days=WEEK - 1)
+    if start > end:
+        raise ValueError(f"the report's start ({start}) is after its end ({end})")
+    page = render(settings, start, end)
+    if out is None:
+        where = keep(settings, start, end, page)
+    else:
+        staged = out.with_name(f".{out.name}.tmp")
+        staged.write_bytes(page)
+        staged.replace(out)  # a reader never sees half a page
+        where = str(out)
+    return StepResult("write_report", {"bytes": len(page)}, {}, where)
+
+
+@_logged
 def apply_retention(settings: Settings, *, days: int | None = None, today: dt.date | None = None) -> StepResult:
     """Delete raw-data partitions older than the retention, then vacuum."""
     from warehouse.ops.retention import apply_retention as apply
@@ -225,7 +250,7 @@ def forget(settings: Settings, user_id: str) -> StepResult:
     counts = (
         {f"{table}_removed": rows for table, rows in report.rows.items()}
         | {f"{table}_redacted": rows for table, rows in report.redacted.items()}
-        | {"landing_files_rewritten": report.files}
+        | {"landing_files_rewritten": report.files, "reports_deleted": report.reports}
     )
     return StepResult("forget", counts | {f"{store}_removed": n for store, n in online.items()}, {}, report)
 

@@ -47,6 +47,10 @@ def forget_cmd(
     out.print(f"removed {report.total:,} row(s) in all; old files and log entries vacuumed")
     if report.files:
         out.print(f"landing zone: {report.files:,} file(s) rewritten without the user's lines (or deleted)")
+    if report.reports:
+        out.print(
+            f"reports: {report.reports:,} HTML report(s) naming the user deleted (the next daily run writes them anew)"
+        )
     for store in ("online_sqlite", "online_redis"):
         if f"{store}_removed" in result.counts:
             unit = "key(s)" if store == "online_redis" else "row(s)"

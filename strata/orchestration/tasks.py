@@ -161,6 +161,7 @@ STEPS: dict[str, TaskStep] = {
     "build_ads": TaskStep(pipeline.build_ads),
     "score": TaskStep(pipeline.score, sharded=True),
     "summarize_scores": TaskStep(pipeline.summarize_scores),
+    "write_report": TaskStep(pipeline.write_report),
     "train": TaskStep(pipeline.train, last_day),
     "apply_retention": TaskStep(pipeline.apply_retention, end_as_today),
 }

@@ -52,6 +52,10 @@ def test_demo_runs_the_dags_end_to_end_and_prints_the_lake(tmp_path: Path) -> No
         if "not built yet" in line or "skipped" in line:
             assert len(line) < 200
     assert "strata airflow up" in out
+    # The last run wrote the week's report into the demo's lake; the demo names it and the command that copies it.
+    last = start.isoformat()
+    report = tmp_path / "demo" / "lake" / "reports" / f"strata-report-{start - dt.timedelta(days=6)}-to-{last}.html"
+    assert report.is_file() and f"file://{report}" in out and "strata report --out" in out
     assert (tmp_path / "demo" / "secrets" / "pseudonym.key").stat().st_mode & 0o077 == 0
     assert (tmp_path / "demo" / "airflow" / "airflow.db").exists()  # Airflow's metadata, in the demo's corner
     assert not (tmp_path / "lake").exists()  # the demo keeps to its own corner

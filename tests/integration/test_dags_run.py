@@ -40,8 +40,10 @@ from strata.orchestration.env import airflow_env
 from synthetic_workload import generate
 from tests.lake_rows import assert_same_lake, lake_rows
 from tests.services import S3_KEYS, Postgres, Redis, create_bucket, free_port, s3_server, stop_tree
+from warehouse.ops.reports import report_uri
 from warehouse.settings import Settings, load_settings
 from warehouse.storage import lake
+from warehouse.storage.objectstore import filesystem
 from warehouse.tables import (
     ADS_SCORE_DAILY,
     ADS_USER_RISK_SCORES,
@@ -77,6 +79,7 @@ OUTLETS = {
     "train": ["models.user_risk"],
     "scores.score": ["ads.user_risk_scores"],  # each shard's
     "scores.summarize_scores": ["ads.score_daily", "features.online_store"],
+    "report.write_report": ["reports.strata_report"],
 }
 
 
@@ -203,8 +206,20 @@ def test_every_dag_runs_through_airflow_and_a_rerun_leaves_every_table_equal(sin
     assert scores.height == users.get_column("user_pseudonym").drop_nulls().n_unique()
     assert sum(scored.results[shard]["counts"]["entities"] for shard in shards) == scores.height
     assert lake.read_frame(settings, ADS_SCORE_DAILY).height == 1
+    # Each daily run wrote the report of the week ending with its day into the lake.
+    for day in days:
+        _assert_report(settings, dt.date.fromisoformat(day))
     # Every attempt is still on the record.
     assert lake.read_frame(settings, OPS_AUDIT_LOG).height > single_runs.attempts_after_first_pass
+
+
+def _assert_report(settings: Settings, day: dt.date) -> None:
+    """The lake holds the report of the week ending with ``day``, a whole page with its charts."""
+    uri = report_uri(settings, day - dt.timedelta(days=6), day)
+    fs, path = filesystem(settings, uri)
+    with fs.open_input_stream(path) as stream:
+        page = stream.read()
+    assert page.startswith(b"<!DOCTYPE html>") and page.endswith(b"</html>") and b'data-chart="books"' in page
 
 
 # ---- the same DAGs on a cluster -------------------------------------------------------------------
@@ -429,3 +444,6 @@ def test_the_same_dags_on_postgres_celery_and_s3_where_a_backfill_of_three_days_
     requests = lake.read_frame(settings, DWD_REQUEST).group_by("event_date").len()
     assert {str(d): n for d, n in requests.iter_rows()} == {d: m["requests"] for d, m in manifest["days"].items()}
     assert_same_lake(single_runs.after_first_pass, lake_rows(settings))
+    # Each run wrote the week ending with its day into the lake on S3, where every worker finds it.
+    for day in cluster.days:
+        _assert_report(settings, dt.date.fromisoformat(day))

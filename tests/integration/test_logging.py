@@ -11,17 +11,15 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-import polars as pl
 import pytest
 
-from batch_inference.training import TrainingSet, fit_and_register
 from strata import pipeline
 from synthetic_workload import generate
+from tests.small_model import register_a_model
 from warehouse.privacy import pseudonym
 from warehouse.settings import Settings, load_settings
 from warehouse.storage import lake
-from warehouse.tables import DWD_REQUEST, table
+from warehouse.tables import DWD_REQUEST
 
 DAY = dt.date(2026, 1, 5)
 KEY = "log-test-key-never-to-be-logged-0123"
@@ -57,7 +55,7 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Setting
         pipeline.build_dws(settings, DAY)
         pipeline.materialize(settings, DAY)
         pipeline.check_consistency(settings, DAY, sample=50)
-        _register_a_model(settings)
+        register_a_model(settings, DAY, DAY)
         pipeline.score(settings, DAY, provider="cpu")
         pseudonyms = lake.read_frame(settings, DWD_REQUEST).get_column("user_pseudonym").drop_nulls().to_list()
         pipeline.forget(settings, (manifest["abusive_user_ids"] or [_users(out)[0]])[0])
@@ -66,24 +64,6 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Setting
         root.removeHandler(handler)
         root.setLevel(level)
     yield settings, out, pseudonyms, handler
-
-
-def _register_a_model(settings: Settings) -> None:
-    """A model of the day's user features (training proper needs weeks of reviews: test_training.py)."""
-    source = table("dws.user_features")
-    frame = lake.read_frame(settings, source)
-    names = [c.name for c in source.contract.columns if c.name.endswith(("_1h", "_24h", "_7d"))]
-    frame = frame.with_columns(
-        event_timestamp=pl.col("feature_ts"), label=pl.Series(np.arange(frame.height) % 3 == 0).cast(pl.Int8)
-    )
-    split = frame.get_column("event_timestamp").sort()[frame.height // 2]
-    fit_and_register(
-        settings,
-        "user_risk",
-        TrainingSet(frame, "user_pseudonym", names, "user_risk_v1", source.name, dt.timedelta(days=8)),
-        split_at=split,
-        window=(DAY, DAY),
-    )
 
 
 def _lines(out: Path) -> list[str]:

@@ -12,6 +12,8 @@ classified column is covered with no change to this module:
 * a ``free_text`` column (``ops.audit_log.message``, which may quote a failed rule's examples)
   keeps its rows, with the user's id and pseudonym replaced by ``[forgotten]``.
 
+An HTML report in the lake (``reports/``) that names the user's pseudonym is deleted.
+
 Before any table is rewritten, the landing files the user's ODS rows came from lose those
 lines (:mod:`warehouse.ops.landing`), so a crash in between finds the rows, and the work, again.
 
@@ -32,6 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from warehouse.ops.landing import LINEAGE, rewrite_landed
+from warehouse.ops.reports import drop_naming
 from warehouse.ops.retention import vacuum_now
 from warehouse.privacy import pseudonym
 from warehouse.settings import Settings
@@ -52,6 +55,8 @@ class ForgetReport:
     redacted: dict[str, int] = field(default_factory=dict)
     #: Landing files rewritten without the user's lines (or deleted, when none was left).
     files: int = 0
+    #: HTML reports in the lake that named the user's pseudonym, deleted (the next daily run writes them anew).
+    reports: int = 0
 
     @property
     def total(self) -> int:
@@ -266,6 +271,7 @@ def _forget(settings: Settings, user_id: str, pseud: str, existing: list[Table])
         if redacted or table.classified(PII) or table.classified(PSEUDONYMOUS) or "request_id" in table.contract:
             # (The audit log takes appends without a lock: it is vacuumed only when a redaction needs it.)
             vacuum_now(settings, table, purge_log=True)
+    report.reports = drop_naming(settings, pseud)
     return report
 
 

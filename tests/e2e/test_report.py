@@ -1,0 +1,232 @@
+"""``strata report`` as a person opens it: in headless Chromium, offline, every chart drawn with the lake's numbers.
+
+The lake: two generated days through every layer (DWD, DWS, the online store and its consistency check, the
+ADS marts, a registered model and its scores), plus one client's retry storm landed as a file of its own (at
+this small scale the generator's planted storms stay under the storm threshold). The page
+and the dbt docs page are opened from ``file://`` in Debian's Chromium (``tests/browser.py``); any console
+error, uncaught exception or failed load fails the test. A screenshot of the report is kept in the test's folder.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from strata import pipeline
+from synthetic_workload import generate
+from tests.browser import CHROMIUM, MISSING, chromium
+from tests.small_model import register_a_model
+from warehouse.ads.build import build
+from warehouse.ops.reports import report_uri
+from warehouse.settings import Settings, load_settings
+from warehouse.storage.duck import lake_reader
+from warehouse.tables import Table
+
+START = dt.date(2026, 3, 2)
+DAYS = [START, START + dt.timedelta(days=1)]
+END = DAYS[-1]
+WEEK_START = END - dt.timedelta(days=6)
+KEY = "test-key-not-a-secret-0123456789"
+#: The report of a week stays under this many bytes (the issue's bound).
+MAX_BYTES = 8_000_000
+needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason=MISSING)
+
+#: Every chart's marks (bars, points, lines, Sankey boxes) and the numbers of its traces, as the browser holds them.
+CHARTS_JS = """
+Object.fromEntries(Array.from(document.querySelectorAll('[data-chart]')).map(d => [d.dataset.chart, {
+  marks: d.querySelectorAll('.barlayer .point path, .scatterlayer .points path, .scatterlayer .js-line, '
+                            + '.sankey-node rect').length,
+  nodes: d.querySelectorAll('.sankey-node rect').length,
+  traces: (d.data || []).map(t => ({
+    name: t.name === undefined ? null : t.name, xaxis: t.xaxis || 'x',
+    x: t.x ? Array.from(t.x) : [], y: t.y ? Array.from(t.y) : [],
+    labels: t.node ? Array.from(t.node.label) : []}))
+}]))
+"""
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, dict[str, Any]]:
+    """A lake with every layer of two days, and the generator's manifest."""
+    landing = tmp_path_factory.mktemp("landing")
+    settings = load_settings({"STRATA_HOME": str(tmp_path_factory.mktemp("home")), "STRATA_PSEUDONYM_KEY": KEY})
+    manifest = generate(landing, days=len(DAYS), requests_per_day=300, seed=5, start=START, fault_rate=0.03)
+    _storm(landing / "requests" / f"date={END}" / "storm.jsonl")
+    pipeline.land(settings, [landing / "requests", landing / "feedback"])
+    pipeline.load_prices(settings, landing / "prices.csv")
+    pipeline.load_quotas(settings, landing / "quotas.csv")
+    for day in DAYS:
+        pipeline.build_dwd(settings, day)
+        pipeline.build_dws(settings, day)
+        pipeline.materialize(settings, day)
+        pipeline.check_consistency(settings, day, sample=40)
+    build(settings, DAYS)
+    register_a_model(settings, START, START)
+    for day in DAYS:
+        pipeline.score(settings, day, provider="cpu")
+    return settings, manifest
+
+
+def _storm(path: Path) -> None:
+    """One first attempt rate-limited, then 24 retries of it within four minutes: a client's retry storm."""
+    at = dt.datetime.combine(END, dt.time(13, 0), dt.UTC)
+    first = "req_storm_first"
+    lines = []
+    for i in range(25):
+        line: dict[str, object] = {
+            "request_id": first if i == 0 else f"req_storm_{i:02d}",
+            "ts": int((at + dt.timedelta(seconds=10 * i)).timestamp() * 1000),
+            "tenant_id": "tenant-001",
+            "user_id": "u_storm",
+            "operation": "chat",
+            "model": "gpt-4o-mini",
+            "model_version": "2024-07-18",
+            "duration_ms": 12.5,
+            "status_code": 429,
+            "error_type": "rate_limited",
+            "attempt": i + 1,
+        }
+        lines.append(json.dumps(line | ({"retry_of": first} if i else {})))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _strata(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "STRATA_HOME": str(settings.home), "STRATA_PSEUDONYM_KEY": KEY, "COLUMNS": "100"}
+    return subprocess.run(
+        [sys.executable, "-m", "strata.cli", *args], env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def _sql(settings: Settings, query: str) -> pl.DataFrame:
+    """``query`` over the lake, its tables named ``{layer.name}``."""
+    text = re.sub(r"\{(\w+\.\w+)\}", lambda m: f"delta_scan('{Table(m.group(1)).uri(settings)}')", query)
+    return lake_reader(settings).sql(text).pl()
+
+
+def _by_x(traces: list[dict[str, Any]], axis: str = "x") -> dict[str, float]:
+    """The sum of the traces' values at each x of one subplot (a stacked bar chart's bar heights)."""
+    out: dict[str, float] = {}
+    for trace in traces:
+        if trace["xaxis"] == axis:
+            for x, y in zip(trace["x"], trace["y"]):
+                out[x] = out.get(x, 0) + (y or 0)
+    return out
+
+
+def test_strata_report_writes_the_week_into_the_lake_or_a_local_copy(
+    built: tuple[Settings, dict[str, Any]], tmp_path: Path
+) -> None:
+    settings, manifest = built
+    copy = tmp_path / "copy.html"
+    local = _strata(settings, "report", "--out", str(copy))  # the week ending with the latest day dwd.request holds
+    assert local.returncode == 0 and f"report: {copy}" in local.stdout and f"file://{copy}" in local.stdout
+    text = copy.read_text()
+    assert f"Strata report, {WEEK_START} to {END}" in text and len(text.encode()) < MAX_BYTES
+    # Offline: nothing is loaded from anywhere (plotly.js is in the page), and users appear only as pseudonyms.
+    assert not re.search(r"<(script|link|img)[^>]+(src|href)=", text)
+    assert not any(user in text for user in manifest["abusive_user_ids"]) and KEY not in text
+    # Without --out (as the daily DAG does), into the lake's reports/ folder.
+    written = pipeline.write_report(settings, END, start=START)
+    assert written.detail == report_uri(settings, START, END) and Path(written.detail).read_bytes().startswith(b"<!")
+    with pytest.raises(ValueError, match="after its end"):
+        pipeline.write_report(settings, START, start=END, out=copy)
+
+
+def test_a_lake_not_built_yet_gets_a_page_whose_sections_say_so(strata_env: Path, tmp_path: Path) -> None:
+    result = pipeline.write_report(load_settings(), END, out=tmp_path / "empty.html")
+    text = (tmp_path / "empty.html").read_text()
+    assert result.detail == str(tmp_path / "empty.html")
+    assert text.count("Not built yet") == 8 and 'data-chart="' not in text
+
+
+@needs_chromium
+def test_every_chart_of_the_report_is_drawn_in_chromium_with_the_lake_s_numbers(
+    built: tuple[Settings, dict[str, Any]], tmp_path: Path
+) -> None:
+    settings, _ = built
+    page = tmp_path / "report.html"
+    pipeline.write_report(settings, END, out=page)
+    with chromium(tmp_path / "profile") as browser:
+        browser.open(page.as_uri())
+        browser.settle(0.3)
+        charts = browser.evaluate(CHARTS_JS)
+        riskiest = browser.evaluate(
+            "Array.from(document.querySelectorAll('#scores table')).pop().querySelector('tbody td').textContent"
+        )
+        shot = browser.screenshot(tmp_path / "report.png")
+        assert browser.errors == []
+    assert shot.stat().st_size > 50_000
+    expected = {"tenant-traffic", "model-traffic", "latency", "stages", "storms", "books", "quarantine"}
+    assert set(charts) == expected | {"consistency", "scores", "lineage"}
+    assert all(chart["marks"] > 0 for chart in charts.values()), {k: c["marks"] for k, c in charts.items()}
+
+    # Requests and cost per day: the stacked bars add up to the marts; each tenant drawn alone is its own row.
+    tenants = _sql(settings, "SELECT event_date::VARCHAR AS d, tenant_id, requests FROM {ads.tenant_daily}")
+    assert _by_x(charts["tenant-traffic"]["traces"]) == {
+        d: n for d, n in tenants.group_by("d").agg(pl.col("requests").sum()).iter_rows()
+    }
+    for trace in charts["tenant-traffic"]["traces"]:
+        if trace["xaxis"] == "x" and trace["name"] != "others":
+            mine = tenants.filter(pl.col("tenant_id") == trace["name"])
+            assert dict(zip(trace["x"], trace["y"])) == dict(zip(mine["d"], mine["requests"]))
+    cost = _sql(settings, "SELECT event_date::VARCHAR, sum(cost_usd)::DOUBLE AS c FROM {ads.model_daily} GROUP BY 1")
+    drawn = _by_x(charts["model-traffic"]["traces"], "x3")
+    assert drawn.keys() == set(cost[:, 0]) and all(abs(drawn[d] - c) < 1e-9 for d, c in cost.iter_rows())
+
+    # Latency p95 per model version over the range, as DuckDB computes it on dwd.request.
+    p95 = _sql(
+        settings,
+        "SELECT model || ' ' || coalesce(model_version, '(none)') AS v, quantile_cont(duration_ms, 0.95) AS p "
+        "FROM {dwd.request} GROUP BY 1",
+    )
+    trace = next(t for t in charts["latency"]["traces"] if t["name"] == "p95")
+    assert dict(zip(trace["x"], trace["y"])) == pytest.approx(dict(p95.iter_rows()))
+
+    # The books, the quarantine by rule, the storms, the consistency checks.
+    books = _sql(settings, "SELECT event_date::VARCHAR, dwd_rows FROM {ops.books} WHERE table_name = 'dwd.request'")
+    trace = next(t for t in charts["books"]["traces"] if t["name"] == "dwd rows")
+    assert dict(zip(trace["x"], trace["y"])) == dict(books.iter_rows())
+    rules = _sql(settings, "SELECT r, count(*) FROM (SELECT unnest(rules) AS r FROM {dwd.quarantine}) GROUP BY r")
+    (trace,) = charts["quarantine"]["traces"]
+    assert dict(zip(trace["y"], trace["x"])) == dict(rules.iter_rows())
+    storms = _sql(settings, "SELECT count(*) FROM {ads.retry_storms}").item()
+    assert storms > 0 and len(charts["storms"]["traces"]) == storms
+    checks = _sql(settings, "SELECT sum(entities_sampled) FROM {ads.feature_consistency} WHERE feature = '*'").item()
+    assert sum(sum(t["x"]) for t in charts["consistency"]["traces"]) == checks
+
+    # Every user-day scored is in the histogram; the riskiest user heads the list, by pseudonym.
+    scored = _sql(settings, "SELECT count(*) AS n, arg_max(user_pseudonym, score) AS top FROM {ads.user_risk_scores}")
+    assert sum(charts["scores"]["traces"][0]["y"]) == scored["n"].item() and riskiest == scored["top"].item()
+
+    # The lineage: a box per landing folder, table and model, each counting what the lake holds.
+    (sankey,) = charts["lineage"]["traces"]
+    labels = sankey["labels"]
+    assert charts["lineage"]["nodes"] == len(labels)
+    files = _sql(settings, "SELECT count(*) FROM {ops.landed_files} WHERE table_name = 'ods.request_log_raw'").item()
+    requests = _sql(settings, "SELECT count(*) FROM {dwd.request}").item()
+    assert f"landing files<br>{files:,} files" in labels and f"dwd.request<br>{requests:,} rows" in labels
+    assert "model user_risk@v1<br>1 version(s)" in labels and "Feast view user_features" in labels
+
+
+@needs_chromium
+def test_the_dbt_docs_page_opens_offline_without_a_console_error(
+    built: tuple[Settings, dict[str, Any]], tmp_path: Path
+) -> None:
+    settings, _ = built
+    docs = pipeline.generate_docs(settings).detail
+    with chromium(tmp_path / "profile") as browser:
+        browser.open(docs.as_uri())
+        browser.settle(1.0)
+        text = browser.evaluate("document.body.innerText")
+        browser.screenshot(tmp_path / "docs.png")
+        assert browser.errors == []
+    assert "strata_ads" in text and "Welcome!" in text  # the project, read from the manifest inside the page
