@@ -213,18 +213,24 @@ def write_report(
     from strata.report import WEEK
     from strata.report.page import render
     from warehouse.ops.reports import write_report as keep
+    from warehouse.storage import boundaries, locks
+    from warehouse.tables import ADS_USER_RISK_SCORES
 
     start = start or end - dt.timedelta(days=WEEK - 1)
     if start > end:
         raise ValueError(f"the report's start ({start}) is after its end ({end})")
-    page = render(settings, start, end)
-    if out is None:
-        where = keep(settings, start, end, page)
-    else:
-        staged = out.with_name(f".{out.name}.tmp")
-        staged.write_bytes(page)
-        staged.replace(out)  # a reader never sees half a page
-        where = str(out)
+    # The page names the riskiest users' pseudonyms: from its first read of the scores to the page written, a
+    # forget waits (then deletes the page), or has already removed the user from the scores.
+    with locks.hold(settings, read=[ADS_USER_RISK_SCORES]):
+        page = render(settings, start, end)
+        boundaries.first_read("report")
+        if out is None:
+            where = keep(settings, start, end, page)
+        else:
+            staged = out.with_name(f".{out.name}.tmp")
+            staged.write_bytes(page)
+            staged.replace(out)  # a reader never sees half a page
+            where = str(out)
     return StepResult("write_report", {"bytes": len(page)}, {}, where)
 
 

@@ -1,4 +1,5 @@
-"""Forget wins every race: against scoring, materialization and the DWS and ADS builds, in both lock backends.
+"""Forget wins every race: against scoring, materialization, the DWS and ADS builds and the report, in both lock
+backends.
 
 Each step runs as a real process that stops (SIGSTOP, ``STRATA_PAUSE_AT_READ``) right after its
 first read, holding what it read. There, forget's locks must be taken (a forget waits for the
@@ -6,7 +7,7 @@ step); then a real ``forget`` starts, the step goes on, and afterwards the user 
 no file under ``STRATA_HOME`` (the landing zone included; Parquet and gzip decoded), in no key
 of the Redis the home materialized to before its configuration moved to SQLite. One lake is
 built per module and copied per case (the landing zone, whose paths ODS keeps, is shared); the
-four steps run side by side, each in its own home and lock backend.
+five steps run side by side, each in its own home and lock backend.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ STEPS = {
     "materialize": ["features", "materialize", "--full"],
     "build dws": ["build", "dws", "--date", str(DAYS[1])],
     "build ads": ["build", "ads", "--date", str(DAYS[1])],
+    "report": ["report", "--end", str(DAYS[1])],
 }
 
 
@@ -177,7 +179,7 @@ def _race(world: dict, step: str, home: Path, lock_env: dict[str, str]) -> None:
 
 #: Every step in both lock backends: half of the pairs in ``make test`` (each step once, each
 #: backend twice), the other half with the slow tests.
-MIXED = {"score": "files", "materialize": "postgres", "build dws": "files", "build ads": "postgres"}
+MIXED = {"score": "files", "materialize": "postgres", "build dws": "files", "build ads": "postgres", "report": "files"}
 OTHERS = {step: "postgres" if backend == "files" else "files" for step, backend in MIXED.items()}
 
 
