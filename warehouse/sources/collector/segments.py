@@ -18,9 +18,10 @@ import os
 import struct
 import uuid
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from warehouse.sources.collector.encoding import line_of
 
@@ -98,16 +99,26 @@ def convert_segment(segment: Path) -> Path:
 
 
 def _write_lines(segment: Path, fd: int, target: Path) -> None:
-    """Write a segment's lines to ``target``: aside, fsynced, renamed into place, the folder synced."""
+    """Write a segment's lines to ``target`` (:func:`write_aside`)."""
     with open(fd, "rb", closefd=False) as f:
         data = f.read()
+
+    def lines(out: BinaryIO) -> None:
+        for record in records(data, segment.name):
+            line = line_of(record)
+            if line is not None:
+                out.write(line + b"\n")
+
+    write_aside(target, lines)
+
+
+def write_aside(target: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Have ``write`` fill a dot-named file beside ``target``, fsync it, rename it into place and sync the
+    folder: a reader of the folder sees the whole file or none of it, and a crash leaves no half of it."""
     part = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.part")
     try:
         with open(part, "wb") as out:
-            for record in records(data, segment.name):
-                line = line_of(record)
-                if line is not None:
-                    out.write(line + b"\n")
+            write(out)
             out.flush()
             os.fsync(out.fileno())
         os.rename(part, target)

@@ -36,7 +36,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from warehouse.sources.collector.segments import SUFFIX, frame, sync_dir, whole_records
+from warehouse.sources.collector.segments import SUFFIX, frame, sync_dir, whole_records, write_aside
 
 log = logging.getLogger(__name__)
 _NEW = ".new"
@@ -262,16 +262,8 @@ class Spool:
         except OSError as exc:
             if exc.errno != errno.EXDEV:
                 raise
-            part = target.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.part")
-            try:
-                with open(path, "rb") as source, open(part, "wb") as copy:
-                    shutil.copyfileobj(source, copy, 1 << 20)
-                    copy.flush()
-                    os.fsync(copy.fileno())
-                os.rename(part, target)
-            finally:
-                part.unlink(missing_ok=True)
-            sync_dir(target.parent)
+            with open(path, "rb") as source:
+                write_aside(target, lambda copy: shutil.copyfileobj(source, copy, 1 << 20))
             path.unlink()
         else:
             sync_dir(target.parent)
