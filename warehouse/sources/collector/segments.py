@@ -64,20 +64,20 @@ def records(data: bytes, name: str) -> Iterator[bytes]:
         yield record
 
 
-def converted_name(segment: Path) -> Path:
+def _converted_name(segment: Path) -> Path:
     """Where a segment's converted file lies: beside it, ``<name>.otlp.jsonl``."""
     return segment.with_name(segment.name.removesuffix(SUFFIX) + LANDED_SUFFIX)
 
 
 def convert_segment(segment: Path) -> Path:
-    """Convert a closed segment into its OTLP/JSON lines file (:func:`converted_name`), then delete it.
+    """Convert a closed segment into its OTLP/JSON lines file (:func:`_converted_name`), then delete it.
 
     Safe to run again and at once: the segment is locked while converted (as the receiver holds it
     until handed over), and a segment whose converted file exists already is only deleted — the
     converted file wins, whether a run was cut short or ``forget`` has rewritten it since. Raises
     ``ValueError`` for a segment holding a damaged or unconvertible record (it is left in place).
     """
-    target = converted_name(segment)
+    target = _converted_name(segment)
     try:
         fd = os.open(segment, os.O_RDONLY)
     except FileNotFoundError:
