@@ -1,5 +1,6 @@
 """``strata collect``: what the real OpenTelemetry exporter sends lands in ODS as OTLP/JSON, the
-answers follow OTLP/HTTP, and nothing answered 200 is lost when the receiver is killed."""
+answers follow OTLP/HTTP, and nothing answered 200 is lost when the receiver, or the ingest that
+converts its segments, is killed."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import ipaddress
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -24,7 +27,7 @@ from warehouse.dwd.build import build
 from warehouse.ods.ingest import ingest
 from warehouse.settings import load_settings
 from warehouse.sources.collector.encoding import JSON, PROTOBUF, accept, decode
-from warehouse.sources.collector.spool import frame
+from warehouse.sources.collector.segments import convert_pending, frame
 from warehouse.storage import lake
 from warehouse.tables import table
 
@@ -67,7 +70,14 @@ def _records(prefix: str, n: int) -> list[dict]:
     ]
 
 
+def _segments(settings) -> list[Path]:
+    """The segments handed to the landing zone, not yet converted."""
+    return sorted((settings.landing_dir / "otlp").rglob("*.otlp.spool"))
+
+
 def _landed(settings) -> list[Path]:
+    """The landing zone's OTLP/JSON lines files, once its segments are converted (as an ingest does first)."""
+    assert not convert_pending([settings.landing_dir]).failed
     return sorted((settings.landing_dir / "otlp").rglob("*.otlp.jsonl"))
 
 
@@ -107,11 +117,12 @@ def test_the_sdk_exporters_protobuf_lands_in_ods_byte_exact_and_reads_into_dwd(s
         status, _, answer = _post(url, json.dumps(json.loads(otlp_export_line(_records("json", 1))), indent=1).encode())
         assert (status, answer) == (200, b"{}")
     settings = load_settings()
-    [segment] = _landed(settings)
-    lines = segment.read_bytes().splitlines()
-    assert len(lines) == 3 and all(b"\n" not in line for line in lines)
+    [segment] = _segments(settings)  # handed over unparsed: the ingest converts it
     report = ingest(settings, [settings.landing_dir])
-    assert [f.source for f in report.landed] == ["otlp-json"]
+    assert [f.source for f in report.landed] == ["otlp-json"] and not segment.exists()
+    assert report.landed[0].path == segment.with_name(segment.name.replace(".otlp.spool", ".otlp.jsonl"))
+    lines = report.landed[0].path.read_bytes().splitlines()
+    assert len(lines) == 3 and all(b"\n" not in line for line in lines)
     ods = pl.from_arrow(lake.read(settings, table("ods.request_log_raw"))).sort("line_no")
     assert ods.get_column("raw_line").to_list() == lines
     converted = [json.loads(line)["resourceSpans"][0] for line in lines[:2]]
@@ -178,7 +189,7 @@ def test_the_answers_follow_otlp_http(strata_env: Path, tmp_path: Path) -> None:
     )
 
 
-def test_a_restarted_receiver_converts_and_lands_what_a_killed_one_left_cut_to_whole_records(strata_env: Path) -> None:
+def test_a_restarted_receiver_hands_over_what_a_killed_one_left_cut_to_whole_records(strata_env: Path) -> None:
     from google.protobuf.json_format import ParseDict
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
@@ -199,6 +210,8 @@ def test_a_restarted_receiver_converts_and_lands_what_a_killed_one_left_cut_to_w
     (spool / "collect-gone-1-deadbeef-000003.otlp.spool.new").write_bytes(b"")  # created, never named
     with receiver_thread():
         pass
+    [handed] = _segments(settings)
+    assert handed.read_bytes() == acknowledged  # as it was, cut to its last whole record, unparsed
     [landed] = _landed(settings)
     assert (
         landed.relative_to(settings.landing_dir).as_posix()
@@ -265,6 +278,7 @@ def test_sigkill_loses_no_span_answered_200_and_a_resent_span_is_a_duplicate(str
         for span in scope["spans"]
     ]
     assert len(stored) > 1200 and not list((settings.home / "collect" / "spool").rglob("*.otlp.spool*"))
+    assert not _segments(settings)
     ingest(settings, [settings.landing_dir])
     report = build(settings, "requests", DAY)
     ids = pl.from_arrow(lake.read(settings, table("dwd.request"))).get_column("request_id")
@@ -358,8 +372,52 @@ def test_receivers_sharing_a_spool_leave_each_others_open_segments_alone(strata_
         with receiver_thread() as second:  # its start-up recovery finds the first one's open segment, locked
             assert _post(second, body)[0] == 200
         assert (
-            len(_landed(settings)) == 1 and len(list((settings.home / "collect" / "spool").rglob("*.otlp.spool"))) == 1
+            len(_segments(settings)) == 1
+            and len(list((settings.home / "collect" / "spool").rglob("*.otlp.spool"))) == 1
         )
     landed = _landed(settings)
     assert len(landed) == 2 and len({p.name for p in landed}) == 2
     assert [p.read_bytes() for p in landed] == [body + b"\n"] * 2
+
+
+_KILLED_AFTER_CONVERTING = """
+import os, pathlib, signal, sys
+from warehouse.ods.ingest import ingest
+from warehouse.settings import load_settings
+
+real_unlink = pathlib.Path.unlink
+
+def unlink(self, missing_ok=False):
+    if self.name.endswith(".otlp.spool"):  # its converted file is renamed into place and synced: die now
+        os.kill(os.getpid(), signal.SIGKILL)
+    real_unlink(self, missing_ok)
+
+pathlib.Path.unlink = unlink
+ingest(load_settings(), [pathlib.Path(sys.argv[1])])
+"""
+
+
+def test_an_ingest_killed_between_converting_a_segment_and_deleting_it_lands_every_span_once(
+    strata_env: Path,
+) -> None:
+    settings = load_settings()
+    with receiver_thread(STRATA_COLLECT_SEGMENT_SECONDS="0.2") as url:
+        for r in range(6):
+            assert _post(url, otlp_export_line(_records(f"k{r}", 5)))[0] == 200
+            time.sleep(0.1)
+    segments = _segments(settings)
+    assert len(segments) >= 2
+    killed = subprocess.run([sys.executable, "-c", _KILLED_AFTER_CONVERTING, str(settings.landing_dir)], timeout=120)
+    assert killed.returncode == -signal.SIGKILL
+    first = segments[0].with_name(segments[0].name.replace(".otlp.spool", ".otlp.jsonl"))
+    assert segments[0].exists() and first.exists()  # both: converted, not yet deleted, nothing landed
+    assert lake.open_table(settings, table("ods.request_log_raw")) is None
+    report = ingest(settings, [settings.landing_dir])
+    assert not _segments(settings) and not report.failed
+    assert sorted(f.path for f in report.landed) == [
+        s.with_name(s.name.replace(".otlp.spool", ".otlp.jsonl")) for s in segments
+    ]
+    assert not ingest(settings, [settings.landing_dir]).landed  # a re-run finds nothing new
+    build(settings, "requests", DAY)
+    ids = pl.from_arrow(lake.read(settings, table("dwd.request"))).get_column("request_id")
+    assert ids.len() == ids.n_unique() == 30  # every span, once

@@ -11,6 +11,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 from conftest import AZURE_SAMPLE, SHIPPED_AZURE_MAPPING
+from fixtures_otlp import otlp_export_line
 from lake_compare import assert_no_trace
 
 from warehouse.dwd.build import build_day
@@ -20,6 +21,8 @@ from warehouse.ops.forget import forget_user
 from warehouse.ops.retention import apply_retention
 from warehouse.privacy import pseudonym
 from warehouse.settings import load_settings
+from warehouse.sources.collector.encoding import JSON, accept
+from warehouse.sources.collector.segments import convert_segment, frame
 from warehouse.storage import lake
 from warehouse.storage.lake import Lake
 from warehouse.tables import table
@@ -280,4 +283,39 @@ def test_retention_takes_the_expired_lines_out_of_the_landing_zone(strata_env: P
     assert not old.exists()  # every line expired: the file is gone
     assert both.read_bytes() == b"".join(line + b"\n" for line in recent)  # only the expired line left it
     assert not ingest(settings, [settings.landing_dir]).landed  # the rewritten file is still skipped
+    assert lake.read(settings, table("ods.request_log_raw")).num_rows == 2
+
+
+def _converted_but_not_deleted(landing: Path, day: dt.date, lines: list[bytes]) -> tuple[Path, Path]:
+    """A ``strata collect`` segment of these OTLP lines, and its converted file, landed by naming it: both left
+    as by an ingest killed between converting the segment and deleting it, the converted file then ingested."""
+    segment = landing / "otlp" / f"date={day.isoformat()}" / "collect-h-1-abcd0123-000001.otlp.spool"
+    segment.parent.mkdir(parents=True)
+    data = b"".join(frame(accept(line, JSON, None).record or b"") for line in lines)
+    segment.write_bytes(data)
+    converted = convert_segment(segment)
+    segment.write_bytes(data)
+    return segment, converted
+
+
+@pytest.mark.parametrize("removal", ["forget", "retention"])
+def test_forget_and_retention_convert_pending_segments_first_so_none_brings_a_line_back(
+    removal: str, strata_env: Path
+) -> None:
+    settings = load_settings()
+    victim, old_day = "user-to-forget-7731", dt.date(2026, 1, 1)
+    records = _records(victim, 2, old_day, "v") + _records("stays", 2, DAY, "o")
+    lines = [otlp_export_line([{**r, "ts": dt.datetime.fromisoformat(r["ts"])}]) for r in records]
+    segment, converted = _converted_but_not_deleted(settings.landing_dir, DAY, lines)
+    assert [f.path for f in ingest(settings, [converted]).landed] == [converted] and segment.exists()
+
+    if removal == "forget":
+        assert forget_user(settings, victim).files == 1
+    else:
+        apply_retention(settings, days=30, today=DAY)  # the victim's spans are the old day's
+
+    assert not segment.exists()  # the converted file won, and lost those lines
+    assert converted.read_bytes() == b"".join(line + b"\n" for line in lines[2:])
+    assert_no_trace(settings.home, victim)
+    assert not ingest(settings, [settings.landing_dir]).landed  # nothing converted or landed again
     assert lake.read(settings, table("ods.request_log_raw")).num_rows == 2

@@ -1,22 +1,26 @@
-"""The receiver's spool: group commit, segments rolled by size and age, converted off the request path,
-landed whole and in order."""
+"""The receiver's spool: group commit, segments rolled by size and age, handed to the landing zone whole,
+unparsed and in order."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import os
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from warehouse.sources.collector import spool as spool_module
+from warehouse.sources.collector.segments import records
 from warehouse.sources.collector.spool import Spool
 
 
 def _landed(landing: Path) -> list[Path]:
-    return sorted((landing / "otlp").rglob("*.otlp.jsonl"))
+    return sorted((landing / "otlp").rglob("*.otlp.spool"))
+
+
+def _records(path: Path) -> list[bytes]:
+    return list(records(path.read_bytes(), path.name))
 
 
 def test_concurrent_appends_share_a_sync_and_segments_roll_by_size(
@@ -36,7 +40,6 @@ def test_concurrent_appends_share_a_sync_and_segments_roll_by_size(
         tmp_path / "landing",
         segment_bytes=1000,
         segment_seconds=3600,
-        convert=lambda record: record,
     )
     spool.start()
     lines = [f'{{"resourceSpans":[],"n":{i:04d}}}'.encode() for i in range(100)]
@@ -51,8 +54,8 @@ def test_concurrent_appends_share_a_sync_and_segments_roll_by_size(
     spool.close()
     landed = _landed(tmp_path / "landing")
     assert len(landed) >= 3
-    assert b"".join(p.read_bytes() for p in landed) == b"".join(line + b"\n" for line in lines)
-    assert not list((tmp_path / "spool").rglob("*.jsonl"))
+    assert [r for p in landed for r in _records(p)] == lines  # handed over as written, in order
+    assert not list((tmp_path / "spool").rglob("*.otlp.spool"))
 
 
 def test_a_segment_lands_when_it_is_old_enough(tmp_path: Path) -> None:
@@ -61,44 +64,61 @@ def test_a_segment_lands_when_it_is_old_enough(tmp_path: Path) -> None:
         tmp_path / "landing",
         segment_bytes=1 << 20,
         segment_seconds=0.2,
-        convert=lambda record: record,
     )
     spool.start()
     try:
         spool.append(b'{"resourceSpans":[]}').result(timeout=10)
         deadline = time.monotonic() + 10
-        # the landed file appears (renamed) a moment before its segment is deleted and stops counting
+        # the segment appears in the landing zone (renamed) a moment before it stops counting
         while (not _landed(tmp_path / "landing") or spool.pending_bytes()) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert [p.read_bytes() for p in _landed(tmp_path / "landing")] == [b'{"resourceSpans":[]}\n']
+        assert [_records(p) for p in _landed(tmp_path / "landing")] == [[b'{"resourceSpans":[]}']]
         assert spool.pending_bytes() == 0
     finally:
         spool.close()
 
 
-def test_a_closed_segment_counts_against_the_bound_until_its_conversion_lands_it(tmp_path: Path) -> None:
-    release = threading.Event()
-
-    def slow_convert(record: bytes) -> bytes:  # the converter thread, behind the request path
-        release.wait(10)
-        return record.upper()
-
-    spool = Spool(
-        tmp_path / "spool", tmp_path / "landing", segment_bytes=10, segment_seconds=3600, convert=slow_convert
-    )
+def test_a_closed_segment_counts_against_the_bound_until_it_is_in_the_landing_zone(tmp_path: Path) -> None:
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "otlp").write_bytes(b"")  # the landing zone refuses the hand-over (as a full disk would)
+    spool = Spool(tmp_path / "spool", landing, segment_bytes=10, segment_seconds=3600)
     spool.start()
     try:
-        spool.append(b"first record").result(timeout=10)  # durable and answered while no conversion ran
+        spool.append(b"first record").result(timeout=10)  # durable and answered meanwhile
         spool.append(b"second").result(timeout=10)
-        assert spool.pending_bytes() > len(b"first record" + b"second") and not _landed(tmp_path / "landing")
-        release.set()
+        time.sleep(0.3)
+        assert spool.pending_bytes() > len(b"first record" + b"second") and not _landed(landing)
+        (landing / "otlp").unlink()  # the hand-over thread retries each second
         deadline = time.monotonic() + 10
         while spool.pending_bytes() and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert [p.read_bytes() for p in _landed(tmp_path / "landing")] == [b"FIRST RECORD\n", b"SECOND\n"]
+        assert [_records(p) for p in _landed(landing)] == [[b"first record"], [b"second"]]
     finally:
-        release.set()
         spool.close()
+
+
+def test_a_segment_is_copied_when_the_landing_zone_is_on_another_file_system(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    real = os.rename
+
+    def rename(source: os.PathLike[str] | str, target: os.PathLike[str] | str) -> None:
+        if Path(source).name.endswith(".otlp.spool") and "landing" in str(target):
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        real(source, target)
+
+    monkeypatch.setattr(spool_module.os, "rename", rename)
+    spool = Spool(tmp_path / "spool", tmp_path / "landing", segment_bytes=1 << 20, segment_seconds=3600)
+    spool.start()
+    spool.append(b"across").result(timeout=10)
+    spool.close()
+    [landed] = _landed(tmp_path / "landing")
+    assert _records(landed) == [b"across"]
+    assert not [p for p in (tmp_path / "landing").rglob("*") if p.name.startswith(".")]
+    assert not list((tmp_path / "spool").rglob("*.otlp.spool"))
 
 
 def test_a_group_is_written_while_the_one_before_it_is_still_syncing(
@@ -120,7 +140,6 @@ def test_a_group_is_written_while_the_one_before_it_is_still_syncing(
         tmp_path / "landing",
         segment_bytes=1 << 20,
         segment_seconds=3600,
-        convert=lambda record: record,
     )
     spool.start()
     try:
@@ -132,4 +151,4 @@ def test_a_group_is_written_while_the_one_before_it_is_still_syncing(
         assert most[0] == 2 and first.exception() is None and second.exception() is None
     finally:
         spool.close()
-    assert [p.read_bytes() for p in _landed(tmp_path / "landing")] == [b"first\nsecond\n"]
+    assert [_records(p) for p in _landed(tmp_path / "landing")] == [[b"first", b"second"]]

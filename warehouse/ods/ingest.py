@@ -1,5 +1,9 @@
 """Landing files in ODS: every line byte-exact, one commit per table per run.
 
+A ``strata collect`` spool segment (``*.otlp.spool``, named or found in a folder) is converted
+first into its OTLP/JSON lines file beside it (:mod:`warehouse.sources.collector.segments`), which
+then lands like any other; the receiver hands segments over unparsed.
+
 A file landed before (same content hash, per ``ops.landed_files``, which outlives
 retention and erasure) is skipped, so re-ingesting changes nothing — unless it is landed
 again on purpose (``reland``, e.g. after fixing its mapping): then the same commit replaces
@@ -35,6 +39,7 @@ from warehouse.progress import Progress
 from warehouse.settings import TENANT, Settings
 from warehouse.sources import files as landed
 from warehouse.sources.canonical import Kind
+from warehouse.sources.collector.segments import convert_pending
 from warehouse.sources.formats import HEAD_BYTES, JSONL, kind_of, otlp_signal, otlp_source, parser_for, register_mapping
 from warehouse.sources.mapping import Mapping, load_mapping, resolve_mapping, shipped_mappings
 from warehouse.storage import lake, locks
@@ -191,14 +196,19 @@ def ingest(
     run that crashes commits nothing it did not also record: running it again finishes the
     job. With ``reland``, files already landed are landed again as this run reads them, and
     the commit replaces their earlier rows (``report.stale_dates`` says which DWD dates to
-    rebuild). A mapping is read and checked whole before anything is written. ``tenant``
+    rebuild). Spool segments are converted first (a conversion cut short is finished, never
+    repeated). A mapping is read and checked whole before anything is written. ``tenant``
     (else ``STRATA_DEFAULT_TENANT``) is the tenant of OTLP spans that name none.
     """
     if tenant is not None and not TENANT.fullmatch(tenant):
         raise ValueError(f"--tenant must be 1-128 letters, digits, '.', '_' or '-', not {tenant!r}")
     mapping = load_mapping(resolve_mapping(mapping_file)) if mapping_file is not None else None
     report = IngestReport(batch_id=uuid.uuid4().hex[:16])
-    found = _find(paths, fmt, mapping, tenant or settings.default_tenant, report)
+    conversion = convert_pending(paths)
+    for segment, error in conversion.failed:
+        report.files.append(FileResult(segment, ODS_TABLES["requests"], "failed", error=error))
+        log.warning("not converted, not landed: %s", error)
+    found = _find(conversion.paths, fmt, mapping, tenant or settings.default_tenant, report)
     step = _Landing(settings, report, mapping, reland, progress, total=len(found))
     for table in sorted({f.table for f in found}, key=lambda t: t.name):
         step.land(table, [f for f in found if f.table == table])

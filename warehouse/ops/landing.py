@@ -8,6 +8,12 @@ deleted. The ledger (``ops.landed_files``) gets a row for the rewritten file's n
 copy of the old one's, so a re-ingest of the landing folder still skips it. Files landed
 from elsewhere are the caller's to manage and are left alone.
 
+``strata collect``'s spool segments in the landing zone are converted first, as an ingest would
+(:func:`warehouse.sources.collector.segments.convert_pending`): a segment left beside its
+converted file by an ingest cut short is then deleted, so it can never bring a removed line back
+as a fresh conversion. A segment not yet ingested has no ODS row to name its lines: like any
+landing file not yet ingested, its lines are found by the first forget after its ingest.
+
 This runs before the ODS rows are removed: a forget that crashes in between finds the rows
 again on its re-run, and the file, whose hash no longer matches them, is left as rewritten.
 """
@@ -16,17 +22,20 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import logging
 import os
 from pathlib import Path
 
 import polars as pl
 
 from warehouse.settings import Settings
+from warehouse.sources.collector.segments import convert_pending
 from warehouse.sources.files import load, split_lines
 from warehouse.storage import lake
 from warehouse.storage.publish import publish
 from warehouse.tables import OPS_LANDED_FILES, Table
 
+log = logging.getLogger(f"strata.{__name__}")
 #: The columns of an ODS row that say where in the landing zone it came from.
 LINEAGE = ["source_file", "file_sha256", "line_no"]
 
@@ -35,6 +44,9 @@ def rewrite_landed(settings: Settings, table: Table, rows: pl.DataFrame) -> int:
     """Rewrite the landing files of ``rows`` (an ODS table's ``LINEAGE``) without those lines;
     returns how many files were rewritten or deleted."""
     zone = settings.landing_dir.resolve()
+    if zone.is_dir():
+        for _, error in convert_pending([zone]).failed:
+            log.warning("landing zone: %s", error)
     changed = 0
     for (source_file, sha), group in rows.group_by(["source_file", "file_sha256"]):
         path = Path(str(source_file))

@@ -1,9 +1,9 @@
-"""OTLP/HTTP trace bodies → spool records on the request path, OTLP/JSON lines when a segment lands.
+"""OTLP/HTTP trace bodies → spool records on the request path, OTLP/JSON lines when the ingest converts a segment.
 
 The request path (:func:`accept`) does only what a durable, correct answer needs: a protobuf
 body is parsed (a validity check, and the tenant check a partial success needs) and spooled
 as sent; a JSON body is decoded and spooled as the line it becomes. :func:`line_of` turns a
-record into its line when its segment is handed to the landing zone, off the request path.
+record into its line when ``strata ingest`` converts its segment (:mod:`.segments`), off the receiver.
 
 A JSON body is kept as sent (its line breaks, which JSON allows only as whitespace, become
 spaces) unless the receiver has to change it. A protobuf body becomes the OTLP/JSON encoding

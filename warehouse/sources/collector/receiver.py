@@ -3,8 +3,8 @@
 ``POST /v1/traces`` takes ``application/x-protobuf`` and ``application/json`` bodies, plain or
 gzip, and answers as OTLP/HTTP says: 200 with an ``ExportTraceServiceResponse`` (a partial
 success when spans were rejected) once its spool record is on disk; 400 for a body that is not a
-trace export (a protobuf body is parsed on the request path and converted to OTLP/JSON only when
-its segment lands); 401 without an accepted token (when tokens are configured); 404 for
+trace export (a protobuf body is parsed on the request path, and converted to OTLP/JSON only by
+the ingest that lands its segment); 401 without an accepted token (when tokens are configured); 404 for
 ``/v1/logs`` and ``/v1/metrics``, which Strata does not take yet, and any other path; 405 for
 another method; 413 for a body over the limit (decompressed); 415 for another Content-Type or
 Content-Encoding; 503 with ``Retry-After`` while the spool holds more than its bound or the
@@ -28,7 +28,6 @@ from warehouse.sources.collector.encoding import (
     accept,
     decode,
     export_response,
-    line_of,
     status_body,
 )
 from warehouse.sources.collector.spool import Spool
@@ -213,7 +212,6 @@ def build_receiver(settings: Settings, collect: CollectSettings) -> Receiver:
         settings.landing_dir,
         segment_bytes=collect.segment_bytes,
         segment_seconds=collect.segment_seconds,
-        convert=line_of,
     )
     tokens = load_tokens(collect.tokens_file) if collect.tokens_file is not None else None
     return Receiver(spool, collect.max_body_bytes, collect.spool_max_bytes, tokens)
@@ -227,7 +225,7 @@ def receiver_from_env() -> Receiver:
 
 
 def serve(settings: Settings, collect: CollectSettings) -> None:
-    """Serve until SIGINT/SIGTERM, then answer what is in flight, land the open segments and return.
+    """Serve until SIGINT/SIGTERM, then answer what is in flight, hand the open segments over and return.
 
     With several workers each is its own process with its own spool segments (named by its
     process id) and bounds; they share the port. The settings reach them through the environment.

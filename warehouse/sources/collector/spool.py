@@ -1,20 +1,20 @@
-"""The receiver's spool: accepted records made durable (group commit), converted and handed to the landing zone.
+"""The receiver's spool: accepted records made durable (group commit) and handed to the landing zone as they are.
 
 Records go to an open segment under ``$STRATA_HOME/collect/spool/date=<day>/``, each framed by
-its length and CRC-32; one writer thread appends every record that queued up meanwhile,
-``fdatasync``\\s once and then wakes the requests that wait for it, so a request is answered
-only once its record is on disk and many concurrent requests share one sync. A segment is
-closed when it reaches a size or an age; then a converter thread, off the request path, writes
-the OTLP/JSON line of each of its records (``convert``) to ``<landing>/otlp/date=<day>/`` under a
-dot-name, fsyncs it, renames it and syncs the folder, so ingest never sees half a file, and only
-then deletes the segment. Until then its bytes count in :meth:`Spool.pending_bytes`, the bound
-behind the receiver's backpressure. Names carry the host, the process id, a random id and a
-sequence number: receivers sharing a landing zone never collide. Landed files end in
-``.otlp.jsonl``, which a folder ingest reads as OTLP/JSON.
+its length and CRC-32 (:mod:`.segments`); one writer thread appends every record that queued up
+meanwhile, ``fdatasync``\\s once and then wakes the requests that wait for it, so a request is
+answered only once its record is on disk and many concurrent requests share one sync. A segment
+is closed when it reaches a size or an age; then a hand-over thread, off the request path, moves
+it unparsed to ``<landing>/otlp/date=<day>/`` — a rename, or across file systems a copy under a
+dot-name, fsynced and renamed — and syncs both folders. Until then its bytes count in
+:meth:`Spool.pending_bytes`, the bound behind the receiver's backpressure. ``strata ingest``
+converts a handed-over segment into the OTLP/JSON lines ODS keeps: the receiver converts
+nothing. Names carry the host, the process id, a random id and a sequence number: receivers
+sharing a landing zone never collide.
 
-Each segment is locked (``flock``) by its receiver until it is landed. At start a receiver
-converts and lands the segments a killed predecessor left (unlocked ones), cut back to their
-last whole record: what follows it was never acknowledged.
+Each segment is locked (``flock``) by its receiver until it is handed over. At start a receiver
+hands over the segments a killed predecessor left (unlocked ones), cut back to their last whole
+record: what follows it was never acknowledged.
 """
 
 from __future__ import annotations
@@ -23,30 +23,26 @@ import asyncio
 import concurrent.futures
 import contextlib
 import datetime as dt
+import errno
 import fcntl
 import logging
 import os
 import queue
+import shutil
 import socket
-import struct
 import threading
 import time
 import uuid
-import zlib
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from warehouse.sources.collector.segments import SUFFIX, frame, sync_dir, whole_records, write_aside
+
 log = logging.getLogger(__name__)
-#: A spool segment's name ends so; a landed file's so.
-SUFFIX, LANDED_SUFFIX = ".otlp.spool", ".otlp.jsonl"
 _NEW = ".new"
 _BATCH_BYTES = 16 << 20
-#: A record's frame: magic, length, CRC-32 of the record.
-_FRAME = struct.Struct(">4sII")
 #: Threads that may sync groups at once.
 _SYNCERS = 4
-_MAGIC = b"SPR1"
 
 
 @dataclass
@@ -59,16 +55,8 @@ class _Segment:
     syncs: list[concurrent.futures.Future[None]] = field(default_factory=list)
 
 
-def frame(record: bytes) -> bytes:
-    """A record as a segment holds it."""
-    return _FRAME.pack(_MAGIC, len(record), zlib.crc32(record)) + record
-
-
 class Spool:
-    """Durable appends of whole records; :meth:`pending_bytes` is what is not yet in the landing zone.
-
-    ``convert`` makes a record the line its landed file holds (``None``: none), on the converter thread.
-    """
+    """Durable appends of whole records; :meth:`pending_bytes` is what is not yet in the landing zone."""
 
     def __init__(
         self,
@@ -77,13 +65,11 @@ class Spool:
         *,
         segment_bytes: int,
         segment_seconds: float,
-        convert: Callable[[bytes], bytes | None],
     ) -> None:
         self.spool_dir = spool_dir
         self.landing_dir = landing_dir / "otlp"
         self.segment_bytes = segment_bytes
         self.segment_seconds = segment_seconds
-        self.convert = convert
         self._prefix = f"collect-{_host()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._seq = 0
         self._queue: queue.SimpleQueue[tuple[bytes, concurrent.futures.Future[None]] | None] = queue.SimpleQueue()
@@ -94,37 +80,36 @@ class Spool:
         self._closed = threading.Condition(self._lock)  # a segment was closed, or the spool stops
         self._stopping = False
         self._thread: threading.Thread | None = None
-        self._converter: threading.Thread | None = None
+        self._mover: threading.Thread | None = None
         self._syncers: concurrent.futures.ThreadPoolExecutor | None = None
-        self.landed: list[Path] = []
 
     # -- life cycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Take over what a killed predecessor left, then start the writer and the converter thread."""
+        """Take over what a killed predecessor left, then start the writer and the hand-over thread."""
         self.spool_dir.mkdir(parents=True, exist_ok=True)
         self._recover()
         self._stopping = False
         self._syncers = concurrent.futures.ThreadPoolExecutor(_SYNCERS, thread_name_prefix="strata-collect-sync")
         self._thread = threading.Thread(target=self._run, name="strata-collect-spool", daemon=True)
-        self._converter = threading.Thread(target=self._convert_closed, name="strata-collect-convert", daemon=True)
+        self._mover = threading.Thread(target=self._hand_over_closed, name="strata-collect-handover", daemon=True)
         self._thread.start()
-        self._converter.start()
+        self._mover.start()
 
     def close(self) -> None:
-        """Write what is queued, close the open segment, and land every closed one."""
+        """Write what is queued, close the open segment, and hand every closed one over."""
         if self._thread is not None:
             self._queue.put(None)
             self._thread.join()
             self._thread = None
         if self._syncers is not None:
             self._syncers.shutdown()
-        if self._converter is not None:
+        if self._mover is not None:
             with self._closed:
                 self._stopping = True
                 self._closed.notify()
-            self._converter.join()
-            self._converter = None
+            self._mover.join()
+            self._mover = None
 
     # -- the request side ---------------------------------------------------------------------
 
@@ -227,12 +212,12 @@ class Spool:
         fd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.rename(new, path)
-        _sync_dir(folder)
+        sync_dir(folder)
         self._segment = _Segment(path, fd, time.monotonic())
         return self._segment
 
     def _roll(self) -> None:
-        """Close the open segment (an empty one is dropped) and hand it to the converter thread."""
+        """Close the open segment (an empty one is dropped) and pass it to the hand-over thread."""
         segment = self._segment
         if segment is not None:
             self._syncs_done(segment)
@@ -245,10 +230,10 @@ class Spool:
                 segment.path.unlink()
                 os.close(segment.fd)
 
-    # -- the converter thread -----------------------------------------------------------------
+    # -- the hand-over thread -----------------------------------------------------------------
 
-    def _convert_closed(self) -> None:
-        """Land closed segments in order until the spool stops with none left (or the landing zone refuses)."""
+    def _hand_over_closed(self) -> None:
+        """Hand closed segments over in order until the spool stops with none left (or the landing zone refuses)."""
         while True:
             with self._closed:
                 while not self._unlanded and not self._stopping:
@@ -257,50 +242,32 @@ class Spool:
                     return
                 segment = self._unlanded[0]
             try:
-                landed = self._land(segment)
+                self._hand_over(segment.path)
             except OSError as exc:
-                log.warning("strata collect: cannot land %s yet: %s", segment.path.name, exc)
+                log.warning("strata collect: cannot hand %s to the landing zone yet: %s", segment.path.name, exc)
                 with self._closed:  # keep it, retry later, let backpressure build; a restart takes it over
                     if self._stopping or (self._closed.wait(1.0) and self._stopping):
                         return
                 continue
-            if landed is not None:
-                self.landed.append(landed)
-            os.close(segment.fd)  # releases the lock once the segment is gone from the spool
+            os.close(segment.fd)  # releases the lock once the segment is in the landing zone
             with self._lock:
                 self._unlanded.pop(0)
 
-    def _land(self, segment: _Segment) -> Path | None:
-        """Write the lines of a segment's records into the landing zone, then delete it (``None``: kept aside)."""
-        path = segment.path
-        name = path.name.removesuffix(SUFFIX) + LANDED_SUFFIX
-        target = self.landing_dir / path.parent.relative_to(self.spool_dir) / name
+    def _hand_over(self, path: Path) -> None:
+        """Move a closed segment as it is into the landing zone (a rename, else a copy renamed into place)."""
+        target = self.landing_dir / path.parent.relative_to(self.spool_dir) / path.name
         target.parent.mkdir(parents=True, exist_ok=True)
-        part = target.with_name(f".{name}.{uuid.uuid4().hex[:8]}.part")
         try:
-            with open(part, "wb") as out:
-                for record in _records(path, segment.size):
-                    line = self.convert(record)
-                    if line is not None:
-                        out.write(line + b"\n")
-                out.flush()
-                os.fsync(out.fileno())
-        except ValueError as exc:  # acknowledged, yet not convertible: keep it for a person, say so
-            part.unlink()
-            aside = path.with_name(path.name + ".failed")
-            os.rename(path, aside)
-            log.error(
-                "strata collect: %s holds a record that cannot be converted (%s); kept as %s", path.name, exc, aside
-            )
-            return None
-        except BaseException:
-            part.unlink(missing_ok=True)
-            raise
-        os.rename(part, target)
-        _sync_dir(target.parent)
-        path.unlink()
-        _sync_dir(path.parent)
-        return target
+            os.rename(path, target)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            with open(path, "rb") as source:
+                write_aside(target, lambda copy: shutil.copyfileobj(source, copy, 1 << 20))
+            path.unlink()
+        else:
+            sync_dir(target.parent)
+        sync_dir(path.parent)
 
     def _recover(self) -> None:
         """Take over the segments nobody holds (a killed receiver's), cut back to their last whole record."""
@@ -315,7 +282,7 @@ class Spool:
             except BlockingIOError:
                 os.close(fd)  # a live receiver's open segment
                 continue
-            size = _whole_records(path)
+            size = whole_records(path)
             os.ftruncate(fd, size)
             os.fsync(fd)
             if size:
@@ -323,27 +290,6 @@ class Spool:
             else:
                 path.unlink()
                 os.close(fd)
-
-
-def _records(path: Path, size: int) -> Iterator[bytes]:
-    """The records of a segment's first ``size`` bytes (whole records, as written and synced)."""
-    with open(path, "rb") as f:
-        while f.tell() < size:
-            _, length, _ = _FRAME.unpack(f.read(_FRAME.size))
-            yield f.read(length)
-
-
-def _whole_records(path: Path) -> int:
-    """Bytes up to the end of a file's last whole, intact record: where a write cut off by a kill is cut."""
-    end = 0
-    with open(path, "rb") as f:
-        while len(header := f.read(_FRAME.size)) == _FRAME.size:
-            magic, length, crc = _FRAME.unpack(header)
-            record = f.read(length)
-            if magic != _MAGIC or len(record) != length or zlib.crc32(record) != crc:
-                break
-            end = f.tell()
-    return end
 
 
 def _sync(fd: int, batch: list[tuple[bytes, concurrent.futures.Future[None]]]) -> None:
@@ -369,14 +315,6 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def _sync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _host() -> str:
