@@ -110,8 +110,9 @@ PATH_WIDTH = 32
 class FitTable:
     """A table that reads at the width of the console it is printed on: every cell whole, none cropped
     to ``…``. When its columns do not fit, columns are left out — those named in ``drop`` first, in
-    that order, then from the last — and named under it; the cells of the ``path`` column are shortened
-    from the middle to the room left (at least :data:`PATH_WIDTH`). Cells are plain text, not markup."""
+    that order, then from the last, never those in ``keep`` (folded over lines instead) — and named under
+    it; the cells of the ``path`` column are shortened from the middle to the room left (at least
+    :data:`PATH_WIDTH`). Cells are plain text, not markup."""
 
     def __init__(
         self,
@@ -121,18 +122,20 @@ class FitTable:
         title: str | None = None,
         drop: Sequence[str] = (),
         path: str | None = None,
+        keep: Sequence[str] = (),
     ) -> None:
         self.columns = list(columns)
         self.rows = [list(row) for row in rows]
         self.title = title
         self.drop = list(drop)
         self.path = path
+        self.keep = list(keep)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         width = options.max_width
         shown = list(self.columns)
-        order = [*self.drop, *reversed([c for c in self.columns if c not in self.drop])]
-        while self._width(shown, PATH_WIDTH) > width and len(shown) > 1:
+        order = [c for c in [*self.drop, *reversed(self.columns)] if c not in self.keep]
+        while self._width(shown, PATH_WIDTH) > width and any(c in shown for c in order) and len(shown) > 1:
             shown.remove(next(c for c in order if c in shown))
         room = PATH_WIDTH + max(width - self._width(shown, PATH_WIDTH), 0)
         table = Table(title=self.title, title_justify="left")

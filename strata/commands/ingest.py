@@ -125,6 +125,7 @@ def unland_cmd(
 @app.command("landed")
 def landed_cmd(
     last: int = typer.Option(20, "--last", min=1, help="How many of the most recent files to list."),
+    full: bool = typer.Option(False, "--full", help="Print each path whole (folded over lines if need be)."),
 ) -> None:
     """List the files landed in ODS, newest first (from ops.landed_files, which outlives retention)."""
     from strata.console import FitTable
@@ -150,4 +151,6 @@ def landed_cmd(
     # One line per file: a narrow terminal leaves out the batch, the format and the table before
     # it shortens the paths below PATH_WIDTH (from the middle: the file's name stays whole).
     columns = ["landed at (UTC)", "file", "table", "read as", "lines", "malformed", "batch"]
-    out.print(FitTable(columns, rows, drop=["batch", "read as", "table"], path="file"))
+    # --full: the paths whole (to copy one into `strata unland`), folded where the terminal is narrow.
+    shown = {"keep": ["landed at (UTC)", "file"]} if full else {"path": "file"}
+    out.print(FitTable(columns, rows, drop=["batch", "read as", "table"], **shown))

@@ -289,7 +289,9 @@ def test_lineage_is_absolute_and_every_write_says_which_lake(tmp_path: Path, str
     assert ods["source_file"].unique().to_list() == [str(day_folder / "r.jsonl")]
 
 
-def test_long_listings_are_summarised_and_paths_never_cut(tmp_path: Path, strata_env: Path) -> None:
+def test_long_listings_are_summarised_and_paths_shortened_only_from_the_middle(
+    tmp_path: Path, strata_env: Path
+) -> None:
     deep = tmp_path / ("a-very-long-folder-name-" * 4) / "landing"
     for i in range(15):
         write_lines(deep / f"requests-{i:02d}.jsonl", [record(f"r{i}")])
@@ -297,6 +299,14 @@ def test_long_listings_are_summarised_and_paths_never_cut(tmp_path: Path, strata
     again = cli("ingest", str(deep), env={"COLUMNS": "80"})
     text = "".join(again.stdout.split())  # rich wraps long lines at 80 columns
     assert text.count("skipped/") == 10 and "skipped5morefile(s)alreadylanded" in text
+    # At 80 columns a path keeps its start and its file's name whole, on one line; --full prints it whole.
     landed = cli("landed", "--last", "1", env={"COLUMNS": "80"})
-    joined = "".join(line.split("│")[2].strip() for line in landed.stdout.splitlines() if line.count("│") > 3)
+    rows = [line.split("│")[2].strip() for line in landed.stdout.splitlines() if line.count("│") > 3]
+    assert (
+        len(rows) == 1
+        and rows[0].startswith("/tmp/…/")
+        and rows[0].endswith(("requests-14.jsonl", "requests-00.jsonl"))
+    )
+    full = cli("landed", "--last", "1", "--full", env={"COLUMNS": "80"})
+    joined = "".join(line.split("│")[2].strip() for line in full.stdout.splitlines() if line.count("│") >= 3)
     assert str(deep / "requests-14.jsonl") in joined or str(deep / "requests-00.jsonl") in joined

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from strata.demo import BEFORE_SCORES, DWD_ONLY, _echo_run, daily_plan
+from strata.demo import BEFORE_SCORES, DWD_ONLY, REPORT_ONLY, _echo_run, daily_plan
 from strata.orchestration.dag_runs import RunReport
 
 
@@ -35,7 +35,9 @@ def test_a_day_whose_files_hold_no_event_is_landed_and_not_built() -> None:
         ("strata_ingest", "2026-01-03"),
         ("strata_ingest", "2026-01-04"),
         ("strata_daily", "2026-01-04"),
+        ("strata_daily", "2026-01-02"),  # no model: the last run writes the report of the week up to 2026-01-01
     ]
+    assert plan[-1].tasks == REPORT_ONLY
 
 
 def test_a_failed_run_is_printed_with_its_error_and_fails_the_demo() -> None:
