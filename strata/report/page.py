@@ -42,6 +42,10 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 footer { color: var(--muted); text-align: center; padding: 0 0 24px; font-size: 12px; }
 """
 
+#: What :func:`script_json` escapes: "<" and ">" (no ``</script>``, ``<!--`` or ``<script`` can end or bend the
+#: script element), "&" (nor an entity or ``]]>``), and U+2028/U+2029 (line ends to JavaScript before ES2019).
+SCRIPT_ESCAPES = str.maketrans({c: f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029"})
+
 #: What every chart is drawn with: no tool bar over the titles (hover still shows the numbers), resized with the window.
 CONFIG = {"displayModeBar": False, "responsive": True}
 
@@ -79,13 +83,20 @@ def _section(section: Section) -> str:
     )
 
 
+def script_json(text: str) -> str:
+    """JSON ``text`` made safe to embed in a ``<script>`` element: the characters of :data:`SCRIPT_ESCAPES` as
+    ``\\uXXXX`` escapes, which the HTML parser does not read and JavaScript reads back as the same string.
+    (They occur only inside JSON strings, so the value is unchanged.) Plotly escapes some of them itself;
+    this does not depend on which."""
+    return text.translate(SCRIPT_ESCAPES)
+
+
 def _chart(chart_id: str, figure: object) -> str:
     """One chart's div and the script that draws it (its figure's JSON, numbers included)."""
     import plotly.io as pio
 
-    spec = pio.to_json(figure, validate=False, engine="json").replace("</", "<\\/")  # a label cannot end the script
     return (
         f'<div class="chart" id="chart-{chart_id}" data-chart="{chart_id}"></div>'
-        f"<script>(function(){{var f={spec};"
+        f"<script>(function(){{var f={script_json(pio.to_json(figure, validate=False, engine='json'))};"
         f'Plotly.newPlot("chart-{chart_id}",f.data,f.layout,{json.dumps(CONFIG)});}})();</script>'
     )

@@ -72,12 +72,27 @@ class Lake:
         return f"event_date BETWEEN DATE '{self.start}' AND DATE '{self.end}'"
 
     def frame(self, sql: str) -> pl.DataFrame:
+        """The rows of ``sql``, as the lake holds them (for :func:`table_html`, which escapes them itself)."""
         return self.con.sql(sql).pl()
+
+    def chart_frame(self, sql: str) -> pl.DataFrame:
+        """The rows of ``sql`` for a chart: every string through :func:`plotly_text`, so a name from the
+        logs (a tenant, a model, a version) is drawn as the text it is."""
+        frame = self.frame(sql)
+        return frame.with_columns(pl.col(pl.String).map_elements(plotly_text, return_dtype=pl.String))
 
     def missing(self, *names: str) -> str | None:
         """A line saying which of ``names`` are not built yet, or None when all exist."""
         absent = [n for n in names if n not in self.present]
         return f"Not built yet ({', '.join(absent)} does not exist in the lake)." if absent else None
+
+
+def plotly_text(value: str) -> str:
+    """``value`` as plotly shows it literally. Plotly reads every title, name, label, category and hover text
+    as its own HTML (``<b>``, ``<br>``, ``<span style>``, ``<a href>`` links, entities): a tenant named
+    ``<a href="https://…">tenant-001</a>`` would be drawn as a link named tenant-001. Escaping ``&``, ``<`` and
+    ``>`` leaves plotly nothing to read as markup."""
+    return html.escape(value, quote=False)
 
 
 def _figure(height: int = 340) -> go.Figure:
@@ -159,7 +174,7 @@ def traffic(lake: Lake) -> Section:
         return section
     measures, titles = ("requests", "tokens", "cost_usd"), ("requests", "tokens (input + output)", "cost, USD")
     for key, name in (("tenant_id", "ads.tenant_daily"), ("model", "ads.model_daily")):
-        frame = lake.frame(
+        frame = lake.chart_frame(
             f"SELECT event_date, {key}, requests, input_tokens + output_tokens AS tokens, "
             f"coalesce(cost_usd, 0)::DOUBLE AS cost_usd FROM {lake.scan(name)} WHERE {lake.days}"
         )
@@ -180,7 +195,7 @@ def latency(lake: Lake) -> Section:
     if note := lake.missing("dwd.request"):
         section.note = note
         return section
-    frame = lake.frame(
+    frame = lake.chart_frame(
         f"""SELECT model || ' ' || coalesce(model_version, '(none)') AS version,
                quantile_cont(duration_ms, 0.5) AS p50, quantile_cont(duration_ms, 0.95) AS p95,
                quantile_cont(duration_ms, 0.99) AS p99,
@@ -222,7 +237,7 @@ def stages(lake: Lake) -> Section:
         section.note = note
         return section
     means = ", ".join(f"sum({s}_mean_ms * staged_requests) / nullif(sum(staged_requests), 0) AS {s}" for s in STAGES)
-    frame = lake.frame(
+    frame = lake.chart_frame(
         f"SELECT model, {means} FROM {lake.scan('ads.latency_breakdown')} WHERE {lake.days} "
         "GROUP BY model HAVING sum(staged_requests) > 0 ORDER BY sum(duration_mean_ms * staged_requests) "
         "/ sum(staged_requests)"
@@ -251,7 +266,7 @@ def storms(lake: Lake) -> Section:
     if note := lake.missing("ads.retry_storms"):
         section.note = note
         return section
-    frame = lake.frame(
+    frame = lake.chart_frame(
         f"SELECT tenant_id || ' → ' || model AS who, window_start, window_end, retries, retry_multiple "
         f"FROM {lake.scan('ads.retry_storms')} WHERE {lake.days} ORDER BY window_start"
     )
@@ -269,7 +284,7 @@ def storms(lake: Lake) -> Section:
                 marker={"size": 9, "color": PALETTE[3]},
                 name=f"{row['retries']} retries",
                 showlegend=False,
-                hovertemplate=f"{html.escape(row['who'])}<br>{row['retries']:,} retries, "
+                hovertemplate=f"%{{y}}<br>{row['retries']:,} retries, "
                 f"{row['retry_multiple'] or 0:.1f}× first attempts<br>%{{x}}<extra></extra>",
             )
         )
@@ -296,7 +311,7 @@ def quality(lake: Lake) -> Section:
     if note := lake.missing("ops.books"):
         section.note = note
         return section
-    books = lake.frame(
+    books = lake.chart_frame(
         f"SELECT event_date, dwd_rows, duplicates, quarantined, malformed, ods_rows, balanced "
         f"FROM {lake.scan('ops.books')} WHERE {lake.days} AND table_name = 'dwd.request' ORDER BY event_date"
     )
@@ -315,7 +330,7 @@ def quality(lake: Lake) -> Section:
     figure.update_xaxes(type="category")
     section.charts["books"] = figure
     if "dwd.quarantine" in lake.present:
-        rules = lake.frame(
+        rules = lake.chart_frame(
             f"SELECT rule, count(*) AS rows FROM (SELECT unnest(rules) AS rule FROM {lake.scan('dwd.quarantine')} "
             f"WHERE {lake.days}) GROUP BY rule ORDER BY rows, rule DESC"
         )
@@ -374,7 +389,7 @@ def consistency(lake: Lake) -> Section:
     if note := lake.missing("ads.feature_consistency"):
         section.note = note
         return section
-    frame = lake.frame(
+    frame = lake.chart_frame(
         f"SELECT event_date || ' ' || feature_view AS checked, entities_sampled - mismatches - missing AS agree, "
         f"mismatches, missing FROM {lake.scan('ads.feature_consistency')} WHERE {lake.days} AND feature = '*' "
         "ORDER BY event_date, feature_view"
@@ -408,7 +423,7 @@ def scores(lake: Lake) -> Section:
         section.note = note
         return section
     scan = lake.scan("ads.user_risk_scores")
-    bins = lake.frame(
+    bins = lake.chart_frame(
         f"SELECT least(floor(score * {SCORE_BINS}), {SCORE_BINS - 1})::INTEGER AS bin, count(*) AS users "
         f"FROM {scan} WHERE {lake.days} GROUP BY bin ORDER BY bin"
     )
@@ -490,7 +505,7 @@ def lineage(lake: Lake) -> Section:
         section.note = note
         return section
     nodes: dict[str, str] = {}  # id → label
-    files = lake.frame(
+    files = lake.chart_frame(
         f"SELECT table_name, count(*) AS files FROM {lake.scan('ops.landed_files')} "
         "WHERE unlanded_at IS NULL GROUP BY table_name"
     )
@@ -507,7 +522,7 @@ def lineage(lake: Lake) -> Section:
     if versions:
         latest = versions[-1].card
         assert latest is not None
-        nodes["model"] = f"model {latest.ref}<br>{len(versions)} version(s)"
+        nodes["model"] = f"model {plotly_text(latest.ref)}<br>{len(versions)} version(s)"
         edges.append((f"view:{latest.source_table}", "model"))
     links = [(a, b) for a, b in edges if a in nodes and b in nodes]
     linked = {node for link in links for node in link}  # reference tables (prices, quotas) stand apart

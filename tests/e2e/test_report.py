@@ -2,7 +2,9 @@
 
 The lake: two generated days through every layer (DWD, DWS, the online store and its consistency check, the
 ADS marts, a registered model and its scores), plus one client's retry storm landed as a file of its own (at
-this small scale the generator's planted storms stay under the storm threshold). The page
+this small scale the generator's planted storms stay under the storm threshold), plus a hostile day the week
+includes: requests whose tenant, model, version, provider, server and error type are script and markup
+payloads (what whoever writes a service's logs controls), which its own page must show as text. The page
 and the dbt docs page are opened from ``file://`` in Debian's Chromium (``tests/browser.py``); any console
 error, uncaught exception or failed load fails the test. A screenshot of the report is kept in the test's folder.
 """
@@ -10,11 +12,14 @@ error, uncaught exception or failed load fails the test. A screenshot of the rep
 from __future__ import annotations
 
 import datetime as dt
+import html
 import json
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +28,7 @@ import pytest
 
 from strata import pipeline
 from synthetic_workload import generate
-from tests.browser import CHROMIUM, MISSING, chromium
+from tests.browser import CHROMIUM, MISSING, Page, chromium
 from tests.small_model import register_a_model
 from warehouse.ads.build import build
 from warehouse.ops.reports import report_uri
@@ -36,6 +41,18 @@ DAYS = [START, START + dt.timedelta(days=1)]
 END = DAYS[-1]
 WEEK_START = END - dt.timedelta(days=6)
 KEY = "test-key-not-a-secret-0123456789"
+#: What whoever writes a service's logs can put in its tenant, model, version, provider, server and error type:
+#: script break-outs, tags and links plotly's pseudo-HTML would render, a template, an entity, line separators.
+PAYLOADS = (
+    "</script><script>window.__pwned=1</script>",
+    '<img src=x onerror="window.__pwned=1">',
+    '<a href="javascript:window.__pwned=1">x</a>',
+    "{{constructor.constructor('window.__pwned=1')()}}",
+    '<a href="https://example.com/">tenant-001</a>',
+    "<!--<script>\u2028\u2029 %{x} &amp; <b>bold</b><br><span style='font-size:0'>hid</span>",
+)
+#: The day of the hostile requests, in the week the report shows.
+HOSTILE = START - dt.timedelta(days=1)
 #: The report of a week stays under this many bytes (the issue's bound).
 MAX_BYTES = 8_000_000
 needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason=MISSING)
@@ -53,6 +70,47 @@ Object.fromEntries(Array.from(document.querySelectorAll('[data-chart]')).map(d =
 }]))
 """
 
+#: An attacker's reading of the page: every chart hovered (all its points at once, subplot by subplot), every
+#: legend entry, Sankey box and link in the charts hovered and clicked; then what the page says, as text.
+ATTACK_JS = """
+(async () => {
+  const pause = () => new Promise(r => setTimeout(r, 60));  // plotly throttles hovers to one per 50 ms
+  const fire = (el, ...types) => types.forEach(t => el.dispatchEvent(new MouseEvent(t, {bubbles: true})));
+  const all = selector => Array.from(document.querySelectorAll(selector));
+  const hovers = [];
+  for (const gd of all('[data-chart]')) {
+    const subplots = {};
+    gd.data.forEach((t, c) => (t.x || t.y || []).forEach((_, p) => {
+      const key = (t.xaxis || 'x') + (t.yaxis || 'y');
+      (subplots[key] = subplots[key] || []).push({curveNumber: c, pointNumber: p});
+    }));
+    for (const [subplot, points] of Object.entries(subplots)) {
+      Plotly.Fx.hover(gd, points, subplot);
+      await pause();
+      hovers.push(gd.querySelector('.hoverlayer').textContent);
+    }
+    Plotly.Fx.unhover(gd);
+    gd.querySelectorAll('.legendtoggle, .sankey-node, a').forEach(
+      el => fire(el, 'mouseover', 'mousedown', 'mouseup', 'click'));
+  }
+  await pause();
+  const ours = s => s.src === '' && (s.text.startsWith('(function(){var f=') || s.text.includes('plotly.js v'));
+  return {
+    pwned: typeof window.__pwned,
+    hovers,
+    text: all('svg text').map(t => t.textContent).join('\\n') + '\\n' + document.body.innerText,
+    legend: Object.fromEntries(all('[data-chart]').map(
+      d => [d.dataset.chart, Array.from(d.querySelectorAll('.legendtext')).map(t => t.textContent)])),
+    scripts: document.scripts.length,
+    foreign: Array.from(document.scripts).filter(s => !ours(s)).length,
+    charts: all('[data-chart]').length,
+    links: all('[data-chart] a').map(a => a.outerHTML),
+    elements: all('img, iframe, object, embed, svg [style*="font-size:0"]').map(e => e.outerHTML),
+    handlers: all('*').flatMap(e => e.getAttributeNames().filter(n => n.startsWith('on'))),
+  };
+})()
+"""
+
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, dict[str, Any]]:
@@ -60,7 +118,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, dict[str,
     landing = tmp_path_factory.mktemp("landing")
     settings = load_settings({"STRATA_HOME": str(tmp_path_factory.mktemp("home")), "STRATA_PSEUDONYM_KEY": KEY})
     manifest = generate(landing, days=len(DAYS), requests_per_day=300, seed=5, start=START, fault_rate=0.03)
-    _storm(landing / "requests" / f"date={END}" / "storm.jsonl")
+    storm = _storm(dt.datetime.combine(END, dt.time(13, 0), dt.UTC), "tenant-001", "gpt-4o-mini", "2024-07-18")
+    (landing / "requests" / f"date={END}" / "storm.jsonl").write_text("".join(json.dumps(r) + "\n" for r in storm))
+    _hostile(landing / "requests" / f"date={HOSTILE}")
     pipeline.land(settings, [landing / "requests", landing / "feedback"])
     pipeline.load_prices(settings, landing / "prices.csv")
     pipeline.load_quotas(settings, landing / "quotas.csv")
@@ -69,34 +129,68 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, dict[str,
         pipeline.build_dws(settings, day)
         pipeline.materialize(settings, day)
         pipeline.check_consistency(settings, day, sample=40)
-    build(settings, DAYS)
+    pipeline.build_dwd(settings, HOSTILE)
+    build(settings, [HOSTILE, *DAYS])
     register_a_model(settings, START, START)
     for day in DAYS:
         pipeline.score(settings, day, provider="cpu")
     return settings, manifest
 
 
-def _storm(path: Path) -> None:
+def _storm(at: dt.datetime, tenant: str, model: str, version: str) -> list[dict[str, object]]:
     """One first attempt rate-limited, then 24 retries of it within four minutes: a client's retry storm."""
-    at = dt.datetime.combine(END, dt.time(13, 0), dt.UTC)
-    first = "req_storm_first"
-    lines = []
-    for i in range(25):
-        line: dict[str, object] = {
-            "request_id": first if i == 0 else f"req_storm_{i:02d}",
+    first = f"req_storm_{at:%m%d}"
+    return [
+        {
+            "request_id": first if i == 0 else f"{first}_{i:02d}",
             "ts": int((at + dt.timedelta(seconds=10 * i)).timestamp() * 1000),
-            "tenant_id": "tenant-001",
+            "tenant_id": tenant,
             "user_id": "u_storm",
             "operation": "chat",
-            "model": "gpt-4o-mini",
-            "model_version": "2024-07-18",
+            "model": model,
+            "model_version": version,
             "duration_ms": 12.5,
             "status_code": 429,
             "error_type": "rate_limited",
             "attempt": i + 1,
         }
-        lines.append(json.dumps(line | ({"retry_of": first} if i else {})))
-    path.write_text("\n".join(lines) + "\n")
+        | ({"retry_of": first} if i else {})
+        for i in range(25)
+    ]
+
+
+def _hostile(folder: Path) -> None:
+    """A day of requests whose every free-text field carries a payload (tenant, model, version, provider,
+    server, error type: four requests per tenant, the last one failed), one request the contract refuses
+    (its operation a payload), a retry storm, all in a landing file whose name is a payload too."""
+    at = dt.datetime.combine(HOSTILE, dt.time(9, 0), dt.UTC)
+    n = len(PAYLOADS)
+    lines: list[dict[str, object]] = [
+        {
+            "request_id": f"req_hostile_{i}_{j}",
+            "ts": int((at + dt.timedelta(minutes=10 * i + j)).timestamp() * 1000),
+            "tenant_id": tenant,
+            "user_id": f"u_hostile_{j}",
+            "operation": "chat",
+            "model": PAYLOADS[(i + 1) % n],
+            "model_version": PAYLOADS[(i + 2) % n],
+            "provider": PAYLOADS[(i + 3) % n],
+            "server": PAYLOADS[(i + 4) % n],
+            "duration_ms": 100.0 + j,
+            "ttft_ms": 20.0,
+            **dict.fromkeys(("queue_ms", "preprocess_ms", "inference_ms", "postprocess_ms"), 5.0),
+            "input_tokens": 10,
+            "output_tokens": 5,
+            "status_code": 500 if j == 3 else 200,
+            **({"error_type": tenant} if j == 3 else {}),
+        }
+        for i, tenant in enumerate(PAYLOADS)
+        for j in range(4)
+    ]
+    lines.append({**lines[0], "request_id": "req_hostile_refused", "operation": PAYLOADS[0]})
+    lines += _storm(at + dt.timedelta(hours=2), PAYLOADS[-1], PAYLOADS[0], PAYLOADS[1])
+    folder.mkdir(parents=True)
+    (folder / f"{PAYLOADS[1]}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
 
 
 def _strata(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
@@ -104,6 +198,19 @@ def _strata(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "strata.cli", *args], env=env, capture_output=True, text=True, timeout=300
     )
+
+
+@contextmanager
+def _report_in_chromium(settings: Settings, folder: Path, start: dt.date, end: dt.date) -> Iterator[Page]:
+    """The report of ``start`` … ``end`` written into ``folder`` and opened in headless Chromium, which
+    reports no error by the end of the block."""
+    page = folder / "report.html"
+    pipeline.write_report(settings, end, start=start, out=page)
+    with chromium(folder / "profile") as browser:
+        browser.open(page.as_uri())
+        browser.settle(0.3)
+        yield browser
+        assert browser.errors == []
 
 
 def _sql(settings: Settings, query: str) -> pl.DataFrame:
@@ -153,17 +260,12 @@ def test_every_chart_of_the_report_is_drawn_in_chromium_with_the_lake_s_numbers(
     built: tuple[Settings, dict[str, Any]], tmp_path: Path
 ) -> None:
     settings, _ = built
-    page = tmp_path / "report.html"
-    pipeline.write_report(settings, END, out=page)
-    with chromium(tmp_path / "profile") as browser:
-        browser.open(page.as_uri())
-        browser.settle(0.3)
+    with _report_in_chromium(settings, tmp_path, WEEK_START, END) as browser:
         charts = browser.evaluate(CHARTS_JS)
         riskiest = browser.evaluate(
             "Array.from(document.querySelectorAll('#scores table')).pop().querySelector('tbody td').textContent"
         )
         shot = browser.screenshot(tmp_path / "report.png")
-        assert browser.errors == []
     assert shot.stat().st_size > 50_000
     expected = {"tenant-traffic", "model-traffic", "latency", "stages", "storms", "books", "quarantine"}
     assert set(charts) == expected | {"consistency", "scores", "lineage"}
@@ -176,9 +278,11 @@ def test_every_chart_of_the_report_is_drawn_in_chromium_with_the_lake_s_numbers(
     }
     for trace in charts["tenant-traffic"]["traces"]:
         if trace["xaxis"] == "x" and trace["name"] != "others":
-            mine = tenants.filter(pl.col("tenant_id") == trace["name"])
+            mine = tenants.filter(pl.col("tenant_id") == html.unescape(trace["name"]))  # escaped for plotly
             assert dict(zip(trace["x"], trace["y"])) == dict(zip(mine["d"], mine["requests"]))
-    cost = _sql(settings, "SELECT event_date::VARCHAR, sum(cost_usd)::DOUBLE AS c FROM {ads.model_daily} GROUP BY 1")
+    cost = _sql(  # a model without a price (the hostile day's) costs nothing drawn
+        settings, "SELECT event_date::VARCHAR, sum(coalesce(cost_usd, 0))::DOUBLE FROM {ads.model_daily} GROUP BY 1"
+    )
     drawn = _by_x(charts["model-traffic"]["traces"], "x3")
     assert drawn.keys() == set(cost[:, 0]) and all(abs(drawn[d] - c) < 1e-9 for d, c in cost.iter_rows())
 
@@ -189,7 +293,7 @@ def test_every_chart_of_the_report_is_drawn_in_chromium_with_the_lake_s_numbers(
         "FROM {dwd.request} GROUP BY 1",
     )
     trace = next(t for t in charts["latency"]["traces"] if t["name"] == "p95")
-    assert dict(zip(trace["x"], trace["y"])) == pytest.approx(dict(p95.iter_rows()))
+    assert {html.unescape(x): y for x, y in zip(trace["x"], trace["y"])} == pytest.approx(dict(p95.iter_rows()))
 
     # The books, the quarantine by rule, the storms, the consistency checks.
     books = _sql(settings, "SELECT event_date::VARCHAR, dwd_rows FROM {ops.books} WHERE table_name = 'dwd.request'")
@@ -230,3 +334,23 @@ def test_the_dbt_docs_page_opens_offline_without_a_console_error(
         browser.screenshot(tmp_path / "docs.png")
         assert browser.errors == []
     assert "strata_ads" in text and "Welcome!" in text  # the project, read from the manifest inside the page
+
+
+@needs_chromium
+def test_strings_from_the_logs_show_as_text_and_run_nothing_in_the_page(
+    built: tuple[Settings, dict[str, Any]], tmp_path: Path
+) -> None:
+    settings, _ = built
+    with _report_in_chromium(settings, tmp_path, HOSTILE, HOSTILE) as browser:  # the hostile day alone
+        loaded = browser.evaluate("typeof window.__pwned")
+        seen = browser.evaluate(ATTACK_JS)
+        browser.screenshot(tmp_path / "hostile.png")
+    assert loaded == seen["pwned"] == "undefined"
+    # Nothing of a payload became a script, an element, an event handler or a link.
+    assert seen["scripts"] == 1 + seen["charts"] and seen["foreign"] == 0
+    assert seen["elements"] == [] and seen["handlers"] == [] and seen["links"] == []
+    # Each payload is shown as it was sent: the tenants' legend, the models', the storm's hover.
+    assert sorted(seen["legend"]["tenant-traffic"]) == sorted(seen["legend"]["model-traffic"]) == sorted(PAYLOADS)
+    hovers = "\n".join(seen["hovers"])
+    assert f"{PAYLOADS[-1]} → {PAYLOADS[0]}" in hovers and f"{PAYLOADS[1]} {PAYLOADS[2]}" in hovers
+    assert all(p in seen["text"] for p in PAYLOADS)

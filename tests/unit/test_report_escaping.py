@@ -1,0 +1,53 @@
+"""The report's two escapes, on strings an attacker who writes a service's logs would send (the browser test in
+``tests/e2e/test_report.py`` checks the page they make; this checks each escape whatever plotly does itself)."""
+
+from __future__ import annotations
+
+import html
+import json
+from html.parser import HTMLParser
+
+from strata.report.page import script_json
+from strata.report.sections import plotly_text
+
+HOSTILE = (
+    "</script><script>window.__pwned=1</script>",
+    "<!--<script>",
+    "</SCRIPT >",
+    "]]>&amp;&lt;",
+    "a\u2028b\u2029c",
+    '<a href="javascript:window.__pwned=1">x</a>',
+)
+
+
+class _Scripts(HTMLParser):
+    """The elements an HTML parser sees, and the text of each script."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.scripts: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+
+    def handle_data(self, data: str) -> None:
+        if self.tags and self.tags[-1] == "script":
+            self.scripts.append(data)
+
+
+def test_json_in_a_script_element_stays_one_script_with_the_same_value() -> None:
+    value = {"data": [{"name": text, "x": list(HOSTILE)} for text in HOSTILE]}
+    for raw in (json.dumps(value), json.dumps(value, ensure_ascii=False)):  # with and without \\u escapes
+        text = script_json(raw)
+        parser = _Scripts()
+        parser.feed(f"<script>var f={text};</script><p>after</p>")
+        assert parser.tags == ["script", "p"] and parser.scripts == [f"var f={text};"]
+        assert json.loads(text) == value
+        assert not any(c in text for c in "<>&\u2028\u2029")
+
+
+def test_plotly_text_leaves_no_markup_and_reads_back_as_sent() -> None:
+    for text in HOSTILE:
+        shown = plotly_text(text)
+        assert "<" not in shown and ">" not in shown and html.unescape(shown) == text
