@@ -151,6 +151,8 @@ def landed_cmd(
     # One line per file: a narrow terminal leaves out the batch, the format and the table before
     # it shortens the paths below PATH_WIDTH (from the middle: the file's name stays whole).
     columns = ["landed at (UTC)", "file", "table", "read as", "lines", "malformed", "batch"]
-    # --full: the paths whole (to copy one into `strata unland`), folded where the terminal is narrow.
-    shown = {"keep": ["landed at (UTC)", "file"]} if full else {"path": "file"}
-    out.print(FitTable(columns, rows, drop=["batch", "read as", "table"], **shown))
+    drop = ["batch", "read as", "table"]
+    if full:  # the paths whole (to copy one into `strata unland`), folded where the terminal is narrow
+        out.print(FitTable(columns, rows, drop=drop, keep=["landed at (UTC)", "file"]))
+    else:
+        out.print(FitTable(columns, rows, drop=drop, path="file"))
