@@ -95,26 +95,30 @@ def plotly_text(value: str) -> str:
     return html.escape(value, quote=False)
 
 
+def _layout(height: int) -> dict[str, Any]:
+    """The layout every chart starts from. Given as settings, not copied from a built figure: a built
+    layout carries its template expanded, and updating a figure with it costs plotly ~0.3–1 s of checks."""
+    return {
+        "template": "plotly_white",
+        "height": height,
+        "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
+        "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12},
+        "legend": {"orientation": "h", "y": -0.18, "x": 0},
+        "colorway": list(PALETTE),
+    }
+
+
 def _figure(height: int = 340) -> go.Figure:
     import plotly.graph_objects as go
 
-    figure = go.Figure()
-    figure.update_layout(
-        template="plotly_white",
-        height=height,
-        margin={"l": 60, "r": 20, "t": 40, "b": 50},
-        font={"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12},
-        legend={"orientation": "h", "y": -0.18, "x": 0},
-        colorway=list(PALETTE),
-    )
-    return figure
+    return go.Figure(layout=_layout(height))
 
 
 def _subplots(titles: Sequence[str], height: int = 340, **kwargs: Any) -> go.Figure:
     from plotly.subplots import make_subplots
 
     figure = make_subplots(rows=1, cols=len(titles), subplot_titles=list(titles), **kwargs)
-    figure.update_layout(_figure(height).layout)
+    figure.update_layout(**_layout(height))
     return figure
 
 
