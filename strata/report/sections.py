@@ -59,7 +59,8 @@ class Lake:
         from warehouse.storage import lake
         from warehouse.storage.duck import lake_reader
 
-        present = frozenset(t.name for t in all_tables() if lake.open_table(settings, t) is not None)
+        handle = lake.Lake(settings)
+        present = frozenset(t.name for t in all_tables() if handle.exists(t))
         return cls(settings, lake_reader(settings), start, end, present)
 
     def scan(self, name: str) -> str:
