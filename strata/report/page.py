@@ -13,7 +13,7 @@ import html
 import json
 import time
 
-from strata.report.sections import SECTIONS, Lake, Section
+from strata.report.sections import SECTIONS, LakeView, Section
 from warehouse.settings import Settings
 
 #: The page's style: readable at a laptop's width, one column of sections, tables that scroll when wide.
@@ -55,7 +55,7 @@ def render(settings: Settings, start: dt.date, end: dt.date) -> bytes:
     from plotly.offline import get_plotlyjs
 
     began = time.monotonic()
-    lake = Lake.open(settings, start, end)
+    lake = LakeView.open(settings, start, end)
     sections = [section(lake) for section in SECTIONS]
     body = "".join(_section(s) for s in sections)
     nav = "".join(f'<a href="#{s.id}">{html.escape(s.title)}</a>' for s in sections)
@@ -67,7 +67,7 @@ def render(settings: Settings, start: dt.date, end: dt.date) -> bytes:
         f"<title>{html.escape(title)}</title><style>{CSS}</style>"
         # plotly.js, embedded: the page needs nothing but itself
         f'<script type="text/javascript">{get_plotlyjs()}</script></head><body>'
-        f"<header><h1>{html.escape(title)}</h1><p>Lake {html.escape(settings.lake_uri)} · made {made} in "
+        f"<header><h1>{html.escape(title)}</h1><p>LakeView {html.escape(settings.lake_uri)} · made {made} in "
         f"{time.monotonic() - began:.1f} s · users by pseudonym only</p><nav>{nav}</nav></header>"
         f"<main>{body}</main><footer>strata report · charts drawn with plotly.js (embedded)</footer></body></html>"
     )

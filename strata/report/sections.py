@@ -44,8 +44,9 @@ class Section:
 
 
 @dataclasses.dataclass
-class Lake:
-    """What the sections read through: one DuckDB cursor on the lake, the range, the tables there are."""
+class LakeView:
+    """What the sections read through: one DuckDB cursor on the lake, the range, the tables there are
+    (a reader of the report's, not the writers' lake handle ``warehouse.storage.lake.Lake``)."""
 
     settings: Settings
     con: duckdb.DuckDBPyConnection
@@ -54,12 +55,12 @@ class Lake:
     present: frozenset[str]
 
     @classmethod
-    def open(cls, settings: Settings, start: dt.date, end: dt.date) -> Lake:
+    def open(cls, settings: Settings, start: dt.date, end: dt.date) -> LakeView:
         """The lake's reader and the names of the tables that exist in it."""
-        from warehouse.storage import lake
         from warehouse.storage.duck import lake_reader
+        from warehouse.storage.lake import Lake
 
-        handle = lake.Lake(settings)
+        handle = Lake(settings)
         present = frozenset(t.name for t in all_tables() if handle.exists(t))
         return cls(settings, lake_reader(settings), start, end, present)
 
@@ -171,7 +172,7 @@ def _stacked_by_day(figure: go.Figure, frame: pl.DataFrame, key: str, measures: 
     figure.update_xaxes(type="category")
 
 
-def traffic(lake: Lake) -> Section:
+def traffic(lake: LakeView) -> Section:
     """Requests, tokens and cost by tenant and by model, day by day (``ads.tenant_daily``, ``ads.model_daily``)."""
     section = Section("traffic", "Requests, tokens and cost", "Per day, by tenant and by model (ADS marts).")
     if note := lake.missing("ads.tenant_daily", "ads.model_daily"):
@@ -189,7 +190,7 @@ def traffic(lake: Lake) -> Section:
     return section
 
 
-def latency(lake: Lake) -> Section:
+def latency(lake: LakeView) -> Section:
     """End-to-end latency p50/p95/p99 and time to first token p50/p95 per model version, over the range
     (``dwd.request``; the same ``quantile_cont`` as ``ads.model_daily``'s daily figures)."""
     import plotly.graph_objects as go
@@ -232,7 +233,7 @@ def latency(lake: Lake) -> Section:
 STAGES = ("queue", "preprocess", "inference", "postprocess", "overhead")
 
 
-def stages(lake: Lake) -> Section:
+def stages(lake: LakeView) -> Section:
     """Where a request's time goes, per model: the mean of each stage over the range (``ads.latency_breakdown``,
     each day's mean weighted by its staged requests)."""
     import plotly.graph_objects as go
@@ -263,7 +264,7 @@ def stages(lake: Lake) -> Section:
     return section
 
 
-def storms(lake: Lake) -> Section:
+def storms(lake: LakeView) -> Section:
     """The retry storms on a timeline: one segment per storm window, per tenant and model (``ads.retry_storms``)."""
     import plotly.graph_objects as go
 
@@ -302,7 +303,7 @@ def storms(lake: Lake) -> Section:
     return section
 
 
-def quality(lake: Lake) -> Section:
+def quality(lake: LakeView) -> Section:
     """Data quality per layer: the books of DWD per day, the quarantine by rule, freshness and failed
     writes per table (``ops.books``, ``dwd.quarantine``, ``ads.data_quality``)."""
     import plotly.graph_objects as go
@@ -381,7 +382,7 @@ def quality(lake: Lake) -> Section:
     return section
 
 
-def consistency(lake: Lake) -> Section:
+def consistency(lake: LakeView) -> Section:
     """Online against offline: the sampled entities per feature view and day that agree, differ or are
     missing online (``ads.feature_consistency``)."""
     import plotly.graph_objects as go
@@ -418,7 +419,7 @@ def consistency(lake: Lake) -> Section:
     return section
 
 
-def scores(lake: Lake) -> Section:
+def scores(lake: LakeView) -> Section:
     """The score distribution of the range (every user scored, equal-width bins), the daily summary and the
     riskiest users, by pseudonym (``ads.user_risk_scores``, ``ads.score_daily``)."""
     import plotly.graph_objects as go
@@ -498,7 +499,7 @@ LINEAGE = (
 )
 
 
-def lineage(lake: Lake) -> Section:
+def lineage(lake: LakeView) -> Section:
     """The lake from the landing files to the model, as a picture: files → ODS → DWD → DWS → ADS marts and
     Feast's feature views → the registered model, each with its count (files, rows, versions)."""
     from batch_inference.registry import list_models
@@ -573,7 +574,7 @@ def _sankey(nodes: dict[str, str], links: list[tuple[str, str]]) -> go.Figure:
 
 
 #: The sections, in the order of the page.
-SECTIONS: tuple[Callable[[Lake], Section], ...] = (
+SECTIONS: tuple[Callable[[LakeView], Section], ...] = (
     traffic,
     latency,
     stages,

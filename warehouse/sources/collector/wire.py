@@ -257,6 +257,7 @@ def _fields(data: bytes, pos: int, end: int, fields: dict[int, _Field], out: lis
                     pos = stop
                     if pos >= end or data[pos] != tag:
                         break
+                    # _length_delimited, inlined: in this loop a call costs as much as the rest of it
                     n = data[pos + 1]
                     pos += 2
                     if n > 0x7F:
