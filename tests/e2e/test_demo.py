@@ -14,9 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from strata.cli import app
 from strata.demo import demo_settings, env_line, reset
 from strata.orchestration.dag_runs import Run, run_dags
+from warehouse.errors import NoData
 from warehouse.settings import load_settings
 from warehouse.storage import lake
 from warehouse.tables import table
@@ -79,18 +82,11 @@ def test_demo_runs_the_dags_end_to_end_and_prints_the_lake(tmp_path: Path) -> No
     assert empty.interval[0][:10] == str(today) and empty.tasks["dwd.build_dwd"] == "skipped"
     assert empty.tasks["ads.build_ads"] == "skipped"  # (DWS builds: the demo's requests leave its windows)
     # The CLI refuses a date without data, as an error, for DWS as for DWD (it published empty partitions).
-    env = {**os.environ, "STRATA_HOME": str(tmp_path / "demo"), "STRATA_PSEUDONYM_KEY": key, "COLUMNS": "200"}
     before = start - dt.timedelta(days=1)
-    dws = subprocess.run(
-        [sys.executable, "-m", "strata.cli", "build", "dws", "--date", str(before)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert dws.returncode != 0 and f"no dwd.request rows from {before - dt.timedelta(days=8)} to {before}" in " ".join(
-        (dws.stdout + dws.stderr).split()
-    )
+    dws = CliRunner().invoke(app, ["build", "dws", "--date", str(before)], env={"COLUMNS": "200", **settings.to_env()})
+    assert isinstance(dws.exception, NoData) and dws.exit_code != 0
+    window = f"no dwd.request rows from {before - dt.timedelta(days=8)} to {before}"
+    assert window in " ".join(str(dws.exception).split())
 
 
 def test_the_demo_keeps_its_dates_and_starts_its_corner_afresh_when_its_parameters_change(tmp_path: Path) -> None:
