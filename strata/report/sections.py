@@ -24,8 +24,11 @@ if TYPE_CHECKING:
 
     from warehouse.storage.lake import Lake
 
-#: The tenants and models drawn one by one; the rest are summed as "others".
+#: The tenants and models drawn one by one; the rest are summed as :data:`OTHERS`.
 TOP = 8
+#: The name of the rest, in italics: markup that no name from the lake can be, since each reaches a chart
+#: through :func:`plotly_text` (a tenant named "others" is drawn as itself, not summed into them).
+OTHERS = "<i>others</i>"
 #: Bins of the score histogram, equal-width over [0, 1].
 SCORE_BINS = 20
 #: The riskiest users listed.
@@ -156,10 +159,10 @@ def table_html(frame: pl.DataFrame, headers: Sequence[str], formats: dict[str, C
 
 
 def _top(frame: pl.DataFrame, key: str, by: str) -> pl.DataFrame:
-    """``frame`` with every ``key`` beyond the :data:`TOP` largest by ``by`` renamed "others"."""
+    """``frame`` with every ``key`` beyond the :data:`TOP` largest by ``by`` renamed :data:`OTHERS`."""
     ranked = frame.group_by(key).agg(pl.col(by).sum()).sort([by, key], descending=[True, False])
     kept = ranked.get_column(key).head(TOP).to_list()
-    return frame.with_columns(pl.when(pl.col(key).is_in(kept)).then(pl.col(key)).otherwise(pl.lit("others")).alias(key))
+    return frame.with_columns(pl.when(pl.col(key).is_in(kept)).then(pl.col(key)).otherwise(pl.lit(OTHERS)).alias(key))
 
 
 def _stacked_by_day(figure: go.Figure, frame: pl.DataFrame, key: str, measures: Sequence[str]) -> None:
@@ -168,8 +171,8 @@ def _stacked_by_day(figure: go.Figure, frame: pl.DataFrame, key: str, measures: 
 
     summed = frame.group_by("event_date", key).agg(pl.col(m).sum() for m in measures).sort("event_date", key)
     order = summed.group_by(key).agg(pl.col(measures[-1]).sum()).sort(measures[-1], descending=True)
-    keys = [k for k in order.get_column(key).to_list() if k != "others"]
-    keys += ["others"] if "others" in order.get_column(key).to_list() else []
+    keys = [k for k in order.get_column(key).to_list() if k != OTHERS]
+    keys += [OTHERS] if OTHERS in order.get_column(key).to_list() else []
     for i, name in enumerate(keys):
         rows = summed.filter(pl.col(key) == name)
         for col, measure in enumerate(measures, start=1):

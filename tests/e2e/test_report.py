@@ -27,6 +27,7 @@ import polars as pl
 import pytest
 
 from strata import pipeline
+from strata.report.sections import OTHERS
 from synthetic_workload import generate
 from tests.browser import CHROMIUM, MISSING, Page, chromium
 from tests.small_model import register_a_model
@@ -277,7 +278,7 @@ def test_every_chart_of_the_report_is_drawn_in_chromium_with_the_lake_s_numbers(
         d: n for d, n in tenants.group_by("d").agg(pl.col("requests").sum()).iter_rows()
     }
     for trace in charts["tenant-traffic"]["traces"]:
-        if trace["xaxis"] == "x" and trace["name"] != "others":
+        if trace["xaxis"] == "x" and trace["name"] != OTHERS:
             mine = tenants.filter(pl.col("tenant_id") == html.unescape(trace["name"]))  # escaped for plotly
             assert dict(zip(trace["x"], trace["y"])) == dict(zip(mine["d"], mine["requests"]))
     cost = _sql(  # a model without a price (the hostile day's) costs nothing drawn

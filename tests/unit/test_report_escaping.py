@@ -7,8 +7,10 @@ import html
 import json
 from html.parser import HTMLParser
 
+import polars as pl
+
 from strata.report.page import script_json
-from strata.report.sections import plotly_text
+from strata.report.sections import OTHERS, TOP, _top, plotly_text
 
 HOSTILE = (
     "</script><script>window.__pwned=1</script>",
@@ -51,3 +53,15 @@ def test_plotly_text_leaves_no_markup_and_reads_back_as_sent() -> None:
     for text in HOSTILE:
         shown = plotly_text(text)
         assert "<" not in shown and ">" not in shown and html.unescape(shown) == text
+
+
+def test_a_tenant_named_others_stays_itself_and_only_the_rest_are_summed() -> None:
+    frame = pl.DataFrame(
+        {
+            "tenant_id": [plotly_text(t) for t in ["others", *(f"t{i}" for i in range(TOP + 1))]],
+            "cost": range(10, 0, -1),
+        }
+    )
+    drawn = _top(frame, "tenant_id", "cost").get_column("tenant_id").to_list()
+    assert drawn[:TOP] == ["others", *(f"t{i}" for i in range(TOP - 1))] and drawn[TOP:] == [OTHERS, OTHERS]
+    assert not any(plotly_text(name) == OTHERS for name in (OTHERS, *HOSTILE))  # no name from the lake is it
