@@ -117,6 +117,27 @@ def plotly_text(value: str) -> str:
     return html.escape(value, quote=False)
 
 
+#: The most characters a category's label shows on an axis; the hover names it whole.
+LABEL_CHARS = 28
+
+
+def axis_label(name: str, width: int = LABEL_CHARS) -> str:
+    """``name`` (escaped by :func:`plotly_text`) in at most ``width`` characters, its middle left out: a long
+    version name, or whatever a service logged, cannot crowd a chart's bars out."""
+    text = html.unescape(name)
+    if len(text) <= width:
+        return name
+    keep = width - 1
+    return plotly_text(text[: keep - keep // 2] + "…" + text[len(text) - keep // 2 :])
+
+
+def _short_ticks(figure: go.Figure, names: Sequence[str], axis: str) -> None:
+    """Label the categories ``names`` of the figure's ``axis`` axes (``"x"`` or ``"y"``, every subplot's) with
+    :func:`axis_label`; the data keep the whole names."""
+    ticks = {"tickmode": "array", "tickvals": list(names), "ticktext": [axis_label(n) for n in names]}
+    (figure.update_xaxes if axis == "x" else figure.update_yaxes)(**ticks)
+
+
 def _layout(height: int) -> dict[str, Any]:
     """The layout every chart starts from. Given as settings, not copied from a built figure: a built
     layout carries its template expanded, and updating a figure with it costs plotly ~0.3–1 s of checks."""
@@ -238,6 +259,8 @@ def latency(lake: LakeView) -> Section:
                     y=rows.get_column(measure).to_list(),
                     name=measure.replace("ttft_", "TTFT "),
                     marker_color=PALETTE[i + 3 * (col - 1)],
+                    customdata=rows.get_column("version").to_list(),  # the whole name; the axis shortens it
+                    hovertemplate="%{customdata}: %{y:,.1f} ms",
                 ),
                 row=1,
                 col=col,
@@ -245,6 +268,7 @@ def latency(lake: LakeView) -> Section:
     figure.update_layout(barmode="group", margin={"b": 150}, legend={"y": -0.55})
     figure.update_yaxes(type="log", dtick=1)  # a label per power of ten
     figure.update_xaxes(tickangle=-35)
+    _short_ticks(figure, frame.get_column("version").to_list(), "x")
     section.charts["latency"] = figure
     return section
 
@@ -277,9 +301,12 @@ def stages(lake: LakeView) -> Section:
                 name=stage,
                 orientation="h",
                 marker_color=PALETTE[i],
+                customdata=frame.get_column("model").to_list(),
+                hovertemplate="%{customdata}: %{x:,.1f} ms",
             )
         )
     figure.update_layout(barmode="stack", margin={"l": 170}, legend_traceorder="normal")
+    _short_ticks(figure, frame.get_column("model").to_list(), "y")
     section.charts["stages"] = figure
     return section
 
@@ -310,7 +337,8 @@ def storms(lake: LakeView) -> Section:
                 marker={"size": 9, "color": PALETTE[3]},
                 name=f"{row['retries']} retries",
                 showlegend=False,
-                hovertemplate=f"%{{y}}<br>{row['retries']:,} retries, "
+                customdata=[row["who"], row["who"]],
+                hovertemplate=f"%{{customdata}}<br>{row['retries']:,} retries, "
                 f"{row['retry_multiple'] or 0:.1f}× first attempts<br>%{{x}}<extra></extra>",
             )
         )
@@ -318,6 +346,7 @@ def storms(lake: LakeView) -> Section:
         range=[dt.datetime.combine(lake.start, dt.time()), dt.datetime.combine(lake.end, dt.time(23, 59))]
     )
     figure.update_layout(margin={"l": 230})
+    _short_ticks(figure, frame.get_column("who").unique(maintain_order=True).to_list(), "y")
     section.charts["storms"] = figure
     section.note = f"{frame.height} storm window(s), {int(frame.get_column('retries').sum()):,} retries in them."
     return section

@@ -27,7 +27,7 @@ import polars as pl
 import pytest
 
 from strata import pipeline
-from strata.report.sections import OTHERS
+from strata.report.sections import LABEL_CHARS, OTHERS
 from synthetic_workload import generate
 from tests.browser import CHROMIUM, MISSING, Page, chromium
 from tests.small_model import register_a_model
@@ -100,6 +100,7 @@ ATTACK_JS = """
     pwned: typeof window.__pwned,
     hovers,
     text: all('svg text').map(t => t.textContent).join('\\n') + '\\n' + document.body.innerText,
+    ticks: all('[data-chart] .xtick text, [data-chart] .ytick text').map(t => t.textContent),
     legend: Object.fromEntries(all('[data-chart]').map(
       d => [d.dataset.chart, Array.from(d.querySelectorAll('.legendtext')).map(t => t.textContent)])),
     scripts: document.scripts.length,
@@ -355,3 +356,5 @@ def test_strings_from_the_logs_show_as_text_and_run_nothing_in_the_page(
     hovers = "\n".join(seen["hovers"])
     assert f"{PAYLOADS[-1]} → {PAYLOADS[0]}" in hovers and f"{PAYLOADS[1]} {PAYLOADS[2]}" in hovers
     assert all(p in seen["text"] for p in PAYLOADS)
+    # On an axis a long name is shortened from the middle (the hover above names it whole), so the bars keep room.
+    assert max(map(len, seen["ticks"])) <= LABEL_CHARS and any("…" in tick for tick in seen["ticks"])

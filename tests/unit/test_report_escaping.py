@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 import polars as pl
 
 from strata.report.page import script_json
-from strata.report.sections import OTHERS, TOP, _top, plotly_text
+from strata.report.sections import LABEL_CHARS, OTHERS, TOP, _top, axis_label, plotly_text
 
 HOSTILE = (
     "</script><script>window.__pwned=1</script>",
@@ -65,3 +65,13 @@ def test_a_tenant_named_others_stays_itself_and_only_the_rest_are_summed() -> No
     drawn = _top(frame, "tenant_id", "cost").get_column("tenant_id").to_list()
     assert drawn[:TOP] == ["others", *(f"t{i}" for i in range(TOP - 1))] and drawn[TOP:] == [OTHERS, OTHERS]
     assert not any(plotly_text(name) == OTHERS for name in (OTHERS, *HOSTILE))  # no name from the lake is it
+
+
+def test_an_axis_label_keeps_a_long_names_start_and_end_and_never_cuts_an_escape() -> None:
+    assert axis_label("gpt-4o-mini 2024-07-18") == "gpt-4o-mini 2024-07-18"
+    long = "projects/p/locations/us-central1/endpoints/1234567890 v2024-07-18"
+    assert axis_label(long) == long[:14] + "…" + long[-13:] and len(axis_label(long)) == LABEL_CHARS
+    for name in HOSTILE:  # escaped in, escaped out: the text shortened, then escaped whole (no entity cut)
+        shown = axis_label(plotly_text(name * 10))
+        text = html.unescape(shown)
+        assert len(text) == LABEL_CHARS and text.startswith(name[:5]) and plotly_text(text) == shown
