@@ -67,7 +67,7 @@ def render(settings: Settings, start: dt.date, end: dt.date) -> bytes:
         f"<title>{html.escape(title)}</title><style>{CSS}</style>"
         # plotly.js, embedded: the page needs nothing but itself
         f'<script type="text/javascript">{get_plotlyjs()}</script></head><body>'
-        f"<header><h1>{html.escape(title)}</h1><p>LakeView {html.escape(settings.lake_uri)} · made {made} in "
+        f"<header><h1>{html.escape(title)}</h1><p>lake {html.escape(settings.lake_uri)} · made {made} in "
         f"{time.monotonic() - began:.1f} s · users by pseudonym only</p><nav>{nav}</nav></header>"
         f"<main>{body}</main><footer>strata report · charts drawn with plotly.js (embedded)</footer></body></html>"
     )

@@ -210,7 +210,8 @@ def _stacked_by_day(figure: go.Figure, frame: pl.DataFrame, key: str, measures: 
                 col=col,
             )
     figure.update_layout(barmode="stack")
-    figure.update_xaxes(type="category")
+    # Days in date order, not in the order the traces first name them (a tenant new on a day came last).
+    figure.update_xaxes(type="category", categoryorder="category ascending")
 
 
 def traffic(lake: LakeView) -> Section:

@@ -64,6 +64,7 @@ Object.fromEntries(Array.from(document.querySelectorAll('[data-chart]')).map(d =
   marks: d.querySelectorAll('.barlayer .point path, .scatterlayer .points path, .scatterlayer .js-line, '
                             + '.sankey-node rect').length,
   nodes: d.querySelectorAll('.sankey-node rect').length,
+  xticks: Array.from(d.querySelectorAll('.xtick text')).map(t => t.textContent),
   traces: (d.data || []).map(t => ({
     name: t.name === undefined ? null : t.name, xaxis: t.xaxis || 'x',
     x: t.x ? Array.from(t.x) : [], y: t.y ? Array.from(t.y) : [],
@@ -240,6 +241,7 @@ def test_strata_report_writes_the_week_into_the_lake_or_a_local_copy(
     assert local.returncode == 0 and f"report: {copy}" in local.stdout and f"file://{copy}" in local.stdout
     text = copy.read_text()
     assert f"Strata report, {WEEK_START} to {END}" in text and len(text.encode()) < MAX_BYTES
+    assert f"<p>lake {settings.lake_uri} · made " in text
     # Offline: nothing is loaded from anywhere (plotly.js is in the page), and users appear only as pseudonyms.
     assert not re.search(r"<(script|link|img)[^>]+(src|href)=", text)
     assert not any(user in text for user in manifest["abusive_user_ids"]) and KEY not in text
@@ -273,6 +275,10 @@ def test_every_chart_of_the_report_is_drawn_in_chromium_with_the_lake_s_numbers(
     assert set(charts) == expected | {"consistency", "scores", "lineage"}
     assert all(chart["marks"] > 0 for chart in charts.values()), {k: c["marks"] for k, c in charts.items()}
 
+    # Days in date order (the hostile day's tenants are new to the traces drawn before them).
+    for chart in ("tenant-traffic", "model-traffic"):
+        ticks = charts[chart]["xticks"]
+        assert ticks == sorted(set(ticks)) and str(HOSTILE) in ticks
     # Requests and cost per day: the stacked bars add up to the marts; each tenant drawn alone is its own row.
     tenants = _sql(settings, "SELECT event_date::VARCHAR AS d, tenant_id, requests FROM {ads.tenant_daily}")
     assert _by_x(charts["tenant-traffic"]["traces"]) == {
