@@ -13,7 +13,8 @@ import html
 import json
 import time
 
-from strata.report.sections import SECTIONS, LakeView, Section
+from strata.report.sections import SECTIONS, Section
+from strata.report.view import LakeView
 from warehouse.settings import Settings
 
 #: The page's style: readable at a laptop's width, one column of sections, tables that scroll when wide.

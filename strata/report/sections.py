@@ -9,32 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import html
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import polars as pl
 
-from warehouse.settings import Settings
-from warehouse.tables import Table, all_tables
+from strata.report import charts
+from strata.report.view import LakeView
 
 if TYPE_CHECKING:
-    import duckdb
     import plotly.graph_objects as go
-
-    from warehouse.storage.lake import Lake
-
-#: The tenants and models drawn one by one; the rest are summed as :data:`OTHERS`.
-TOP = 8
-#: The name of the rest, in italics: markup that no name from the lake can be, since each reaches a chart
-#: through :func:`plotly_text` (a tenant named "others" is drawn as itself, not summed into them).
-OTHERS = "<i>others</i>"
 #: Bins of the score histogram, equal-width over [0, 1].
 SCORE_BINS = 20
 #: The riskiest users listed.
 RISKIEST = 10
-#: The chart colours (Plotly's "D3" qualitative palette).
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 
 
 @dataclasses.dataclass
@@ -46,172 +34,6 @@ class Section:
     note: str
     charts: dict[str, go.Figure] = dataclasses.field(default_factory=dict)
     tables: list[str] = dataclasses.field(default_factory=list)
-
-
-@dataclasses.dataclass
-class LakeView:
-    """What the sections read through: one DuckDB cursor on the lake, the range, the tables there are
-    (a reader of the report's, not the writers' lake handle ``warehouse.storage.lake.Lake``)."""
-
-    settings: Settings
-    con: duckdb.DuckDBPyConnection
-    start: dt.date
-    end: dt.date
-    present: frozenset[str]
-    handle: Lake
-
-    @classmethod
-    def open(cls, settings: Settings, start: dt.date, end: dt.date) -> LakeView:
-        """The lake's reader and the names of the tables that exist in it."""
-        from warehouse.storage.duck import lake_reader
-        from warehouse.storage.lake import Lake
-
-        handle = Lake(settings)
-        present = frozenset(t.name for t in all_tables() if handle.exists(t))
-        return cls(settings, lake_reader(settings), start, end, present, handle)
-
-    def rows(self, name: str) -> int:
-        """How many rows the table holds now: the sum of its files' row counts in its Delta log, so no data
-        file is read (a lake of billions of rows on S3 costs what its log costs). Counted by DuckDB when a
-        file's count is missing (a writer that kept no statistics) or may be too high (deletion vectors)."""
-        delta = self.handle.open_table(Table(name))
-        if delta is None:
-            return 0
-        files = pl.DataFrame(delta.get_add_actions(flatten=True))
-        counts = files.get_column("num_records") if "num_records" in files.columns else None
-        if counts is None or counts.null_count() or "deletionVectors" in (delta.protocol().writer_features or ()):
-            row = self.con.sql(f"SELECT count(*) FROM {self.scan(name)}").fetchone()
-            return int(row[0]) if row else 0
-        return int(counts.sum())
-
-    def scan(self, name: str) -> str:
-        """The table as a DuckDB relation, read through its Delta log."""
-        return f"delta_scan('{Table(name).uri(self.settings)}')"
-
-    @property
-    def days(self) -> str:
-        """A SQL predicate: ``event_date`` within the report's range."""
-        return f"event_date BETWEEN DATE '{self.start}' AND DATE '{self.end}'"
-
-    def frame(self, sql: str) -> pl.DataFrame:
-        """The rows of ``sql``, as the lake holds them (for :func:`table_html`, which escapes them itself)."""
-        return self.con.sql(sql).pl()
-
-    def chart_frame(self, sql: str) -> pl.DataFrame:
-        """The rows of ``sql`` for a chart: every string through :func:`plotly_text`, so a name from the
-        logs (a tenant, a model, a version) is drawn as the text it is."""
-        frame = self.frame(sql)
-        return frame.with_columns(pl.col(pl.String).map_elements(plotly_text, return_dtype=pl.String))
-
-    def missing(self, *names: str) -> str | None:
-        """A line saying which of ``names`` are not built yet, or None when all exist."""
-        absent = [n for n in names if n not in self.present]
-        return f"Not built yet ({', '.join(absent)} does not exist in the lake)." if absent else None
-
-
-def plotly_text(value: str) -> str:
-    """``value`` as plotly shows it literally. Plotly reads every title, name, label, category and hover text
-    as its own HTML (``<b>``, ``<br>``, ``<span style>``, ``<a href>`` links, entities): a tenant named
-    ``<a href="https://…">tenant-001</a>`` would be drawn as a link named tenant-001. Escaping ``&``, ``<`` and
-    ``>`` leaves plotly nothing to read as markup."""
-    return html.escape(value, quote=False)
-
-
-#: The most characters a category's label shows on an axis; the hover names it whole.
-LABEL_CHARS = 28
-
-
-def axis_label(name: str, width: int = LABEL_CHARS) -> str:
-    """``name`` (escaped by :func:`plotly_text`) in at most ``width`` characters, its middle left out: a long
-    version name, or whatever a service logged, cannot crowd a chart's bars out."""
-    text = html.unescape(name)
-    if len(text) <= width:
-        return name
-    keep = width - 1
-    return plotly_text(text[: keep - keep // 2] + "…" + text[len(text) - keep // 2 :])
-
-
-def _short_ticks(figure: go.Figure, names: Sequence[str], axis: str) -> None:
-    """Label the categories ``names`` of the figure's ``axis`` axes (``"x"`` or ``"y"``, every subplot's) with
-    :func:`axis_label`; the data keep the whole names."""
-    ticks = {"tickmode": "array", "tickvals": list(names), "ticktext": [axis_label(n) for n in names]}
-    (figure.update_xaxes if axis == "x" else figure.update_yaxes)(**ticks)
-
-
-def _layout(height: int) -> dict[str, Any]:
-    """The layout every chart starts from. Given as settings, not copied from a built figure: a built
-    layout carries its template expanded, and updating a figure with it costs plotly ~0.3–1 s of checks."""
-    return {
-        "template": "plotly_white",
-        "height": height,
-        "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
-        "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12},
-        "legend": {"orientation": "h", "y": -0.18, "x": 0},
-        "colorway": list(PALETTE),
-    }
-
-
-def _figure(height: int = 340) -> go.Figure:
-    import plotly.graph_objects as go
-
-    return go.Figure(layout=_layout(height))
-
-
-def _subplots(titles: Sequence[str], height: int = 340, **kwargs: Any) -> go.Figure:
-    from plotly.subplots import make_subplots
-
-    figure = make_subplots(rows=1, cols=len(titles), subplot_titles=list(titles), **kwargs)
-    figure.update_layout(**_layout(height))
-    return figure
-
-
-def table_html(frame: pl.DataFrame, headers: Sequence[str], formats: dict[str, Callable[[Any], str]]) -> str:
-    """A small HTML table of ``frame`` (headers as given; cells through their column's format, else str)."""
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = []
-    for row in frame.iter_rows(named=True):
-        cells = []
-        for name, value in row.items():
-            text = "—" if value is None else formats.get(name, str)(value)
-            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-            cells.append(f"<td{' class=num' if numeric else ''}>{html.escape(text)}</td>")
-        body.append(f"<tr>{''.join(cells)}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-def _top(frame: pl.DataFrame, key: str, by: str) -> pl.DataFrame:
-    """``frame`` with every ``key`` beyond the :data:`TOP` largest by ``by`` renamed :data:`OTHERS`."""
-    ranked = frame.group_by(key).agg(pl.col(by).sum()).sort([by, key], descending=[True, False])
-    kept = ranked.get_column(key).head(TOP).to_list()
-    return frame.with_columns(pl.when(pl.col(key).is_in(kept)).then(pl.col(key)).otherwise(pl.lit(OTHERS)).alias(key))
-
-
-def _stacked_by_day(figure: go.Figure, frame: pl.DataFrame, key: str, measures: Sequence[str]) -> None:
-    """One stacked bar per day and measure (a subplot each), one trace per ``key`` value."""
-    import plotly.graph_objects as go
-
-    summed = frame.group_by("event_date", key).agg(pl.col(m).sum() for m in measures).sort("event_date", key)
-    order = summed.group_by(key).agg(pl.col(measures[-1]).sum()).sort(measures[-1], descending=True)
-    keys = [k for k in order.get_column(key).to_list() if k != OTHERS]
-    keys += [OTHERS] if OTHERS in order.get_column(key).to_list() else []
-    for i, name in enumerate(keys):
-        rows = summed.filter(pl.col(key) == name)
-        for col, measure in enumerate(measures, start=1):
-            figure.add_trace(
-                go.Bar(
-                    x=[str(d) for d in rows.get_column("event_date")],
-                    y=rows.get_column(measure).to_list(),
-                    name=name,
-                    legendgroup=name,
-                    showlegend=col == 1,
-                    marker_color=PALETTE[i % len(PALETTE)],
-                ),
-                row=1,
-                col=col,
-            )
-    figure.update_layout(barmode="stack")
-    # Days in date order, not in the order the traces first name them (a tenant new on a day came last).
-    figure.update_xaxes(type="category", categoryorder="category ascending")
 
 
 def traffic(lake: LakeView) -> Section:
@@ -226,8 +48,8 @@ def traffic(lake: LakeView) -> Section:
             f"SELECT event_date, {key}, requests, input_tokens + output_tokens AS tokens, "
             f"coalesce(cost_usd, 0)::DOUBLE AS cost_usd FROM {lake.scan(name)} WHERE {lake.days}"
         )
-        figure = _subplots([f"{t} by {key.removesuffix('_id')}" for t in titles], height=380)
-        _stacked_by_day(figure, _top(frame, key, "cost_usd"), key, measures)
+        figure = charts.subplots([f"{t} by {key.removesuffix('_id')}" for t in titles], height=380)
+        charts.stacked_by_day(figure, charts.keep_top(frame, key, "cost_usd"), key, measures)
         section.charts[f"{key.removesuffix('_id')}-traffic"] = figure
     return section
 
@@ -250,7 +72,9 @@ def latency(lake: LakeView) -> Section:
                quantile_cont(ttft_ms, 0.5) AS ttft_p50, quantile_cont(ttft_ms, 0.95) AS ttft_p95
         FROM {lake.scan("dwd.request")} WHERE {lake.days} GROUP BY 1 ORDER BY 1"""
     )
-    figure = _subplots(["end-to-end latency, ms", "time to first token, ms"], height=420, column_widths=[0.6, 0.4])
+    figure = charts.subplots(
+        ["end-to-end latency, ms", "time to first token, ms"], height=420, column_widths=[0.6, 0.4]
+    )
     for col, measures in ((1, ("p50", "p95", "p99")), (2, ("ttft_p50", "ttft_p95"))):
         rows = frame.filter(pl.col(measures[0]).is_not_null())
         for i, measure in enumerate(measures):
@@ -259,7 +83,7 @@ def latency(lake: LakeView) -> Section:
                     x=rows.get_column("version").to_list(),
                     y=rows.get_column(measure).to_list(),
                     name=measure.replace("ttft_", "TTFT "),
-                    marker_color=PALETTE[i + 3 * (col - 1)],
+                    marker_color=charts.PALETTE[i + 3 * (col - 1)],
                     customdata=rows.get_column("version").to_list(),  # the whole name; the axis shortens it
                     hovertemplate="%{customdata}: %{y:,.1f} ms",
                 ),
@@ -269,7 +93,7 @@ def latency(lake: LakeView) -> Section:
     figure.update_layout(barmode="group", margin={"b": 150}, legend={"y": -0.55})
     figure.update_yaxes(type="log", dtick=1)  # a label per power of ten
     figure.update_xaxes(tickangle=-35)
-    _short_ticks(figure, frame.get_column("version").to_list(), "x")
+    charts.short_ticks(figure, frame.get_column("version").to_list(), "x")
     section.charts["latency"] = figure
     return section
 
@@ -293,7 +117,7 @@ def stages(lake: LakeView) -> Section:
         "GROUP BY model HAVING sum(staged_requests) > 0 ORDER BY sum(duration_mean_ms * staged_requests) "
         "/ sum(staged_requests)"
     )
-    figure = _figure(max(260, 60 + 34 * frame.height))
+    figure = charts.blank(max(260, 60 + 34 * frame.height))
     for i, stage in enumerate(STAGES):
         figure.add_trace(
             go.Bar(
@@ -301,13 +125,13 @@ def stages(lake: LakeView) -> Section:
                 x=frame.get_column(stage).to_list(),
                 name=stage,
                 orientation="h",
-                marker_color=PALETTE[i],
+                marker_color=charts.PALETTE[i],
                 customdata=frame.get_column("model").to_list(),
                 hovertemplate="%{customdata}: %{x:,.1f} ms",
             )
         )
     figure.update_layout(barmode="stack", margin={"l": 170}, legend_traceorder="normal")
-    _short_ticks(figure, frame.get_column("model").to_list(), "y")
+    charts.short_ticks(figure, frame.get_column("model").to_list(), "y")
     section.charts["stages"] = figure
     return section
 
@@ -327,15 +151,15 @@ def storms(lake: LakeView) -> Section:
     if frame.is_empty():
         section.note = f"No retry storm from {lake.start} to {lake.end}."
         return section
-    figure = _figure(max(240, 90 + 28 * frame.get_column("who").n_unique()))
+    figure = charts.blank(max(240, 90 + 28 * frame.get_column("who").n_unique()))
     for row in frame.iter_rows(named=True):
         figure.add_trace(
             go.Scatter(
                 x=[row["window_start"], row["window_end"]],
                 y=[row["who"], row["who"]],
                 mode="lines+markers",
-                line={"width": 8, "color": PALETTE[3]},
-                marker={"size": 9, "color": PALETTE[3]},
+                line={"width": 8, "color": charts.PALETTE[3]},
+                marker={"size": 9, "color": charts.PALETTE[3]},
                 name=f"{row['retries']} retries",
                 showlegend=False,
                 customdata=[row["who"], row["who"]],
@@ -347,7 +171,7 @@ def storms(lake: LakeView) -> Section:
         range=[dt.datetime.combine(lake.start, dt.time()), dt.datetime.combine(lake.end, dt.time(23, 59))]
     )
     figure.update_layout(margin={"l": 230})
-    _short_ticks(figure, frame.get_column("who").unique(maintain_order=True).to_list(), "y")
+    charts.short_ticks(figure, frame.get_column("who").unique(maintain_order=True).to_list(), "y")
     section.charts["storms"] = figure
     section.note = f"{frame.height} storm window(s), {int(frame.get_column('retries').sum()):,} retries in them."
     return section
@@ -371,7 +195,7 @@ def quality(lake: LakeView) -> Section:
         f"SELECT event_date, dwd_rows, duplicates, quarantined, malformed, ods_rows, balanced "
         f"FROM {lake.scan('ops.books')} WHERE {lake.days} AND table_name = 'dwd.request' ORDER BY event_date"
     )
-    figure = _figure()
+    figure = charts.blank()
     days = [str(d) for d in books.get_column("event_date")]
     for i, part in enumerate(("dwd_rows", "duplicates", "quarantined", "malformed")):
         figure.add_trace(
@@ -379,7 +203,7 @@ def quality(lake: LakeView) -> Section:
                 x=days,
                 y=books.get_column(part).to_list(),
                 name=part.replace("_", " "),
-                marker_color=PALETTE[(2, 7, 1, 3)[i]],
+                marker_color=charts.PALETTE[(2, 7, 1, 3)[i]],
             )
         )
     figure.update_layout(barmode="stack", yaxis_title="dwd.request records", title="the books of dwd.request")
@@ -390,13 +214,13 @@ def quality(lake: LakeView) -> Section:
             f"SELECT rule, count(*) AS rows FROM (SELECT unnest(rules) AS rule FROM {lake.scan('dwd.quarantine')} "
             f"WHERE {lake.days}) GROUP BY rule ORDER BY rows, rule DESC"
         )
-        chart = _figure(max(240, 80 + 26 * rules.height))
+        chart = charts.blank(max(240, 80 + 26 * rules.height))
         chart.add_trace(
             go.Bar(
                 y=rules.get_column("rule").to_list(),
                 x=rules.get_column("rows").to_list(),
                 orientation="h",
-                marker_color=PALETTE[1],
+                marker_color=charts.PALETTE[1],
                 name="quarantined rows",
             )
         )
@@ -413,7 +237,7 @@ def quality(lake: LakeView) -> Section:
         )
         hours = "{:,.1f} h".format
         section.tables.append(
-            table_html(
+            charts.table_html(
                 fresh,
                 [
                     "layer",
@@ -450,7 +274,7 @@ def consistency(lake: LakeView) -> Section:
         f"mismatches, missing FROM {lake.scan('ads.feature_consistency')} WHERE {lake.days} AND feature = '*' "
         "ORDER BY event_date, feature_view"
     )
-    figure = _figure(max(260, 90 + 22 * frame.height))
+    figure = charts.blank(max(260, 90 + 22 * frame.height))
     for i, part in enumerate(("agree", "mismatches", "missing")):
         figure.add_trace(
             go.Bar(
@@ -458,7 +282,7 @@ def consistency(lake: LakeView) -> Section:
                 x=frame.get_column(part).to_list(),
                 name=part,
                 orientation="h",
-                marker_color=PALETTE[(2, 3, 7)[i]],
+                marker_color=charts.PALETTE[(2, 3, 7)[i]],
             )
         )
     figure.update_layout(barmode="stack", xaxis_title="entities sampled", margin={"l": 200})
@@ -484,13 +308,13 @@ def scores(lake: LakeView) -> Section:
         f"FROM {scan} WHERE {lake.days} GROUP BY bin ORDER BY bin"
     )
     counts = dict(bins.iter_rows())
-    figure = _figure()
+    figure = charts.blank()
     figure.add_trace(
         go.Bar(
             x=[(b + 0.5) / SCORE_BINS for b in range(SCORE_BINS)],
             y=[counts.get(b, 0) for b in range(SCORE_BINS)],
             width=1 / SCORE_BINS * 0.95,
-            marker_color=PALETTE[4],
+            marker_color=charts.PALETTE[4],
             name="users scored",
         )
     )
@@ -505,7 +329,7 @@ def scores(lake: LakeView) -> Section:
         )
         number = "{:.3f}".format
         section.tables.append(
-            table_html(
+            charts.table_html(
                 daily,
                 ["day", "model", "users scored", "mean", "p90", "share ≥ threshold", "drift (PSI)"],
                 {
@@ -523,7 +347,7 @@ def scores(lake: LakeView) -> Section:
     )
     section.tables.append(
         "<h3>the riskiest users</h3>"
-        + table_html(riskiest, ["user (pseudonym)", "score", "day", "model"], {"score": "{:.4f}".format})
+        + charts.table_html(riskiest, ["user (pseudonym)", "score", "day", "model"], {"score": "{:.4f}".format})
     )
     return section
 
@@ -577,7 +401,7 @@ def lineage(lake: LakeView) -> Section:
     if versions:
         latest = versions[-1].card
         assert latest is not None
-        nodes["model"] = f"model {plotly_text(latest.ref)}<br>{len(versions)} version(s)"
+        nodes["model"] = f"model {charts.plotly_text(latest.ref)}<br>{len(versions)} version(s)"
         edges.append((f"view:{latest.source_table}", "model"))
     links = [(a, b) for a, b in edges if a in nodes and b in nodes]
     linked = {node for link in links for node in link}  # reference tables (prices, quotas) stand apart
@@ -591,16 +415,16 @@ def _sankey(nodes: dict[str, str], links: list[tuple[str, str]]) -> go.Figure:
 
     ids = list(nodes)
     colours = {
-        "files": PALETTE[7],
-        "ods": PALETTE[0],
-        "dwd": PALETTE[2],
-        "dws": PALETTE[4],
-        "view": PALETTE[6],
-        "ads": PALETTE[1],
-        "ops": PALETTE[7],
-        "model": PALETTE[3],
+        "files": charts.PALETTE[7],
+        "ods": charts.PALETTE[0],
+        "dwd": charts.PALETTE[2],
+        "dws": charts.PALETTE[4],
+        "view": charts.PALETTE[6],
+        "ads": charts.PALETTE[1],
+        "ops": charts.PALETTE[7],
+        "model": charts.PALETTE[3],
     }
-    figure = _figure(max(420, 34 * len(ids)))
+    figure = charts.blank(max(420, 34 * len(ids)))
     figure.add_trace(
         go.Sankey(
             arrangement="snap",

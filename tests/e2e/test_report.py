@@ -27,7 +27,7 @@ import polars as pl
 import pytest
 
 from strata import pipeline
-from strata.report.sections import LABEL_CHARS, OTHERS
+from strata.report.charts import LABEL_CHARS, OTHERS
 from synthetic_workload import generate
 from tests.browser import CHROMIUM, MISSING, Page, chromium
 from tests.small_model import register_a_model

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from strata.report.sections import LakeView
+from strata.report.view import LakeView
 from warehouse.settings import load_settings
 from warehouse.tables import Table
 

@@ -9,8 +9,8 @@ from html.parser import HTMLParser
 
 import polars as pl
 
+from strata.report.charts import LABEL_CHARS, OTHERS, TOP, axis_label, keep_top, plotly_text
 from strata.report.page import script_json
-from strata.report.sections import LABEL_CHARS, OTHERS, TOP, _top, axis_label, plotly_text
 
 HOSTILE = (
     "</script><script>window.__pwned=1</script>",
@@ -62,7 +62,7 @@ def test_a_tenant_named_others_stays_itself_and_only_the_rest_are_summed() -> No
             "cost": range(10, 0, -1),
         }
     )
-    drawn = _top(frame, "tenant_id", "cost").get_column("tenant_id").to_list()
+    drawn = keep_top(frame, "tenant_id", "cost").get_column("tenant_id").to_list()
     assert drawn[:TOP] == ["others", *(f"t{i}" for i in range(TOP - 1))] and drawn[TOP:] == [OTHERS, OTHERS]
     assert not any(plotly_text(name) == OTHERS for name in (OTHERS, *HOSTILE))  # no name from the lake is it
 

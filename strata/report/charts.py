@@ -1,0 +1,132 @@
+"""The report's chart helpers: plotly figures that start alike, names from the lake drawn as text.
+
+Every string from the lake reaches a chart through :func:`plotly_text` (plotly reads names, labels and
+hover texts as its own HTML); a long one is shortened on an axis (:func:`axis_label`) and named whole in
+its hover. Charts use SVG traces only, so a browser test can count what was drawn.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+#: The tenants and models drawn one by one; the rest are summed as :data:`OTHERS`.
+TOP = 8
+#: The name of the rest, in italics: markup that no name from the lake can be, since each reaches a chart
+#: through :func:`plotly_text` (a tenant named "others" is drawn as itself, not summed into them).
+OTHERS = "<i>others</i>"
+#: The chart colours (Plotly's "D3" qualitative palette).
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+
+
+def plotly_text(value: str) -> str:
+    """``value`` as plotly shows it literally. Plotly reads every title, name, label, category and hover text
+    as its own HTML (``<b>``, ``<br>``, ``<span style>``, ``<a href>`` links, entities): a tenant named
+    ``<a href="https://…">tenant-001</a>`` would be drawn as a link named tenant-001. Escaping ``&``, ``<`` and
+    ``>`` leaves plotly nothing to read as markup."""
+    return html.escape(value, quote=False)
+
+
+#: The most characters a category's label shows on an axis; the hover names it whole.
+LABEL_CHARS = 28
+
+
+def axis_label(name: str, width: int = LABEL_CHARS) -> str:
+    """``name`` (escaped by :func:`plotly_text`) in at most ``width`` characters, its middle left out: a long
+    version name, or whatever a service logged, cannot crowd a chart's bars out."""
+    text = html.unescape(name)
+    if len(text) <= width:
+        return name
+    keep = width - 1
+    return plotly_text(text[: keep - keep // 2] + "…" + text[len(text) - keep // 2 :])
+
+
+def short_ticks(figure: go.Figure, names: Sequence[str], axis: str) -> None:
+    """Label the categories ``names`` of the figure's ``axis`` axes (``"x"`` or ``"y"``, every subplot's) with
+    :func:`axis_label`; the data keep the whole names."""
+    ticks = {"tickmode": "array", "tickvals": list(names), "ticktext": [axis_label(n) for n in names]}
+    (figure.update_xaxes if axis == "x" else figure.update_yaxes)(**ticks)
+
+
+def layout(height: int) -> dict[str, Any]:
+    """The layout every chart starts from. Given as settings, not copied from a built figure: a built
+    layout carries its template expanded, and updating a figure with it costs plotly ~0.3–1 s of checks."""
+    return {
+        "template": "plotly_white",
+        "height": height,
+        "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
+        "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12},
+        "legend": {"orientation": "h", "y": -0.18, "x": 0},
+        "colorway": list(PALETTE),
+    }
+
+
+def blank(height: int = 340) -> go.Figure:
+    """An empty chart of ``height`` pixels, from :func:`layout`."""
+    import plotly.graph_objects as go
+
+    return go.Figure(layout=layout(height))
+
+
+def subplots(titles: Sequence[str], height: int = 340, **kwargs: Any) -> go.Figure:
+    """A row of subplots, one per title, from :func:`layout`."""
+    from plotly.subplots import make_subplots
+
+    figure = make_subplots(rows=1, cols=len(titles), subplot_titles=list(titles), **kwargs)
+    figure.update_layout(**layout(height))
+    return figure
+
+
+def table_html(frame: pl.DataFrame, headers: Sequence[str], formats: dict[str, Callable[[Any], str]]) -> str:
+    """A small HTML table of ``frame`` (headers as given; cells through their column's format, else str)."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = []
+    for row in frame.iter_rows(named=True):
+        cells = []
+        for name, value in row.items():
+            text = "—" if value is None else formats.get(name, str)(value)
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            cells.append(f"<td{' class=num' if numeric else ''}>{html.escape(text)}</td>")
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def keep_top(frame: pl.DataFrame, key: str, by: str) -> pl.DataFrame:
+    """``frame`` with every ``key`` beyond the :data:`TOP` largest by ``by`` renamed :data:`OTHERS`."""
+    ranked = frame.group_by(key).agg(pl.col(by).sum()).sort([by, key], descending=[True, False])
+    kept = ranked.get_column(key).head(TOP).to_list()
+    return frame.with_columns(pl.when(pl.col(key).is_in(kept)).then(pl.col(key)).otherwise(pl.lit(OTHERS)).alias(key))
+
+
+def stacked_by_day(figure: go.Figure, frame: pl.DataFrame, key: str, measures: Sequence[str]) -> None:
+    """One stacked bar per day and measure (a subplot each), one trace per ``key`` value."""
+    import plotly.graph_objects as go
+
+    summed = frame.group_by("event_date", key).agg(pl.col(m).sum() for m in measures).sort("event_date", key)
+    order = summed.group_by(key).agg(pl.col(measures[-1]).sum()).sort(measures[-1], descending=True)
+    keys = [k for k in order.get_column(key).to_list() if k != OTHERS]
+    keys += [OTHERS] if OTHERS in order.get_column(key).to_list() else []
+    for i, name in enumerate(keys):
+        rows = summed.filter(pl.col(key) == name)
+        for col, measure in enumerate(measures, start=1):
+            figure.add_trace(
+                go.Bar(
+                    x=[str(d) for d in rows.get_column("event_date")],
+                    y=rows.get_column(measure).to_list(),
+                    name=name,
+                    legendgroup=name,
+                    showlegend=col == 1,
+                    marker_color=PALETTE[i % len(PALETTE)],
+                ),
+                row=1,
+                col=col,
+            )
+    figure.update_layout(barmode="stack")
+    # Days in date order, not in the order the traces first name them (a tenant new on a day came last).
+    figure.update_xaxes(type="category", categoryorder="category ascending")
