@@ -56,12 +56,8 @@ def test_plotly_text_leaves_no_markup_and_reads_back_as_sent() -> None:
 
 
 def test_a_tenant_named_others_stays_itself_and_only_the_rest_are_summed() -> None:
-    frame = pl.DataFrame(
-        {
-            "tenant_id": [plotly_text(t) for t in ["others", *(f"t{i}" for i in range(TOP + 1))]],
-            "cost": range(10, 0, -1),
-        }
-    )
+    names = ["others", *(f"t{i}" for i in range(TOP + 1))]  # by cost, the largest first
+    frame = pl.DataFrame({"tenant_id": [plotly_text(n) for n in names], "cost": range(len(names), 0, -1)})
     drawn = keep_top(frame, "tenant_id", "cost").get_column("tenant_id").to_list()
     assert drawn[:TOP] == ["others", *(f"t{i}" for i in range(TOP - 1))] and drawn[TOP:] == [OTHERS, OTHERS]
     assert not any(plotly_text(name) == OTHERS for name in (OTHERS, *HOSTILE))  # no name from the lake is it
