@@ -55,11 +55,11 @@ def tables_section(settings: Settings, echo: Echo) -> None:
     from warehouse.storage import lake
     from warehouse.tables import all_tables
 
-    rows = []
+    rows, handle = [], lake.Lake.of(settings)
     for table in all_tables():
-        delta = lake.open_table(settings, table)
+        delta = handle.open_table(table)
         if delta is not None:
-            rows.append([table.name, delta.version(), delta.to_pyarrow_dataset().count_rows()])
+            rows.append([table.name, delta.version(), handle.dataset(delta).count_rows()])
     echo(_table("tables", ["table", "version", "rows"], rows))
 
 

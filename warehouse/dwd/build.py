@@ -68,7 +68,7 @@ def _build_locked(
             return None
         if ods is None:
             raise FileNotFoundError(f"{ods_table} does not exist: run `strata ingest` first")
-        own = ods.to_pyarrow_dataset().to_table(columns=["ingested_at"], filter=pc.field("event_date") == day).column(0)
+        own = lake.dataset(ods).to_table(columns=["ingested_at"], filter=pc.field("event_date") == day).column(0)
         borrowed = borrowed_files(lake, ods, day)
         arrivals = pa.concat_arrays([own.combine_chunks(), borrowed_arrivals(lake, borrowed, day).to_arrow()])
         if len(arrivals) == 0:

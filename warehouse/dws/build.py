@@ -75,7 +75,7 @@ def build(lake: Lake | Settings, day: dt.date, progress: Progress | None = None)
     if delta is None:
         raise FileNotFoundError(f"{DWD_REQUEST} does not exist: build DWD first (`strata build dwd --date …`)")
     first = day - dt.timedelta(days=AFFECTED_DAYS)
-    if not delta.to_pyarrow_dataset().count_rows(filter=pc.field("event_date").isin(affected_days(first))):
+    if not lake.dataset(delta).count_rows(filter=pc.field("event_date").isin(affected_days(first))):
         raise NoData(
             f"no {DWD_REQUEST} rows from {first} to {day} (the windows of {day}'s features): nothing "
             "to build (check the date, or build those days' DWD first)"
@@ -128,7 +128,7 @@ class _Buckets:
         lo, hi = day_bounds(self.day)
         delta = self.lake.open_table(DWD_REQUEST)
         assert delta is not None
-        dataset = delta.to_pyarrow_dataset()
+        dataset = self.lake.dataset(delta)
         where = (pc.field("event_date") >= lo.date()) & (pc.field("event_date") <= hi.date())
         self.count = math.ceil(dataset.count_rows(filter=where) / BATCH_REQUESTS) or 1
         batches = dataset.to_batches(

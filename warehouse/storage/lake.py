@@ -169,6 +169,16 @@ class Lake:
         delta = self.open_table(table)
         return None if delta is None else delta.version()
 
+    def dataset(self, delta: DeltaTable) -> ds.Dataset:
+        """The Delta table's version as a pyarrow dataset, read through pyarrow's own filesystem.
+
+        deltalake's default filesystem is written in Python, so pyarrow's I/O threads call into
+        Python; one still doing so when the interpreter exits aborts the process ("terminate called
+        without an active exception": 30 of 40 processes that read a table and exited at once).
+        """
+        fs, root = self.filesystem(delta.table_uri)
+        return delta.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(root.rstrip("/"), fs))
+
     def read(
         self,
         table: Table,
@@ -177,7 +187,7 @@ class Lake:
         columns: Sequence[str] | None = None,
     ) -> pa.Table:
         """Read the table's current version."""
-        dataset = self._existing(table).to_pyarrow_dataset()
+        dataset = self.dataset(self._existing(table))
         expr = None
         for column, op, value in filters or ():
             term = _comparison(column, op, value)
