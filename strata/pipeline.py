@@ -257,6 +257,7 @@ def forget(settings: Settings, user_id: str) -> StepResult:
         {f"{table}_removed": rows for table, rows in report.rows.items()}
         | {f"{table}_redacted": rows for table, rows in report.redacted.items()}
         | {"landing_files_rewritten": report.files, "reports_deleted": report.reports}
+        | {"unlanded_files": report.unlanded.files, "unlanded_segments": report.unlanded.segments}
     )
     return StepResult("forget", counts | {f"{store}_removed": n for store, n in online.items()}, {}, report)
 

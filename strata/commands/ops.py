@@ -51,6 +51,14 @@ def forget_cmd(
         out.print(
             f"reports: {report.reports:,} HTML report(s) naming the user deleted (the next daily run writes them anew)"
         )
+    if report.unlanded.files or report.unlanded.segments:
+        waiting = [f"{report.unlanded.files:,} landing file(s)"] if report.unlanded.files else []
+        if report.unlanded.segments:
+            waiting.append(f"{report.unlanded.segments:,} spool segment(s) of `strata collect`")
+        out.print(
+            f"[yellow]not yet ingested:[/] {', '.join(waiting)}; their lines may hold the user's, and no "
+            "forget finds them before they land: run this forget again after the next ingest"
+        )
     for store in ("online_sqlite", "online_redis"):
         if f"{store}_removed" in result.counts:
             unit = "key(s)" if store == "online_redis" else "row(s)"

@@ -227,6 +227,45 @@ def test_forget_rewrites_the_landing_zone_and_the_ledger_still_skips_the_files(s
     assert lake.version(settings, table("ods.request_log_raw")) == version
 
 
+def test_forget_counts_what_no_ingest_has_landed_and_a_forget_after_the_ingest_finds_it(strata_env: Path) -> None:
+    """Lines not yet landed have no ODS row to find them by: forget says how many files and spool
+    segments wait (not a price list or a non-OTLP .json beside them), and once they are ingested
+    the next forget removes the user's lines from them."""
+    from typer.testing import CliRunner
+
+    from strata.cli import app
+    from warehouse.ops.landing import Unlanded
+
+    settings = load_settings()
+    victim = "user-to-forget-5120"
+    zone = settings.landing_dir / f"date={DAY.isoformat()}"
+    zone.mkdir(parents=True)
+    (zone / "landed.jsonl").write_bytes(json.dumps(_records(victim, 1, DAY, "a")[0]).encode() + b"\n")
+    ingest(settings, [settings.landing_dir])
+    later = [json.dumps(r).encode() for r in _records(victim, 2, DAY, "b") + _records("stays", 1, DAY, "c")]
+    waiting = _land(settings.landing_dir.parent, "later.jsonl", later, DAY)
+    (zone / "manifest.json").write_text('{"files": 2}')
+    export = [{**r, "ts": dt.datetime.fromisoformat(r["ts"])} for r in _records("someone", 1, DAY, "x")]
+    (zone / "export.json").write_bytes(otlp_export_line(export) + b"\n")
+    segment = settings.home / "collect" / "spool" / f"date={DAY.isoformat()}" / "collect-h-1-ab-000001.otlp.spool"
+    segment.parent.mkdir(parents=True)
+    segment.write_bytes(frame(b"a record"))
+    (segment.parent / "collect-h-1-ab-000002.otlp.spool").touch()  # opened, nothing in it yet
+
+    result = CliRunner().invoke(app, ["forget", "--user", victim])  # rich: 80 columns off a terminal
+
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "not yet ingested: 2 landing file(s), 1 spool segment(s) of `strata collect`;" in said
+    assert max(map(len, result.output.splitlines())) <= 80
+    assert waiting.read_bytes() == b"".join(line + b"\n" for line in later)  # no row named them yet
+    ingest(settings, [settings.landing_dir])
+    report = forget_user(settings, victim)
+    assert report.unlanded == Unlanded(files=0, segments=1) and report.files == 1
+    assert waiting.read_bytes() == later[-1] + b"\n"
+    assert_no_trace(settings.home / "lake", victim)
+
+
 def test_forget_redacts_the_user_in_audit_messages(tmp_path: Path, strata_env: Path) -> None:
     from warehouse.storage import audit
 

@@ -14,6 +14,10 @@ classified column is covered with no change to this module:
 
 An HTML report in the lake (``reports/``) that names the user's pseudonym is deleted.
 
+Lines no ingest has landed yet (a landing file not yet ingested, a receiver's spool segment) have
+no row to find them by: the report counts those files (:func:`warehouse.ops.landing.unlanded`), and
+a forget run after their ingest removes the user's lines from them too.
+
 Before any table is rewritten, the landing files the user's ODS rows came from lose those
 lines (:mod:`warehouse.ops.landing`), so a crash in between finds the rows, and the work, again.
 
@@ -33,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from warehouse.ops.landing import LINEAGE, rewrite_landed
+from warehouse.ops.landing import LINEAGE, Unlanded, rewrite_landed, unlanded
 from warehouse.ops.reports import drop_naming
 from warehouse.ops.retention import vacuum_now
 from warehouse.privacy import pseudonym
@@ -57,6 +61,8 @@ class ForgetReport:
     files: int = 0
     #: HTML reports in the lake that named the user's pseudonym, deleted (the next daily run writes them anew).
     reports: int = 0
+    #: What no ingest had landed when the forget ran: a forget after its ingest finds the user's lines there.
+    unlanded: Unlanded = field(default_factory=lambda: Unlanded(0, 0))
 
     @property
     def total(self) -> int:
@@ -272,6 +278,7 @@ def _forget(settings: Settings, user_id: str, pseud: str, existing: list[Table])
             # (The audit log takes appends without a lock: it is vacuumed only when a redaction needs it.)
             vacuum_now(settings, table, purge_log=True)
     report.reports = drop_naming(settings, pseud)
+    report.unlanded = unlanded(settings)
     return report
 
 

@@ -12,7 +12,8 @@ from elsewhere are the caller's to manage and are left alone.
 (:func:`warehouse.sources.collector.segments.convert_pending`): a segment left beside its
 converted file by an ingest cut short is then deleted, so it can never bring a removed line back
 as a fresh conversion. A segment not yet ingested has no ODS row to name its lines: like any
-landing file not yet ingested, its lines are found by the first forget after its ingest.
+landing file not yet ingested, its lines are found by the first forget after its ingest;
+:func:`unlanded` counts those files and segments so that ``strata forget`` can say so.
 
 This runs before the ODS rows are removed: a forget that crashes in between finds the rows
 again on its re-run, and the file, whose hash no longer matches them, is left as rewritten.
@@ -24,13 +25,16 @@ import gzip
 import hashlib
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
 from warehouse.settings import Settings
 from warehouse.sources.collector.segments import convert_pending
-from warehouse.sources.files import load, split_lines
+from warehouse.sources.collector.spool import segments_held, spool_dir
+from warehouse.sources.files import discover, head, load, split_lines
+from warehouse.sources.formats import HEAD_BYTES, otlp_signal
 from warehouse.storage import lake
 from warehouse.storage.publish import publish
 from warehouse.tables import OPS_LANDED_FILES, Table
@@ -88,3 +92,29 @@ def _record_rewrite(settings: Settings, table: Table, old: str, new: str, lines:
         mode="append",
         expectations=False,
     )
+
+
+@dataclass(frozen=True)
+class Unlanded:
+    """What no ingest has landed yet, so no forget could read it: it may hold any user's lines."""
+
+    #: Files under the landing zone that an ingest of it would land and none has (by path).
+    files: int
+    #: Spool segments a receiver of this ``STRATA_HOME`` holds (open, or closed and not yet handed over).
+    segments: int
+
+
+def unlanded(settings: Settings) -> Unlanded:
+    """Count the landing zone's files no ingest has landed, and the receiver's spool segments."""
+    zone = settings.landing_dir.resolve()
+    files = 0
+    if zone.is_dir():
+        landed_paths: set[str] = set()
+        if lake.open_table(settings, OPS_LANDED_FILES) is not None:
+            ledger = lake.read_frame(settings, OPS_LANDED_FILES, columns=["source_file"])
+            landed_paths = set(ledger.get_column("source_file").to_list())
+        for path in discover([zone], ["lines", "otlp"]):
+            is_export = path.name.endswith((".json", ".json.gz"))
+            if str(path) not in landed_paths and (not is_export or otlp_signal(head(path, HEAD_BYTES)) == "traces"):
+                files += 1
+    return Unlanded(files, segments_held(spool_dir(settings.home)))

@@ -30,7 +30,7 @@ from warehouse.sources.collector.encoding import (
     export_response,
     status_body,
 )
-from warehouse.sources.collector.spool import Spool
+from warehouse.sources.collector.spool import Spool, spool_dir
 from warehouse.sources.collector.tokens import Tokens, load_tokens
 
 log = logging.getLogger(__name__)
@@ -208,7 +208,7 @@ def build_receiver(settings: Settings, collect: CollectSettings) -> Receiver:
         if path is not None and not path.is_file():
             raise ConfigError(f"{name} names {path}, which is not a file")
     spool = Spool(
-        settings.home / "collect" / "spool",
+        spool_dir(settings.home),
         settings.landing_dir,
         segment_bytes=collect.segment_bytes,
         segment_seconds=collect.segment_seconds,

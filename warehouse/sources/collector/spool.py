@@ -45,6 +45,20 @@ _BATCH_BYTES = 16 << 20
 _SYNCERS = 4
 
 
+def spool_dir(home: Path) -> Path:
+    """Where the receivers of a ``STRATA_HOME`` keep their segments until they hand them over."""
+    return home / "collect" / "spool"
+
+
+def segments_held(folder: Path) -> int:
+    """Segments holding bytes in a spool folder: open, or closed and not yet handed over."""
+    held = 0
+    for path in folder.rglob(f"*{SUFFIX}") if folder.is_dir() else ():
+        with contextlib.suppress(FileNotFoundError):  # handed over meanwhile
+            held += path.stat().st_size > 0
+    return held
+
+
 @dataclass
 class _Segment:
     path: Path
