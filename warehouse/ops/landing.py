@@ -33,7 +33,7 @@ import polars as pl
 from warehouse.settings import Settings
 from warehouse.sources.collector.segments import convert_pending
 from warehouse.sources.collector.spool import segments_held, spool_dir
-from warehouse.sources.files import discover, head, load, split_lines
+from warehouse.sources.files import SUFFIXES, discover, head, load, split_lines
 from warehouse.sources.formats import HEAD_BYTES, otlp_signal
 from warehouse.storage import lake
 from warehouse.storage.publish import publish
@@ -114,7 +114,7 @@ def unlanded(settings: Settings) -> Unlanded:
             ledger = lake.read_frame(settings, OPS_LANDED_FILES, columns=["source_file"])
             landed_paths = set(ledger.get_column("source_file").to_list())
         for path in discover([zone], ["lines", "otlp"]):
-            is_export = path.name.endswith((".json", ".json.gz"))
+            is_export = path.name.endswith(SUFFIXES["otlp"])  # landed only if an OTLP trace export
             if str(path) not in landed_paths and (not is_export or otlp_signal(head(path, HEAD_BYTES)) == "traces"):
                 files += 1
     return Unlanded(files, segments_held(spool_dir(settings.home)))

@@ -174,7 +174,7 @@ class Lake:
 
         deltalake's default filesystem is written in Python, so pyarrow's I/O threads call into
         Python; one still doing so when the interpreter exits aborts the process ("terminate called
-        without an active exception": 30 of 40 processes that read a table and exited at once).
+        without an active exception": 31 of 40 processes that read a table and exited at once).
         """
         fs, root = self.filesystem(delta.table_uri)
         return delta.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(root.rstrip("/"), fs))
