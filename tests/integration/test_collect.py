@@ -433,7 +433,7 @@ def _snake_keys(value: object) -> object:
 
 
 def _spellings(prefix: str) -> dict[str, bytes]:
-    """One export (three spans, two resources) in each spelling a decoder takes, request ids ``<spelling>-<prefix>…``."""
+    """One export (three spans, two resources) in each spelling a decoder takes; ids `<spelling>-<prefix>-<i>`."""
     bodies = {}
     for spelling in ("camel", "legacy", "snake", "mixed"):
         records = [{**r, "tenant_id": None, "server": f"s{i % 2}"} for i, r in enumerate(_records("", 3))]

@@ -7,7 +7,8 @@ integers, 64-bit integers (``startTimeUnixNano``, ``intValue``) as decimal strin
 numbers, unknown fields ignored. Like the Collector's own decoder this reader also
 takes the proto field names (``resource_spans``, ``string_value`` …), base64 ids
 (the plain protobuf JSON mapping some exporters write, converted to hex) and the
-pre-1.0 ``instrumentationLibrarySpans`` in place of ``scopeSpans``.
+pre-1.0 ``instrumentationLibrarySpans`` in place of ``scopeSpans``. Where the spans of a
+line are is :mod:`warehouse.sources.otlp_spans`, which ``strata collect`` uses too.
 
 A line yields one record per *GenAI span*: a span with at least one ``gen_ai.*``
 attribute of its own (HTTP or database child spans are skipped). Attributes are
@@ -94,7 +95,8 @@ Attribute values become text as follows: ``stringValue``/``bytesValue`` as writt
 ``boolValue`` as ``true``/``false``, ``arrayValue``/``kvlistValue`` as compact JSON.
 
 Errors. A line that is not UTF-8, not JSON, or not a trace export (no
-``resourceSpans`` list, or a broken structure under it) yields one row whose
+``resourceSpans`` list, a broken structure under it, or a field of the walk to the spans named
+in two spellings) yields one row whose
 ``parse_error`` is ``invalid UTF-8`` / ``invalid JSON`` / ``not an OTLP trace export``
 (the latter followed by ``: <where>`` for a broken structure) and whose fields are
 null (JSON ``NaN``/``Infinity`` literals and unpaired ``\\ud800``-style surrogate
