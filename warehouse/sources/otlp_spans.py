@@ -55,8 +55,8 @@ def resource_spans(request: Any) -> list[tuple[str, dict[str, Any]]]:
     JSON object or its structure is broken."""
     if not isinstance(request, dict):
         raise NotTraceExport("the document is not a JSON object")
-    found = repeated(request, RESOURCE_SPANS, "the request")[1]
-    return [(f"resourceSpans[{r}]", message(rs, f"resourceSpans[{r}]")) for r, rs in enumerate(found)]
+    used, found = repeated(request, RESOURCE_SPANS, "the request")
+    return [(f"{used}[{r}]", message(rs, f"{used}[{r}]")) for r, rs in enumerate(found)]
 
 
 def scope_spans(resource: dict[str, Any], where: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
