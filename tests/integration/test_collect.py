@@ -421,3 +421,92 @@ def test_an_ingest_killed_between_converting_a_segment_and_deleting_it_lands_eve
     build(settings, "requests", DAY)
     ids = pl.from_arrow(lake.read(settings, table("dwd.request"))).get_column("request_id")
     assert ids.len() == ids.n_unique() == 30  # every span, once
+
+
+def _snake_keys(value: object) -> object:
+    """A JSON document with every object key in its proto spelling (``resourceSpans`` → ``resource_spans``)."""
+    if isinstance(value, list):
+        return [_snake_keys(v) for v in value]
+    if isinstance(value, dict):
+        return {"".join(f"_{c.lower()}" if c.isupper() else c for c in k): _snake_keys(v) for k, v in value.items()}
+    return value
+
+
+def _spellings(prefix: str) -> dict[str, bytes]:
+    """One export (three spans, two resources) in each spelling a decoder takes; ids `<spelling>-<prefix>-<i>`."""
+    bodies = {}
+    for spelling in ("camel", "legacy", "snake", "mixed"):
+        records = [{**r, "tenant_id": None, "server": f"s{i % 2}"} for i, r in enumerate(_records("", 3))]
+        doc = json.loads(
+            otlp_export_line([{**r, "request_id": f"{spelling}-{prefix}{r['request_id']}"} for r in records])
+        )
+        if spelling == "legacy":
+            for rs in doc["resourceSpans"]:
+                rs["instrumentationLibrarySpans"] = rs.pop("scopeSpans")
+        elif spelling == "snake":
+            doc = _snake_keys(doc)
+        elif spelling == "mixed":  # proto names at the top and on the spans, JSON names between
+            doc = {"resource_spans": doc["resourceSpans"]}
+            for rs in doc["resource_spans"]:
+                rs["scopeSpans"][0]["spans"] = [
+                    {**_snake_keys({k: v for k, v in s.items() if k != "attributes"}), "attributes": s["attributes"]}
+                    for s in rs["scopeSpans"][0]["spans"]
+                ]
+        bodies[spelling] = json.dumps(doc).encode()
+    return bodies
+
+
+def test_every_spelling_of_an_export_lands_span_for_span_and_what_is_no_export_is_refused(
+    strata_env: Path, tmp_path: Path
+) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("token-without-tenant-0123 \ntoken-of-acme-0123456789 acme\n")
+    tokens.chmod(0o600)
+    auths = {"open": "Bearer token-without-tenant-0123", "acme": "Bearer token-of-acme-0123456789"}
+    camel = _spellings("x")["camel"]
+    deep = b'{"resourceSpans":' + b"[" * 20_000 + b"]" * 20_000 + b"}"
+    both = json.loads(camel)
+    both["resource_spans"] = both["resourceSpans"][:1]
+    legacy_too = json.loads(camel)
+    legacy_too["resourceSpans"][0]["instrumentationLibrarySpans"] = legacy_too["resourceSpans"][0]["scopeSpans"]
+    workflow = _snake_keys(
+        {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "ab" * 16, "spanId": "cd" * 8, "name": "plan"}]}]}]}
+    )
+    parent_alone = json.dumps(workflow).encode()
+    with receiver_thread(STRATA_COLLECT_TOKENS_FILE=str(tokens), STRATA_COLLECT_SEGMENT_SECONDS="3600") as url:
+        for name, auth in auths.items():
+            for body in (json.dumps(both).encode(), json.dumps(legacy_too).encode()):
+                status, _, answer = _post(url, body, Authorization=auth)
+                assert status == 400 and "spelled two ways" in json.loads(answer)["message"]
+            for body in (b"{broken", b"[1]", b"3", b'"resourceSpans"', deep):
+                assert _post(url, body, Authorization=auth)[0] == 400, (name, body[:20])
+            for spelling, body in _spellings(name).items():
+                assert _post(url, body, Authorization=auth)[:3:2] == (200, b"{}"), (name, spelling)
+        assert _post(url, parent_alone, Authorization=auths["open"])[:3:2] == (200, b"{}")
+    settings = load_settings()
+    (settings.landing_dir / "otlp").mkdir(parents=True, exist_ok=True)
+    (settings.landing_dir / "otlp" / "deep.otlp.jsonl").write_bytes(deep + b"\n" + camel + b"\n")
+    report = ingest(settings, [settings.landing_dir])
+    assert not report.failed
+    ods = pl.from_arrow(lake.read(settings, table("ods.request_log_raw")))
+    assert parent_alone in ods.get_column("raw_line").to_list()
+    assert ods.filter(pl.col("raw_line") == deep).select("is_malformed", "parse_error").rows() == [
+        (True, "invalid JSON")
+    ]
+    build(settings, "requests", DAY)
+    dwd = pl.from_arrow(lake.read(settings, table("dwd.request")))
+    # every column but those naming the request or where its line lies
+    compared = [c for c in dwd.columns if c not in ("request_id", "attributes", "source_file", "line_no")]
+    rows = {}
+    for spelling in ("camel", "legacy", "snake", "mixed"):
+        for name in auths:
+            landed = dwd.filter(pl.col("request_id").str.starts_with(f"{spelling}-{name}"))
+            rows[spelling, name] = (
+                landed.with_columns(pl.col("request_id").str.split("-").list.last())
+                .select("request_id", *compared)
+                .sort("request_id")
+                .rows()
+            )
+    for (spelling, name), landed in rows.items():
+        assert len(landed) == 3 and landed == rows["camel", name], (spelling, name)
+    assert {r[compared.index("tenant_id") + 1] for r in rows["camel", "acme"]} == {"acme"}

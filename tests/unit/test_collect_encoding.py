@@ -116,6 +116,9 @@ def test_a_token_tenant_is_stamped_and_spans_claiming_another_are_rejected() -> 
         (b'{"resourceSpans": 3}', JSON),
         (b"[1]", JSON),
         (b'{"resourceSpans": [{"scopeSpans": 1}]}', JSON),
+        (b'{"resourceSpans": [{"scope_spans": [{"spans": [1]}]}]}', JSON),
+        (b'{"resourceSpans": [], "resource_spans": []}', JSON),
+        (b'{"resourceSpans": ' + b"[" * 20_000 + b"]" * 20_000 + b"}", JSON),
     ],
 )
 def test_a_body_that_is_no_trace_export_is_bad_data(body: bytes, content_type: str) -> None:

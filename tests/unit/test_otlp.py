@@ -309,6 +309,17 @@ def test_non_genai_spans_are_skipped() -> None:
         (b'{"request_id": "r1", "ts": 1}', "not an OTLP trace export"),
         (b'{"resourceMetrics": []}', "not an OTLP trace export"),
         (b'{"resourceSpans": []}', "no GenAI spans"),
+        (b"[" * 20_000 + b"]" * 20_000, "invalid JSON"),
+        (
+            b'{"resourceSpans": [], "resource_spans": []}',
+            "not an OTLP trace export: the request names both resourceSpans and resource_spans: "
+            "one field, spelled two ways",
+        ),
+        (
+            b'{"resourceSpans": [{"scopeSpans": [], "instrumentationLibrarySpans": []}]}',
+            "not an OTLP trace export: resourceSpans[0] names both scopeSpans and instrumentationLibrarySpans: "
+            "one field, spelled two ways",
+        ),
     ],
 )
 def test_malformed_line_yields_one_row_with_its_reason(line: bytes, reason: str) -> None:

@@ -7,7 +7,8 @@ integers, 64-bit integers (``startTimeUnixNano``, ``intValue``) as decimal strin
 numbers, unknown fields ignored. Like the Collector's own decoder this reader also
 takes the proto field names (``resource_spans``, ``string_value`` …), base64 ids
 (the plain protobuf JSON mapping some exporters write, converted to hex) and the
-pre-1.0 ``instrumentationLibrarySpans`` in place of ``scopeSpans``.
+pre-1.0 ``instrumentationLibrarySpans`` in place of ``scopeSpans``. Where the spans of a
+line are is :mod:`warehouse.sources.otlp_spans`, which ``strata collect`` uses too.
 
 A line yields one record per *GenAI span*: a span with at least one ``gen_ai.*``
 attribute of its own (HTTP or database child spans are skipped). Attributes are
@@ -94,7 +95,8 @@ Attribute values become text as follows: ``stringValue``/``bytesValue`` as writt
 ``boolValue`` as ``true``/``false``, ``arrayValue``/``kvlistValue`` as compact JSON.
 
 Errors. A line that is not UTF-8, not JSON, or not a trace export (no
-``resourceSpans`` list, or a broken structure under it) yields one row whose
+``resourceSpans`` list, a broken structure under it, or a field of the walk to the spans named
+in two spellings) yields one row whose
 ``parse_error`` is ``invalid UTF-8`` / ``invalid JSON`` / ``not an OTLP trace export``
 (the latter followed by ``: <where>`` for a broken structure) and whose fields are
 null (JSON ``NaN``/``Infinity`` literals and unpaired ``\\ud800``-style surrogate
@@ -122,6 +124,16 @@ import polars as pl
 import pyarrow as pa
 
 from warehouse.sources.canonical import REQUEST_FIELDS
+from warehouse.sources.otlp_spans import (
+    RESOURCE_SPANS,
+    NotTraceExport,
+    attributes,
+    key_values,
+    message,
+    resource_spans,
+    scope_spans,
+    spans,
+)
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _FIXED64_MAX = (1 << 64) - 1
@@ -213,10 +225,6 @@ _SCHEMA: dict[str, Any] = {"_line": pl.Int64, **{c: pl.String for c in _COLUMNS}
 _VALUE_KINDS = ("stringValue", "intValue", "doubleValue", "boolValue", "arrayValue", "kvlistValue", "bytesValue")
 
 
-class _NotOTLP(Exception):
-    """The document is JSON but not (a well-formed) ``ExportTraceServiceRequest``."""
-
-
 class _NotJSON(Exception):
     pass
 
@@ -243,15 +251,7 @@ def _list(obj: dict[str, Any], name: str, where: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise _NotOTLP(f"{where}.{name} is not a list")
-    return value
-
-
-def _message(value: Any, where: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _NotOTLP(f"{where} is not an object")
+        raise NotTraceExport(f"{where}.{name} is not a list")
     return value
 
 
@@ -271,12 +271,12 @@ def _scalar(kind: str, v: Any, where: str) -> str:
         return "true" if v else "false"
     if isinstance(v, (int, str)):  # floats were kept as their JSON literal (str)
         return str(v)
-    raise _NotOTLP(f"{where}.{kind} is not a scalar")
+    raise NotTraceExport(f"{where}.{kind} is not a scalar")
 
 
 def _text(value: Any, where: str) -> str | None:
     """An AnyValue as text: scalars as written, arrays and kvlists as JSON; null when empty."""
-    kind, v = _value_kind(_message(value, where))
+    kind, v = _value_kind(message(value, where))
     if kind is None:
         return None
     if kind in ("arrayValue", "kvlistValue"):
@@ -286,14 +286,14 @@ def _text(value: Any, where: str) -> str | None:
 
 def _json_text(value: Any, where: str) -> str:
     """An AnyValue as compact JSON (how array elements and kvlist values are written)."""
-    kind, v = _value_kind(_message(value, where))
+    kind, v = _value_kind(message(value, where))
     if kind is None:
         return "null"
     if kind == "arrayValue":
-        items = _list(_message(v, f"{where}.arrayValue"), "values", f"{where}.arrayValue")
+        items = _list(message(v, f"{where}.arrayValue"), "values", f"{where}.arrayValue")
         return "[" + ",".join(_json_text(item, f"{where}[{i}]") for i, item in enumerate(items)) + "]"
     if kind == "kvlistValue":
-        entries = _list(_message(v, f"{where}.kvlistValue"), "values", f"{where}.kvlistValue")
+        entries = _list(message(v, f"{where}.kvlistValue"), "values", f"{where}.kvlistValue")
         return (
             "{"
             + ",".join(
@@ -311,15 +311,13 @@ def _json_text(value: Any, where: str) -> str:
 
 
 def _key_values(entries: list[Any], where: str) -> Iterator[tuple[str, Any]]:
-    for i, entry in enumerate(entries):
-        if not isinstance(entry, dict) or not isinstance(entry.get("key"), str):
-            raise _NotOTLP(f"{where}[{i}] is not a KeyValue")
+    for entry in key_values(entries, where):
         yield entry["key"], entry.get("value")
 
 
 def _attributes(obj: dict[str, Any], where: str) -> dict[str, Any]:
     """``{key: AnyValue}`` of a message's ``attributes`` (a repeated key: the last wins)."""
-    return dict(_key_values(_list(obj, "attributes", where), f"{where}.attributes"))
+    return {entry["key"]: entry.get("value") for entry in attributes(obj, where)}
 
 
 # ------------------------------------------------------------------------- conversions
@@ -377,7 +375,7 @@ def _inherited(resource: dict[str, Any], scope: dict[str, Any], where: str) -> d
     merged = {}
     for level, attrs in (("resource", resource), ("scope", scope)):
         for key, value in attrs.items():
-            if _value_kind(_message(value, f"{where}.{level}.{key}"))[0] is not None:
+            if _value_kind(message(value, f"{where}.{level}.{key}"))[0] is not None:
                 merged[key] = value
     return merged
 
@@ -390,7 +388,7 @@ class _Lookup:
         self.used: set[str] = set()
 
     def raw(self, key: str) -> tuple[str | None, Any]:
-        if key in self.span and _value_kind(_message(self.span[key], f"{self.where}.{key}"))[0] is not None:
+        if key in self.span and _value_kind(message(self.span[key], f"{self.where}.{key}"))[0] is not None:
             return "span", self.span[key]
         if key in self.inherited:
             return "inherited", self.inherited[key]
@@ -417,11 +415,11 @@ def _finish_reason(look: _Lookup) -> str | None:
     if level is None:
         return None
     where = f"{look.where}.{_FINISH_REASONS}"
-    kind, v = _value_kind(_message(value, where))
+    kind, v = _value_kind(message(value, where))
     if kind != "arrayValue":
         look.use(_FINISH_REASONS)
         return _text(value, where)
-    items = _list(_message(v, where), "values", where)
+    items = _list(message(v, where), "values", where)
     if len(items) <= 1:
         look.use(_FINISH_REASONS)
     return _text(items[0], f"{where}[0]") if items else None
@@ -436,7 +434,7 @@ def _error_name(text: str) -> str:
 def _status_and_error(span: dict[str, Any], look: _Lookup, error: str | None) -> tuple[str | None, str | None]:
     """``status_code`` and ``error_type`` of a span (the error table of the module docstring)."""
     status = look.first(_STATUS_KEYS)
-    span_status = _message(_get(span, "status"), f"{look.where}.status")
+    span_status = message(_get(span, "status"), f"{look.where}.status")
     code = _get(span_status, "code")
     if not isinstance(code, (int, str)):
         code = None if code is None else "?"
@@ -446,8 +444,8 @@ def _status_and_error(span: dict[str, Any], look: _Lookup, error: str | None) ->
         error = None
     known = ERROR_CLASSES.get(_error_name(error)) if error is not None else None
     if status is None and failed:
-        message = _get(span_status, "message")
-        found = _ERROR_CODE.search(message) if isinstance(message, str) else None
+        status_message = _get(span_status, "message")
+        found = _ERROR_CODE.search(status_message) if isinstance(status_message, str) else None
         if found:
             status = found.group(1)
         elif known is not None and known[0] is not None:
@@ -540,28 +538,17 @@ def _span_row(
     return row
 
 
-def _scope_spans(resource_spans: dict[str, Any], where: str) -> list[Any]:
-    if _get(resource_spans, "scopeSpans") is not None:
-        return _list(resource_spans, "scopeSpans", where)
-    return _list(resource_spans, "instrumentationLibrarySpans", where)
-
-
 def _document_rows(doc: Any, tenant: str | None) -> list[dict[str, str | None]]:
-    if not isinstance(doc, dict) or not isinstance(_get(doc, "resourceSpans"), list):
-        raise _NotOTLP()
+    if not isinstance(doc, dict) or not any(isinstance(doc.get(name), list) for name in RESOURCE_SPANS):
+        raise NotTraceExport()
     rows = []
-    for r, rs in enumerate(_get(doc, "resourceSpans")):
-        where_r = f"resourceSpans[{r}]"
-        rs = _message(rs, where_r)
-        resource = _attributes(_message(_get(rs, "resource"), f"{where_r}.resource"), f"{where_r}.resource")
-        for s, ss in enumerate(_scope_spans(rs, where_r)):
-            where_s = f"{where_r}.scopeSpans[{s}]"
-            ss = _message(ss, where_s)
-            scope = _attributes(_message(_get(ss, "scope"), f"{where_s}.scope"), f"{where_s}.scope")
+    for where_r, rs in resource_spans(doc):
+        resource = _attributes(message(rs.get("resource"), f"{where_r}.resource"), f"{where_r}.resource")
+        for where_s, ss in scope_spans(rs, where_r)[1]:
+            scope = _attributes(message(ss.get("scope"), f"{where_s}.scope"), f"{where_s}.scope")
             inherited = _inherited(resource, scope, where_s)
-            for p, span in enumerate(_list(ss, "spans", where_s)):
+            for p, span in enumerate(spans(ss, where_s)):
                 where_p = f"{where_s}.spans[{p}]"
-                span = _message(span, where_p)
                 attrs = _attributes(span, where_p)
                 if any(key.startswith("gen_ai.") for key in attrs):
                     rows.append(_span_row(span, _Lookup(attrs, inherited, where_p), resource, tenant))
@@ -587,7 +574,7 @@ def _line_rows(line: bytes | None, tenant: str | None) -> list[dict[str, str | N
         return [_error_row("invalid JSON")]
     try:
         rows = _document_rows(doc, tenant)
-    except _NotOTLP as e:
+    except NotTraceExport as e:
         return [_error_row("not an OTLP trace export" + (f": {e}" if str(e) else ""))]
     except RecursionError:
         return [_error_row("not an OTLP trace export: nested too deeply")]

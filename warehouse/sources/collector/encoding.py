@@ -5,7 +5,9 @@ body is parsed (a validity check, and the tenant check a partial success needs) 
 as sent; a JSON body is decoded and spooled as the line it becomes. :func:`line_of` turns a
 record into its line when ``strata ingest`` converts its segment (:mod:`.segments`), off the receiver.
 
-A JSON body is kept as sent (its line breaks, which JSON allows only as whitespace, become
+A JSON body's spans are where the ingest's reader finds them (:mod:`warehouse.sources.otlp_spans`:
+JSON or proto field names, the pre-1.0 ``instrumentationLibrarySpans``), so what is answered 2xx
+lands span for span. A JSON body is kept as sent (its line breaks, which JSON allows only as whitespace, become
 spaces) unless the receiver has to change it. A protobuf body becomes the OTLP/JSON encoding
 of the same ``ExportTraceServiceRequest`` (opentelemetry-proto ``docs/specification.md``,
 "JSON Protobuf Encoding"): lowerCamelCase keys, enums as integers, 64-bit integers as decimal
@@ -29,6 +31,7 @@ from typing import Any
 
 import msgspec
 
+from warehouse.sources import otlp_spans
 from warehouse.sources.collector import wire
 
 PROTOBUF = "application/x-protobuf"
@@ -131,25 +134,25 @@ def decode(body: bytes, content_type: str, tenant: str | None) -> Decoded:
         request = msgspec.json.decode(body)
     except msgspec.DecodeError as exc:
         raise BadData(f"the body is not JSON: {exc}") from None
-    if not isinstance(request, dict) or not isinstance(request.get("resourceSpans", []), list):
-        raise BadData("the body is not an OTLP/JSON ExportTraceServiceRequest (no resourceSpans list)")
-    if tenant is None and not _claims_ours(request):
-        spans = _count_spans(request)
-        line = body.replace(b"\r", b" ").replace(b"\n", b" ").strip() if spans else None
-        return Decoded(line, spans)
-    return _restamp(request, tenant, converted=False)
-
-
-def _claims_ours(request: dict[str, Any]) -> bool:
-    """Whether a resource carries an attribute only the receiver writes (then the line is re-encoded without it)."""
+    except RecursionError:
+        raise BadData("the body is not JSON this receiver reads: it is nested too deeply") from None
     try:
-        return any(
-            isinstance(a, dict) and a.get("key") in _OURS
-            for rs in request.get("resourceSpans", ())
-            for a in (rs.get("resource") or {}).get("attributes", ())
-        )
-    except (AttributeError, TypeError):
-        raise BadData("the body is not an OTLP/JSON ExportTraceServiceRequest (broken resourceSpans)") from None
+        if tenant is None and not _claims_ours(request):
+            spans = otlp_spans.count(request)
+            line = body.replace(b"\r", b" ").replace(b"\n", b" ").strip() if spans else None
+            return Decoded(line, spans)
+        return _restamp(request, tenant, converted=False)
+    except otlp_spans.NotTraceExport as exc:
+        raise BadData(f"the body is not an OTLP/JSON ExportTraceServiceRequest: {exc}") from None
+
+
+def _claims_ours(request: Any) -> bool:
+    """Whether a resource carries an attribute only the receiver writes (then the line is re-encoded without it)."""
+    return any(
+        a.get("key") in _OURS
+        for where, resource_spans in otlp_spans.resource_spans(request)
+        for a in otlp_spans.attributes(otlp_spans.message(resource_spans.get("resource"), where), f"{where}.resource")
+    )
 
 
 def _parse(body: bytes) -> Any:
@@ -248,56 +251,51 @@ def _base64(value: bytes) -> str:
     return base64.b64encode(value).decode()
 
 
-def _count_spans(request: dict[str, Any]) -> int:
-    try:
-        return sum(
-            len(scope.get("spans", ())) for rs in request.get("resourceSpans", ()) for scope in rs.get("scopeSpans", ())
-        )
-    except (AttributeError, TypeError):
-        raise BadData("the body is not an OTLP/JSON ExportTraceServiceRequest (broken resourceSpans)") from None
+#: The spellings of the ``AnyValue`` kinds a tenant claim is compared as, first present wins (as the reader reads it).
+_CLAIM_KINDS = ("stringValue", "string_value", "intValue", "int_value")
 
 
 def _string_attr(attributes: list[Any], key: str) -> str | None:
     for attr in attributes:
         if isinstance(attr, dict) and attr.get("key") == key and isinstance(attr.get("value"), dict):
-            value = attr["value"].get("stringValue", attr["value"].get("intValue"))
+            value = next((attr["value"][kind] for kind in _CLAIM_KINDS if kind in attr["value"]), None)
             return str(value) if isinstance(value, (str, int)) else json.dumps(attr["value"], sort_keys=True)
     return None
 
 
 def _restamp(request: dict[str, Any], tenant: str | None, *, converted: bool) -> Decoded:
     """Mark every resource (tenant, conversion) and drop the spans that claim another tenant (a converted
-    request's were dropped from the message already)."""
+    request's were dropped from the message already). Raises :class:`otlp_spans.NotTraceExport`."""
     spans = rejected = 0
     kept = []
-    try:
-        for resource_spans in request.get("resourceSpans", ()):
-            resource = resource_spans.setdefault("resource", {})
-            attributes = [a for a in resource.get("attributes", ()) if a.get("key") not in _OURS]
-            claimed = _string_attr(attributes, _CLAIMED_TENANT)
-            for scope_spans in resource_spans.get("scopeSpans", ()):
-                all_spans = scope_spans.get("spans", [])
-                spans += len(all_spans)
-                if tenant is None or converted:
-                    continue
-                if claimed is not None and claimed != tenant:
-                    scope_spans["spans"] = []
-                else:
-                    scope_spans["spans"] = [
-                        s for s in all_spans if _string_attr(s.get("attributes", ()), _CLAIMED_TENANT) in (None, tenant)
-                    ]
-                rejected += len(all_spans) - len(scope_spans["spans"])
-            if tenant is not None:
-                attributes.append({"key": TENANT, "value": {"stringValue": tenant}})
-            if converted:
-                attributes.append({"key": CONVERTED_FROM, "value": {"stringValue": "protobuf"}})
-            resource["attributes"] = attributes
-            resource_spans["scopeSpans"] = [s for s in resource_spans.get("scopeSpans", ()) if s.get("spans")]
-            if resource_spans["scopeSpans"]:
-                kept.append(resource_spans)
-    except (AttributeError, TypeError):
-        raise BadData("the body is not an OTLP/JSON ExportTraceServiceRequest (broken resourceSpans)") from None
-    request["resourceSpans"] = kept
+    for where, resource_spans in otlp_spans.resource_spans(request):
+        resource = resource_spans["resource"] = otlp_spans.message(resource_spans.get("resource"), f"{where}.resource")
+        attributes = [a for a in otlp_spans.attributes(resource, f"{where}.resource") if a.get("key") not in _OURS]
+        claimed = _string_attr(attributes, _CLAIMED_TENANT)
+        scopes_key, scopes = otlp_spans.scope_spans(resource_spans, where)
+        for where_s, scope_spans in scopes:
+            all_spans = otlp_spans.spans(scope_spans, where_s)
+            spans += len(all_spans)
+            if tenant is None or converted:
+                continue
+            if claimed is not None and claimed != tenant:
+                scope_spans["spans"] = []
+            else:
+                scope_spans["spans"] = [
+                    s
+                    for s in all_spans
+                    if _string_attr(otlp_spans.attributes(s, where_s), _CLAIMED_TENANT) in (None, tenant)
+                ]
+            rejected += len(all_spans) - len(scope_spans["spans"])
+        if tenant is not None:
+            attributes.append({"key": TENANT, "value": {"stringValue": tenant}})
+        if converted:
+            attributes.append({"key": CONVERTED_FROM, "value": {"stringValue": "protobuf"}})
+        resource["attributes"] = attributes
+        resource_spans[scopes_key] = [scope_spans for _, scope_spans in scopes if scope_spans.get("spans")]
+        if resource_spans[scopes_key]:
+            kept.append(resource_spans)
+    request[otlp_spans.repeated(request, otlp_spans.RESOURCE_SPANS, "the request")[0]] = kept
     line = msgspec.json.encode(request) if kept else None
     return Decoded(line, spans, rejected, _rejected_message(rejected))
 
