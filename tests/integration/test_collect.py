@@ -473,12 +473,19 @@ def test_every_spelling_of_an_export_lands_span_for_span_and_what_is_no_export_i
         {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "ab" * 16, "spanId": "cd" * 8, "name": "plan"}]}]}]}
     )
     parent_alone = json.dumps(workflow).encode()
+    # Broken below the walk: the reader would keep each as one malformed line, so none may be answered 2xx.
+    value_not_scalar, scope_not_object = json.loads(camel), json.loads(camel)
+    value_not_scalar["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["attributes"][0]["value"] = {
+        "stringValue": {"a": 1}
+    }
+    scope_not_object["resourceSpans"][0]["scopeSpans"][0]["scope"] = 5
+    deeper = [json.dumps(value_not_scalar).encode(), json.dumps(scope_not_object).encode()]
     with receiver_thread(STRATA_COLLECT_TOKENS_FILE=str(tokens), STRATA_COLLECT_SEGMENT_SECONDS="3600") as url:
         for name, auth in auths.items():
             for body in (json.dumps(both).encode(), json.dumps(legacy_too).encode()):
                 status, _, answer = _post(url, body, Authorization=auth)
                 assert status == 400 and "spelled two ways" in json.loads(answer)["message"]
-            for body in (b"{broken", b"[1]", b"3", b'"resourceSpans"', deep):
+            for body in (b"{broken", b"[1]", b"3", b'"resourceSpans"', deep, *deeper):
                 assert _post(url, body, Authorization=auth)[0] == 400, (name, body[:20])
             for spelling, body in _spellings(name).items():
                 assert _post(url, body, Authorization=auth)[:3:2] == (200, b"{}"), (name, spelling)

@@ -118,10 +118,7 @@ import json
 import re
 from collections.abc import Iterator
 from decimal import Decimal
-from typing import Any
-
-import polars as pl
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from warehouse.sources.canonical import REQUEST_FIELDS
 from warehouse.sources.otlp_spans import (
@@ -134,6 +131,10 @@ from warehouse.sources.otlp_spans import (
     scope_spans,
     spans,
 )
+
+if TYPE_CHECKING:
+    import polars as pl
+    import pyarrow as pa
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _FIXED64_MAX = (1 << 64) - 1
@@ -219,7 +220,6 @@ _STATUS_ERRORS = {
 _STATUS_NOT_ERROR = {0, 1, "0", "1", "STATUS_CODE_UNSET", "STATUS_CODE_OK"}
 
 _COLUMNS: tuple[str, ...] = ("parse_error", *REQUEST_FIELDS)
-_SCHEMA: dict[str, Any] = {"_line": pl.Int64, **{c: pl.String for c in _COLUMNS}}
 
 # AnyValue kinds (JSON keys; proto field names are accepted too, see _get).
 _VALUE_KINDS = ("stringValue", "intValue", "doubleValue", "boolValue", "arrayValue", "kvlistValue", "bytesValue")
@@ -579,13 +579,28 @@ def _line_rows(line: bytes | None, tenant: str | None) -> list[dict[str, str | N
     except RecursionError:
         return [_error_row("not an OTLP trace export: nested too deeply")]
     if not rows:
-        return [_error_row("no GenAI spans")]
+        return [_error_row(NO_GENAI_SPANS)]
     for row in rows:  # JSON escapes can hold unpaired surrogates, which are not text
         try:
             "".join(v for v in row.values() if v is not None).encode("utf-8")
         except UnicodeEncodeError:
             return [_error_row("invalid JSON: unpaired surrogate escape")]
     return rows
+
+
+#: The reason a valid export holding no GenAI span is kept as a malformed line.
+NO_GENAI_SPANS = "no GenAI spans"
+
+
+def export_problem(line: bytes) -> str | None:
+    """Why the reader would keep ``line`` as a malformed line rather than read its spans, else ``None``.
+
+    The receiver asks this of each JSON body before it answers, so that a body answered 2xx is
+    read span for span when it lands; a valid export without GenAI spans is no problem here.
+    """
+    rows = _line_rows(line, None)
+    reason = rows[0]["parse_error"] if len(rows) == 1 else None
+    return None if reason is None or reason == NO_GENAI_SPANS or reason.startswith("invalid span") else reason
 
 
 def _error_row(reason: str) -> dict[str, str | None]:
@@ -603,6 +618,9 @@ def parse_otlp_lines(raw: pa.Array, *, tenant: str | None = None) -> pl.DataFram
     holds none (see the module docstring). ``tenant`` is the source's tenant, for spans
     that name none.
     """
+    import polars as pl
+    import pyarrow as pa
+
     if isinstance(raw, pa.ChunkedArray):
         raw = raw.combine_chunks()
     if pa.types.is_string(raw.type) or pa.types.is_large_string(raw.type):
@@ -614,4 +632,4 @@ def parse_otlp_lines(raw: pa.Array, *, tenant: str | None = None) -> pl.DataFram
             lines.append(i)
             for c in _COLUMNS:
                 columns[c].append(row[c])
-    return pl.DataFrame({"_line": lines, **columns}, schema=_SCHEMA)
+    return pl.DataFrame({"_line": lines, **columns}, schema={"_line": pl.Int64, **{c: pl.String for c in _COLUMNS}})

@@ -7,8 +7,9 @@ record into its line when ``strata ingest`` converts its segment (:mod:`.segment
 
 A JSON body's spans are where the ingest's reader finds them (:mod:`warehouse.sources.otlp_spans`:
 JSON or proto field names, the pre-1.0 ``instrumentationLibrarySpans``), so what is answered 2xx
-lands span for span. A JSON body is kept as sent (its line breaks, which JSON allows only as whitespace, become
-spaces) unless the receiver has to change it. A protobuf body becomes the OTLP/JSON encoding
+lands span for span: a JSON body the reader would keep as one malformed line (a value of the wrong
+kind, an attribute that is no ``KeyValue``) is refused with the reader's reason. A JSON body is
+kept as sent (its line breaks, which JSON allows only as whitespace, become spaces) unless the receiver has to change it. A protobuf body becomes the OTLP/JSON encoding
 of the same ``ExportTraceServiceRequest`` (opentelemetry-proto ``docs/specification.md``,
 "JSON Protobuf Encoding"): lowerCamelCase keys, enums as integers, 64-bit integers as decimal
 strings, default values left out, and ``traceId`` / ``spanId`` / ``parentSpanId`` as hex
@@ -33,6 +34,7 @@ import msgspec
 
 from warehouse.sources import otlp_spans
 from warehouse.sources.collector import wire
+from warehouse.sources.otlp import export_problem
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -140,10 +142,15 @@ def decode(body: bytes, content_type: str, tenant: str | None) -> Decoded:
         if tenant is None and not _claims_ours(request):
             spans = otlp_spans.count(request)
             line = body.replace(b"\r", b" ").replace(b"\n", b" ").strip() if spans else None
-            return Decoded(line, spans)
-        return _restamp(request, tenant, converted=False)
+            decoded = Decoded(line, spans)
+        else:
+            decoded = _restamp(request, tenant, converted=False)
     except otlp_spans.NotTraceExport as exc:
         raise BadData(f"the body is not an OTLP/JSON ExportTraceServiceRequest: {exc}") from None
+    problem = None if decoded.line is None else export_problem(decoded.line)
+    if problem is not None:  # the reader would keep it as one malformed line, not as its spans
+        raise BadData(f"the body is not an OTLP/JSON ExportTraceServiceRequest Strata reads: {problem}")
+    return decoded
 
 
 def _claims_ours(request: Any) -> bool:
