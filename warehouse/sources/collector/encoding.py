@@ -5,16 +5,16 @@ body is parsed (a validity check, and the tenant check a partial success needs) 
 as sent; a JSON body is decoded and spooled as the line it becomes. :func:`line_of` turns a
 record into its line when ``strata ingest`` converts its segment (:mod:`.segments`), off the receiver.
 
-A JSON body's spans are where the ingest's reader finds them (:mod:`warehouse.sources.otlp_spans`:
-JSON or proto field names, the pre-1.0 ``instrumentationLibrarySpans``), so what is answered 2xx
-lands span for span: a JSON body the reader would keep as one malformed line (a value of the wrong
-kind, an attribute that is no ``KeyValue``) is refused with the reader's reason. A JSON body is
-kept as sent (its line breaks, which JSON allows only as whitespace, become spaces) unless the receiver has to change it. A protobuf body becomes the OTLP/JSON encoding
-of the same ``ExportTraceServiceRequest`` (opentelemetry-proto ``docs/specification.md``,
-"JSON Protobuf Encoding"): lowerCamelCase keys, enums as integers, 64-bit integers as decimal
-strings, default values left out, and ``traceId`` / ``spanId`` / ``parentSpanId`` as hex
-where protobuf's own JSON mapping writes base64; each of its resources then carries
-``strata.converted_from = "protobuf"``, so the line in ODS says that it was converted.
+A JSON body's spans are where the ingest's reader finds them (:mod:`warehouse.sources.otlp_spans`: JSON or
+proto field names, the pre-1.0 ``instrumentationLibrarySpans``), so what is answered 2xx lands span for span:
+a JSON body the reader would keep as one malformed line (a value of the wrong kind, an attribute that is no
+``KeyValue``) is refused with the reader's reason. A JSON body is kept as sent (its line breaks, which JSON
+allows only as whitespace, become spaces) unless the receiver has to change it. A protobuf body becomes the
+OTLP/JSON encoding of the same ``ExportTraceServiceRequest`` (opentelemetry-proto ``docs/specification.md``,
+"JSON Protobuf Encoding"): lowerCamelCase keys, enums as integers, 64-bit integers as decimal strings, default
+values left out, and ``traceId`` / ``spanId`` / ``parentSpanId`` as hex where protobuf's own JSON mapping
+writes base64; each of its resources then carries ``strata.converted_from = "protobuf"``, so the line in ODS
+says that it was converted.
 
 A token that names a tenant puts ``strata.tenant_id`` on every resource. Spans that claim
 another tenant (``tenant.id`` on their resource or on the span) are rejected, and the answer
