@@ -27,11 +27,11 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.harness import Measurement
+from benchmarks.harness import Measurement, scaled
 
 #: The scale; a smaller one (e.g. STRATA_BENCH_ADS_REQUESTS=20000) tries the bench out quickly.
-DAYS = int(os.environ.get("STRATA_BENCH_ADS_DAYS", "7"))
-REQUESTS_PER_DAY = int(os.environ.get("STRATA_BENCH_ADS_REQUESTS", "1000000"))
+DAYS = int(os.environ.get("STRATA_BENCH_ADS_DAYS", scaled(7, 1)))
+REQUESTS_PER_DAY = int(os.environ.get("STRATA_BENCH_ADS_REQUESTS", scaled(1_000_000, 2_000)))
 START = dt.date(2026, 3, 2)
 SEED = 11
 KEY = "bench-only-key-0123456789abcdef"

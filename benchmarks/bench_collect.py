@@ -32,11 +32,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.harness import Measurement
+from benchmarks.harness import Measurement, scaled
 
 SENDERS = 4
 SPANS = 50
-SECONDS = 8.0
+SECONDS = scaled(8.0, 1.0)
 BASELINE = "uvicorn, same options: append the body + fsync, no parsing"
 
 

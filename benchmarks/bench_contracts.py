@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from benchmarks.harness import Measurement
+from benchmarks.harness import Measurement, scaled
 
-ROWS = 2_000_000
-GX_ROWS = 250_000
+ROWS = scaled(2_000_000, 20_000)
+GX_ROWS = scaled(250_000, 2_000)
 COLUMNS = [
     "request_id",
     "trace_id",

@@ -24,10 +24,10 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.harness import Measurement
+from benchmarks.harness import Measurement, scaled
 
 DAY = dt.date(2026, 3, 10)
-PER_DAY = int(os.environ.get("STRATA_BENCH_DWS_REQUESTS", "1000000"))
+PER_DAY = int(os.environ.get("STRATA_BENCH_DWS_REQUESTS", scaled(1_000_000, 2_000)))
 CAP_S = float(os.environ.get("STRATA_BENCH_DWS_CAP_S", "600"))
 
 _OURS = """

@@ -25,14 +25,16 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.harness import Measurement
+from benchmarks.harness import Measurement, scaled
 
 DAY = dt.date(2026, 3, 2)
 START = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
 END = dt.datetime(2026, 3, 4, tzinfo=dt.UTC)
 VIEW = "bench_features"
 FEATURES = 20
-SMALL, LARGE = 100_000, 1_000_000
+SMALL, LARGE = scaled(100_000, 1_000), scaled(1_000_000, 2_000)
+#: Lookups timed in-process (each way), and sequential HTTP requests (each server).
+LOOKUPS, HTTP_REQUESTS = scaled(2_000, 20), scaled(10_000, 50)
 #: Feast's 1M run is capped at this much address space (its 100k run peaks near 2 GB).
 FEAST_CAP_BYTES = 6 * 1024**3
 KEY = "benchmark-only-key-0123456789"
@@ -172,7 +174,7 @@ def child_bare(source_db: str) -> dict:
     return {"seconds": time.perf_counter() - started, "rows": len(rows)}
 
 
-def child_lookups(repeats: int = 2000) -> dict:
+def child_lookups(repeats: int = LOOKUPS) -> dict:
     import random
 
     import numpy as np
@@ -213,7 +215,7 @@ def child_lookups(repeats: int = 2000) -> dict:
     return answer
 
 
-def child_http(ports: list[int], requests: int = 10_000) -> dict:
+def child_http(ports: list[int], requests: int = HTTP_REQUESTS) -> dict:
     """``requests`` sequential lookups of one entity against each server, interleaved (A, B, A, B …)
     so both see the same machine; a dropped connection is reopened and its time counts."""
     import http.client
@@ -381,7 +383,8 @@ def run(workdir: Path) -> list[Measurement]:
         ),
     ]
 
-    urls = ["redis://127.0.0.1:6379/8", "redis://127.0.0.1:6379/9"]
+    redis_url = os.environ.get("STRATA_BENCH_REDIS_URL", "redis://127.0.0.1:6379")  # databases 8 and 9 are used
+    urls = [f"{redis_url}/8", f"{redis_url}/9"]
     for url in urls:
         redis.Redis.from_url(url).flushdb()
     try:

@@ -18,12 +18,12 @@ import random
 import time
 from pathlib import Path
 
-from benchmarks.harness import Measurement
+from benchmarks.harness import Measurement, scaled
 from synthetic_workload import generate
 from synthetic_workload.writer import GZIP_LEVEL
 
-REQUESTS = 1_000_000
-BASELINE_LINES = 200_000
+REQUESTS = scaled(1_000_000, 2_000)
+BASELINE_LINES = scaled(200_000, 240)  # 24 hourly files
 TARGET = 200_000.0
 
 

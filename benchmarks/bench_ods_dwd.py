@@ -32,9 +32,11 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.harness import Measurement
+from benchmarks.harness import Measurement, scaled
 
 DAY = dt.date(2026, 3, 2)
+REQUESTS = scaled(1_000_000, 2_000)
+BIG_DAY = scaled(5_000_000, 2_000)
 _CHILD = """
 import datetime as dt, json, os, sys, time
 from pathlib import Path
@@ -170,7 +172,7 @@ def _duckdb_type(parquet_type: str | None) -> str:
 
 def run(workdir: Path) -> list[Measurement]:
     landing = workdir / "landing"
-    lines = _generate(landing, 1_000_000)
+    lines = _generate(landing, REQUESTS)
     # The baseline runs before and after ours, and counts as their mean: this machine's speed
     # drifts by ±15 % over minutes, and a single baseline run would tilt the ratio with it.
     before = _duckdb_baseline(landing, workdir / "baseline.parquet")
@@ -286,7 +288,7 @@ def run(workdir: Path) -> list[Measurement]:
         print(f"Postgres lock cost not measured ({type(exc).__name__}: {exc})")
     if os.environ.get("STRATA_BENCH_BIG_DAY", "1") != "0":
         big = workdir / "big"
-        _generate(big / "landing", 5_000_000)
+        _generate(big / "landing", BIG_DAY)
         peak = _ours(big, big / "landing")["peak_rss_mb"]
         results.append(
             Measurement(

@@ -26,11 +26,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from benchmarks.harness import Measurement
+from benchmarks.harness import Measurement, scaled
 
 DAY = dt.date(2026, 3, 2)
-USERS = 1_000_000
-BATCH = 65_536
+USERS = scaled(1_000_000, 2_000)
+BATCH = scaled(65_536, 512)
+#: Training rows (the model is fitted on the first of them, half before the split, half after).
+SAMPLE = min(50_000, USERS)
 
 
 def _lake(workdir: Path):
@@ -49,13 +51,13 @@ def _lake(workdir: Path):
     publish(settings, source, features, partitions=[{"event_date": DAY}], expectations=False, checked=True)
     publish(settings, DWD_REQUEST, request_rows(keys, DAY), partitions=[{"event_date": DAY}], expectations=False)
     names = [c.name for c in source.contract.columns if c.name.endswith(("_1h", "_24h", "_7d"))]
-    sample = features.head(50_000).with_columns(
+    sample = features.head(SAMPLE).with_columns(
         event_timestamp=pl.col("feature_ts"),
-        label=(pl.col(names[0]).rank() / 50_000 + pl.Series(np.random.default_rng(3).random(50_000)) > 1.0).cast(
+        label=(pl.col(names[0]).rank() / SAMPLE + pl.Series(np.random.default_rng(3).random(SAMPLE)) > 1.0).cast(
             pl.Int8
         ),
     )
-    split = sample.get_column("event_timestamp").sort()[25_000]
+    split = sample.get_column("event_timestamp").sort()[SAMPLE // 2]
     fit_and_register(
         settings,
         "user_risk",

@@ -7,13 +7,19 @@ does not use (vector search, ``/chat``, its docs and static files). Only the loo
 check stay (``allow_writes`` brings the four writes back); a removed route answers 404, a route
 asked with another method 405. Every request body has a size limit, a lookup names at most
 ``max_entities`` entities, and a lookup Feast would answer with a 500 (an entity value of the
-wrong type, an unknown or missing key, key lists of different lengths, no features) is refused
-with a 4xx that says why. The lookups themselves are Feast's: the same protocol and answers.
+wrong type, an unknown or missing key, key lists of different lengths, no features, a feature or
+feature service the registry does not hold, a feature asked for twice) is refused with a 4xx that
+says why. Whatever else Feast raises is answered here too (its own status for its errors, else
+500): Feast's handler answered after the fact, and the server then dropped the keep-alive
+connection unannounced, so the client's next request on it was reset. The lookups themselves are
+Feast's: the same protocol and answers.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -33,6 +39,7 @@ WRITE_ROUTES = frozenset(
 MAX_BODY_BYTES = 1 << 20
 MAX_ENTITIES = 1000
 _LOOKUP = "/get-online-features"
+log = logging.getLogger(f"strata.{__name__}")
 
 Message: TypeAlias = MutableMapping[str, Any]
 Receive: TypeAlias = Callable[[], Awaitable[Message]]
@@ -51,23 +58,27 @@ class Limits:
 @dataclass(frozen=True)
 class Catalog:
     """What a lookup may name, read from the registry when the app is built: each entity key's
-    Python type (None: not checked), and the keys each feature view and feature service needs."""
+    Python type (None: not checked), the keys each feature view and feature service needs, and
+    each feature view's features."""
 
     key_types: dict[str, type | None]
     view_keys: dict[str, frozenset[str]]
     service_keys: dict[str, frozenset[str]]
+    view_features: dict[str, frozenset[str]]
 
     @classmethod
     def of(cls, store: Any) -> Catalog:
         from feast.value_type import ValueType
 
         python = {ValueType.STRING: str, ValueType.INT64: int, ValueType.INT32: int}
-        views = {fv.name: frozenset(fv.join_keys) for fv in store.list_feature_views()}
+        feature_views = store.list_feature_views()
+        views = {fv.name: frozenset(fv.join_keys) for fv in feature_views}
         services = {
             fs.name: frozenset().union(*(views.get(p.name, frozenset()) for p in fs.feature_view_projections))
             for fs in store.list_feature_services()
         }
-        return cls({e.join_key: python.get(e.value_type) for e in store.list_entities()}, views, services)
+        features = {fv.name: frozenset(f.name for f in fv.features) for fv in feature_views}
+        return cls({e.join_key: python.get(e.value_type) for e in store.list_entities()}, views, services, features)
 
 
 def lookup_problem(request: Any, catalog: Catalog, max_entities: int) -> tuple[int, str] | None:
@@ -103,13 +114,40 @@ def _features_problem(request: dict, catalog: Catalog, given: set[str]) -> tuple
     if not features and not service:
         return 422, 'name the features ("view:feature", …) or a feature_service'
     needed: set[str] = set()
-    views = {ref.split(":", 1)[0] for ref in features if isinstance(ref, str)} if isinstance(features, list) else ()
-    for view in views:  # "view:feature" or "view@v2:feature"
-        needed |= catalog.view_keys.get(view.split("@", 1)[0], frozenset())
+    if isinstance(features, list):  # items that are no string: Feast's request model says so
+        refs = [ref for ref in features if isinstance(ref, str)]
+        problem = _refs_problem(refs, catalog, request.get("full_feature_names") is True)
+        if problem:
+            return 422, problem
+        for ref in refs:
+            needed |= catalog.view_keys[ref.split(":", 1)[0]]
     if isinstance(service, str):
-        needed |= catalog.service_keys.get(service, frozenset())
+        if service not in catalog.service_keys:
+            return 422, f"unknown feature_service {service!r}: the services are {sorted(catalog.service_keys)}"
+        needed |= catalog.service_keys[service]
     missing = sorted(needed - given)
     return (422, f"the features asked for need the entity key(s) {missing}") if missing else None
+
+
+def _refs_problem(refs: list[str], catalog: Catalog, full_names: bool) -> str | None:
+    """Why feature references Feast would answer with a 500 are refused: one that names no
+    ``view:feature`` of the registry, or two the answer would name alike (the same reference, or
+    without ``full_feature_names`` the same feature of two views)."""
+    for ref in refs:
+        view, colon, feature = ref.partition(":")
+        if not colon:
+            return f'a feature is named "view:feature", not {ref!r}'
+        if view not in catalog.view_features:
+            return f"unknown feature {ref!r}: no feature view {view!r}; the views are {sorted(catalog.view_features)}"
+        if feature not in catalog.view_features[view]:
+            return f"unknown feature {ref!r}: the features of {view} are {sorted(catalog.view_features[view])}"
+    named = Counter(ref if full_names else ref.partition(":")[2] for ref in refs)
+    twice = sorted({ref for ref in refs if named[ref if full_names else ref.partition(":")[2]] > 1})
+    if not twice:
+        return None
+    return f"feature(s) {twice} asked for more than once" + (
+        "" if full_names else " by name (the answer names a feature without its view unless full_feature_names is true)"
+    )
 
 
 def build_app(store: Any, *, allow_writes: bool = False, limits: Limits = Limits(), registry_ttl_s: int = 60) -> Any:
@@ -168,7 +206,37 @@ class _Guard:
             if problem:
                 await _refuse(send, *problem)
                 return
-        await self.app(scope, _replay(body, receive), send)
+        await _answered(self.app, scope, _replay(body, receive), send)
+
+
+async def _answered(app: ASGIApp, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+    """Run ``app``; an error it raises before answering is answered here: Feast's own status for
+    its errors, else 500. (Past this middleware the server would drop the keep-alive connection
+    unannounced, and the client's next request on it would be reset.)"""
+    from feast.errors import FeastError
+
+    started = False
+
+    async def sending(message: Message) -> None:
+        nonlocal started
+        started = started or message["type"] == "http.response.start"
+        await send(message)
+
+    try:
+        await app(scope, receive, sending)
+    except Exception as exc:
+        if started:
+            raise
+        status = exc.http_status_code() if isinstance(exc, FeastError) else 500
+        log.log(
+            logging.ERROR if status >= 500 else logging.INFO,
+            "%s %s: %s",
+            scope["method"],
+            scope["path"],
+            exc,
+            exc_info=status >= 500,
+        )
+        await _refuse(send, status, str(exc))
 
 
 async def _read(receive: Receive, limit: int) -> bytes | None:

@@ -366,6 +366,66 @@ def test_the_feature_server_serves_over_http_and_dies_whole(world: dict, tmp_pat
     assert not list(tmp.glob("feast_metrics_*"))
 
 
+def test_a_bad_feature_name_is_refused_and_the_connection_serves_on(world: dict, tmp_path: Path) -> None:
+    """An unknown or repeated feature name got a 500 from Feast's app, and the server then dropped the
+    keep-alive connection unannounced: the next request on it was reset. Now a 422 naming the feature and
+    the known ones, and the same connection answers the next lookup."""
+    settings = world["ours"]
+    port, log = free_port(), tmp_path / "serve.log"
+    env = {**settings.to_env(), "PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)}
+    view = views_of("user")[0]
+    keys = world["keys"]["dws.user_features"][:2]
+    first, second = (f"{view.name}:{f}" for f in view.features[:2])
+    good = {"features": [first, second], "entities": {view.key: keys}}
+    want = reader(settings).read(view, keys, list(view.features[:2]))[0]
+    bad = {
+        "an unknown feature": ([first, f"{view.name}:no_such_feature"], "no_such_feature", view.features[0]),
+        "an unknown view": (["no_such_view:x"], "no_such_view", view.name),
+        "a repeated feature": ([first, first], first, "more than once"),
+    }
+    server = _serve(port, env, log)
+    try:
+        _lookup(port, good, server, log)
+        con = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        con.connect()
+        sock = con.sock
+        for what, (features, names, known) in bad.items():
+            for body in ({**good, "features": features}, good):
+                con.request("POST", "/get-online-features", json.dumps(body), {"Content-Type": "application/json"})
+                response = con.getresponse()
+                answer = json.loads(response.read())
+                assert con.sock is sock, f"after {what}: the connection was closed"
+                if body is good:
+                    assert response.status == 200, (what, answer)
+                    served = dict(zip(answer["metadata"]["feature_names"], (r["values"] for r in answer["results"])))
+                    assert served == want, what
+                else:
+                    assert response.status == 422, (what, answer)
+                    assert names in answer["detail"] and known in answer["detail"], (what, answer)
+        con.close()
+    finally:
+        stop_tree(server)
+
+
+def test_a_failing_online_store_gets_a_500_and_the_connection_serves_on(world: dict) -> None:
+    """An error Feast's app raises (here its Redis is down) was answered with a 500 and the connection then
+    dropped unannounced (the next request on it: RemoteDisconnected); now the connection serves on."""
+    down = f"redis://127.0.0.1:{free_port()}/0"
+    settings = _settings(world["root"] / "redis-down", world["root"] / "lake", STRATA_ONLINE_STORE=down)
+    store, _ = applied_store(settings)
+    view = views_of("user")[0]
+    lookup = {"features": [f"{view.name}:{view.features[0]}"], "entities": {view.key: ["k"]}}
+    with _listening(build_app(store)) as port:
+        con = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        con.request("POST", "/get-online-features", json.dumps(lookup), {"Content-Type": "application/json"})
+        response = con.getresponse()
+        assert (response.status, "Connection refused" in response.read().decode()) == (500, True)
+        sock = con.sock
+        con.request("GET", "/health")
+        assert con.getresponse().status == 200 and con.sock is sock
+        con.close()
+
+
 @contextmanager
 def _listening(app: Any) -> Iterator[int]:
     """``app`` served over HTTP by uvicorn in a thread (its lifespan run as under gunicorn); the port."""

@@ -269,6 +269,20 @@ def test_one_unreadable_gzip_does_not_stop_the_others(tmp_path: Path, strata_env
     assert sorted(lake.read_frame(load_settings(), ODS_REQUESTS)["request_id"].to_list()) == ["a1", "c1"]
 
 
+def test_a_folder_named_for_no_calendar_date_stops_only_its_file(tmp_path: Path, strata_env: Path) -> None:
+    """``date=2026-13-45`` aborted the whole run ("month must be in 1..12") and the good file did not land."""
+    folder = tmp_path / "landing"
+    write_lines(folder / f"date={DAY}" / "good.jsonl", [record("g1"), record("g2")])
+    bad = write_lines(folder / "date=2026-13-45" / "bad.jsonl", [record("b1")])
+    for run in ("first", "again"):
+        result = cli("ingest", str(folder))
+        assert result.returncode == 1, (run, result.stdout, result.stderr)
+        said = " ".join(result.stderr.split())
+        assert f"not landed: {bad}: its path names the date 2026-13-45, which is no calendar date" in said, run
+        assert f"landed {1 if run == 'first' else 0} file(s), {2 if run == 'first' else 0} lines" in result.stdout
+    assert sorted(lake.read_frame(load_settings(), ODS_REQUESTS)["request_id"].to_list()) == ["g1", "g2"]
+
+
 def test_lineage_is_absolute_and_every_write_says_which_lake(tmp_path: Path, strata_env: Path) -> None:
     day_folder = tmp_path / f"date={DAY}"
     write_lines(day_folder / "r.jsonl", [record("r1"), record("r2", ts=f"{DAY + dt.timedelta(days=1)}T01:00:00Z")])

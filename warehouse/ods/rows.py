@@ -137,6 +137,6 @@ def _fallback_date(file: landed.LandedFile, event_ts: pl.Series, ingested_at: dt
     the date in the file's path, else the most common date of the lines around them (the same
     chunk of the file), else the arrival day."""
     if file.path_date:
-        return dt.date.fromisoformat(file.path_date)
+        return file.path_date
     dates = event_ts.drop_nulls().dt.date()
     return dates.mode().min() if dates.len() else ingested_at.date()  # type: ignore[return-value]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import re
 from collections.abc import Iterable
@@ -25,17 +26,29 @@ SUFFIXES = {
 
 @dataclass(frozen=True)
 class LandedFile:
-    """One input file, its content hash and its decompressed bytes."""
+    """One input file, its content hash, its decompressed bytes and the date its path names."""
 
     path: Path
     sha256: str
     content: bytes
+    #: The last ``YYYY-MM-DD`` in the path (e.g. ``date=2026-01-31``), if any: the date of its
+    #: lines that carry no plausible time of their own.
+    path_date: dt.date | None = None
 
-    @property
-    def path_date(self) -> str | None:
-        """The last ``YYYY-MM-DD`` in the path (e.g. ``date=2026-01-31``), if any."""
-        found = _DATE_IN_PATH.findall(self.path.as_posix())
-        return found[-1] if found else None
+
+def path_date(path: Path) -> dt.date | None:
+    """The last ``YYYY-MM-DD`` in ``path``, if any; a ValueError names the file when that is no
+    calendar date (``date=2026-13-45``), so that file is refused and not the whole run."""
+    found = _DATE_IN_PATH.findall(path.as_posix())
+    if not found:
+        return None
+    try:
+        return dt.date.fromisoformat(found[-1])
+    except ValueError as exc:
+        raise ValueError(
+            f"{path}: its path names the date {found[-1]}, which is no calendar date ({exc}); "
+            "move the file to a folder of its real date (date=YYYY-MM-DD)"
+        ) from exc
 
 
 def discover(paths: Iterable[Path], kinds: Iterable[str] = ("lines",)) -> list[Path]:
@@ -75,8 +88,10 @@ def head(path: Path, size: int) -> bytes:
 def load(path: Path) -> LandedFile:
     """Read a file (gzip recognised by its magic bytes); the hash is of the bytes as landed.
 
-    Gzip is inflated with ISA-L, about 1.7× faster than zlib on the same stream.
+    Gzip is inflated with ISA-L, about 1.7× faster than zlib on the same stream. A path naming
+    no calendar date (``date=2026-13-45``) is a ValueError, as an unreadable gzip is.
     """
+    date = path_date(path)
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if data[:2] == _GZIP_MAGIC:
@@ -84,7 +99,7 @@ def load(path: Path) -> LandedFile:
             data = igzip.decompress(data)
         except (OSError, EOFError) as exc:
             raise ValueError(f"{path} is not a readable gzip file: {exc}") from exc
-    return LandedFile(path=path, sha256=digest, content=data)
+    return LandedFile(path=path, sha256=digest, content=data, path_date=date)
 
 
 @dataclass(frozen=True)
