@@ -103,6 +103,24 @@ def test_silent_half_open_connections_neither_starve_senders_nor_stay_open(strat
             receiver.wait(timeout=60)
 
 
+def test_idle_kept_alive_connections_do_not_starve_senders(strata_env: Path, tmp_path: Path) -> None:
+    port = free_port()
+    idle: list[http.client.HTTPConnection] = []
+    with _files_open(4 * HALF_OPEN):
+        receiver = start_cli(port, {}, tmp_path / "collect.log")
+        try:
+            for _ in range(HALF_OPEN):  # each asks for something (404), then keeps its connection, silent
+                idle.append(http.client.HTTPConnection("127.0.0.1", port, timeout=30))
+                idle[-1].request("GET", "/")
+                idle[-1].getresponse().read()
+            assert _post(port, _body("sender"), 2.0) == 200
+        finally:
+            for conn in idle:
+                conn.close()
+            receiver.send_signal(signal.SIGTERM)
+            receiver.wait(timeout=60)
+
+
 def _gone(process: psutil.Process) -> bool:
     try:
         return process.status() == psutil.STATUS_ZOMBIE  # exited; its new parent has not reaped it yet

@@ -2,10 +2,11 @@
 
 uvicorn reads a request's headers for as long as the client takes, and counts a connection that
 sent half a header line among the connections it serves: 520 such connections, silent, made every
-other sender get 503 for as long as they stayed open. Here a connection has ``HEADER_TIMEOUT_S``
-from its opening (or, kept alive, from the first byte of its next request) to the end of the
-headers, and at most ``WAITING`` connections of a process may be in between: a newer one closes the
-oldest, so a sender whose headers arrive at once is served while silent connections pile up.
+other sender get 503 for as long as they stayed open. Here a connection waiting for a request —
+opened, or kept alive after a response — has ``HEADER_TIMEOUT_S`` to start one, and as long again
+from its first byte to the end of its headers; at most ``WAITING`` connections of a process may be
+waiting so: a newer one closes the oldest, so a sender whose headers arrive at once is served
+while silent or idle connections pile up.
 """
 
 from __future__ import annotations
@@ -15,16 +16,16 @@ from typing import ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-#: Seconds a connection has to send a request's headers, whole.
+#: Seconds a connection has to start a request, and then to send its headers, whole.
 HEADER_TIMEOUT_S = 5.0
-#: Connections of a process still sending their headers; beyond them the oldest is closed.
+#: Connections of a process waiting for a request's headers; beyond them the oldest is closed.
 WAITING = 256
 
 
 class HeaderDeadlineProtocol(HttpToolsProtocol):
-    """A connection closed when its request headers take over ``HEADER_TIMEOUT_S`` or ``WAITING`` newer ones wait."""
+    """A connection closed when a request's headers are late or ``WAITING`` newer connections wait for theirs."""
 
-    #: The process's connections whose headers are incomplete, oldest first, with the timer of their deadline
+    #: The process's connections waiting for headers, oldest first, with the timer of their deadline
     #: (one server a process: each ``--workers`` worker is its own process).
     _waiting: ClassVar[dict[HeaderDeadlineProtocol, asyncio.TimerHandle]] = {}
 
@@ -34,18 +35,25 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        if self not in self._waiting:  # the next request of a kept-alive connection
-            self._wait_for_headers()
+        self._wait_for_headers()
 
     def on_headers_complete(self) -> None:
         self._stop_waiting()
         super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        idle = not self.pipeline  # else the next request, read already, starts now
+        super().on_response_complete()
+        if idle and self not in self._waiting and not self.transport.is_closing():
+            self._wait_for_headers()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_waiting()
         super().connection_lost(exc)
 
     def _wait_for_headers(self) -> None:
+        """(Re)start this connection's deadline, as the newest waiting; close the oldest beyond ``WAITING``."""
+        self._stop_waiting()
         self._waiting[self] = self.loop.call_later(HEADER_TIMEOUT_S, self._give_up)
         if len(self._waiting) > WAITING:
             next(iter(self._waiting))._give_up()
