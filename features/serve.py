@@ -11,20 +11,16 @@ has no use for it) while its worker heartbeat files go under ``STRATA_HOME/run``
 
 from __future__ import annotations
 
-import ctypes
 import gc
-import os
-import signal
-import sys
 from typing import Any
 
 from features.http_api import Limits, build_app
 from features.store import applied_store
+from warehouse.processes import die_with_parent
 from warehouse.settings import Settings
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 6566
-_PR_SET_PDEATHSIG = 1
 
 
 def serve(
@@ -82,8 +78,4 @@ def _gunicorn(app: Any, options: dict[str, Any]) -> Any:
 
 def _die_with_master(_server: Any, worker: Any) -> None:
     """gunicorn's ``post_fork`` hook: the kernel sends this worker SIGTERM when the master dies."""
-    if not sys.platform.startswith("linux"):
-        return
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != worker.ppid:  # the master died before the signal was asked for
-        os._exit(0)
+    die_with_parent(worker.ppid)

@@ -58,11 +58,11 @@ def receiver_thread(**env: str) -> Iterator[str]:
         thread.join(timeout=30)
 
 
-def start_cli(port: int, env: dict[str, str], log: Path) -> subprocess.Popen:
-    """``strata collect --port PORT`` as its own process, once it listens."""
+def start_cli(port: int, env: dict[str, str], log: Path, workers: int = 1) -> subprocess.Popen:
+    """``strata collect --port PORT --workers N`` as its own process, once it listens."""
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "strata", "collect", "--port", str(port)],
+            [sys.executable, "-m", "strata", "collect", "--port", str(port), "--workers", str(workers)],
             env={**os.environ, **env},
             stdout=out,
             stderr=subprocess.STDOUT,

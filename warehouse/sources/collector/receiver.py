@@ -218,9 +218,19 @@ def build_receiver(settings: Settings, collect: CollectSettings) -> Receiver:
 
 
 def receiver_from_env() -> Receiver:
-    """The receiver of the process environment's settings: what each uvicorn worker serves."""
+    """The receiver of the process environment's settings: what each uvicorn worker serves.
+
+    A worker of ``--workers N`` (a process uvicorn spawned) dies with its master: SIGTERM, so it
+    answers what is in flight and hands its segments over, and the port is free for a restart.
+    """
+    import multiprocessing
+
+    from warehouse.processes import die_with_parent
     from warehouse.settings import load_collect_settings, load_settings
 
+    master = multiprocessing.parent_process()
+    if master is not None and master.pid is not None:
+        die_with_parent(master.pid)
     return build_receiver(load_settings(), load_collect_settings())
 
 
@@ -229,8 +239,12 @@ def serve(settings: Settings, collect: CollectSettings) -> None:
 
     With several workers each is its own process with its own spool segments (named by its
     process id) and bounds; they share the port. The settings reach them through the environment.
+    A connection has :data:`~.headers.HEADER_TIMEOUT_S` to send its request headers, and at most
+    :data:`~.headers.WAITING` of a process may be sending them (:mod:`.headers`).
     """
     import uvicorn
+
+    from warehouse.sources.collector.headers import HeaderDeadlineProtocol
 
     build_receiver(settings, collect)  # refuse bad files here, once, not in every worker
     uvicorn.run(
@@ -244,6 +258,7 @@ def serve(settings: Settings, collect: CollectSettings) -> None:
         access_log=False,
         server_header=False,
         limit_concurrency=CONNECTIONS,
+        http=HeaderDeadlineProtocol,
         timeout_graceful_shutdown=30,
         ssl_certfile=str(collect.tls_cert) if collect.tls_cert else None,
         ssl_keyfile=str(collect.tls_key) if collect.tls_key else None,
