@@ -1,4 +1,4 @@
-"""``strata collect`` as a server process: connections that never finish their headers, workers whose master dies."""
+"""``strata collect`` as a server: connections that never finish their headers or bodies, workers whose master dies."""
 
 from __future__ import annotations
 
@@ -15,11 +15,13 @@ from pathlib import Path
 
 import polars as pl
 import psutil
-from collect_server import free_port, start_cli
+import pytest
+from collect_server import free_port, receiver_thread, start_cli
 from fixtures_otlp import otlp_export_line
 
 from warehouse.ods.ingest import ingest
 from warehouse.settings import load_settings
+from warehouse.sources.collector import receiver
 from warehouse.sources.collector.spool import segments_held, spool_dir
 from warehouse.storage import lake
 from warehouse.tables import table
@@ -160,3 +162,29 @@ def test_workers_die_with_a_killed_master_handing_over_every_span_answered_200(
     ingest(settings, [settings.landing_dir])
     ods = pl.from_arrow(lake.read(settings, table("ods.request_log_raw")))
     assert sorted(ods.get_column("raw_line").to_list()) == sorted(bodies)
+
+
+def test_a_body_that_stops_arriving_is_answered_408_and_closed(
+    strata_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(receiver, "BODY_IDLE_S", 0.5)
+    with receiver_thread() as url:
+        port = int(url.rsplit(":", 1)[1])
+        stalled = []
+        for _ in range(20):  # whole headers, 10 of the 1,000 bytes announced, then nothing
+            stalled.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            stalled[-1].sendall(
+                b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 1000\r\n\r\n" + b'{"resource'
+            )
+        try:
+            for sock in stalled:
+                answer = b""
+                while chunk := sock.recv(4096):  # the answer, then the server's close
+                    answer += chunk
+                assert answer.startswith(b"HTTP/1.1 408 "), answer[:80]
+                assert b"no byte of the body came for 0.5 s" in answer
+        finally:
+            for sock in stalled:
+                sock.close()
+        assert _post(port, _body("sender"), 5.0) == 200

@@ -1,19 +1,20 @@
 """The OTLP/HTTP trace receiver: a raw ASGI application, served by uvicorn.
 
-``POST /v1/traces`` takes ``application/x-protobuf`` and ``application/json`` bodies, plain or
-gzip, and answers as OTLP/HTTP says: 200 with an ``ExportTraceServiceResponse`` (a partial
-success when spans were rejected) once its spool record is on disk; 400 for a body that is not a
-trace export (a protobuf body is parsed on the request path, and converted to OTLP/JSON only by
-the ingest that lands its segment); 401 without an accepted token (when tokens are configured); 404 for
-``/v1/logs`` and ``/v1/metrics``, which Strata does not take yet, and any other path; 405 for
-another method; 413 for a body over the limit (decompressed); 415 for another Content-Type or
-Content-Encoding; 503 with ``Retry-After`` while the spool holds more than its bound or the
-bodies in memory pass theirs, and when the disk refuses a write. Error answers carry a
-``google.rpc.Status`` in the request's encoding.
+``POST /v1/traces`` takes ``application/x-protobuf`` and ``application/json`` bodies, plain or gzip, and
+answers as OTLP/HTTP says: 200 with an ``ExportTraceServiceResponse`` (a partial success when spans were
+rejected) once its spool record is on disk; 400 for a body that is not a trace export (a protobuf body is
+parsed on the request path, and converted to OTLP/JSON only by the ingest that lands its segment); 401
+without an accepted token (when tokens are configured); 404 for ``/v1/logs`` and ``/v1/metrics``, which
+Strata does not take yet, and any other path; 405 for another method; 408 for a body that stops arriving for
+``BODY_IDLE_S``; 413 for a body over the limit (decompressed); 415 for another Content-Type or
+Content-Encoding; 503 with ``Retry-After`` while the spool holds more than its bound or the bodies in memory
+pass theirs, and when the disk refuses a write. Error answers carry a ``google.rpc.Status`` in the request's
+encoding.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import zlib
 from collections.abc import Awaitable, Callable
@@ -40,6 +41,9 @@ _NOT_YET = {"/v1/logs": "logs", "/v1/metrics": "metrics"}
 MEMORY_BODIES = 4
 #: Connections served at once; uvicorn answers 503 beyond them.
 CONNECTIONS = 512
+#: Seconds a body may pause between two of its chunks before the request is answered 408 and closed: a
+#: connection that sent its headers and then nothing would otherwise hold one of the ``CONNECTIONS``.
+BODY_IDLE_S = 10.0
 #: Seconds a sender is asked to wait when the receiver is full.
 RETRY_AFTER_S = 5
 
@@ -99,6 +103,8 @@ class Receiver:
             extra = [(b"retry-after", str(refused.retry_after).encode())] if refused.retry_after else []
             if refused.status == 405:
                 extra.append((b"allow", b"POST"))
+            if refused.status == 408:  # the rest of its body, if it ever comes, is no request
+                extra.append((b"connection", b"close"))
             await _answer(
                 send, refused.status, answer_as, status_body(answer_as, refused.status, refused.message), extra
             )
@@ -155,7 +161,11 @@ class Receiver:
         size = 0
         try:
             while True:
-                event = await receive()
+                try:
+                    async with asyncio.timeout(BODY_IDLE_S):
+                        event = await receive()
+                except TimeoutError:
+                    raise _Refused(408, f"no byte of the body came for {BODY_IDLE_S:g} s") from None
                 if event["type"] == "http.disconnect":
                     raise _Disconnected
                 chunk = event.get("body", b"")
