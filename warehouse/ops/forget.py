@@ -87,6 +87,8 @@ class _Matcher:
     pseudonym: str
     #: Source → whether its mapping sets every line's user id to this user (a constant).
     _everyones: dict[str, bool] = field(default_factory=dict)
+    #: (file_sha256, line_no) → an export line that holds others' spans too, without the user's.
+    rewritten: dict[tuple[str, int], bytes] = field(default_factory=dict)
 
     @property
     def columns(self) -> list[str]:
@@ -141,13 +143,31 @@ class _Matcher:
                 group.get_column("line_no").to_arrow(),
                 group.get_column("file_sha256").to_arrow(),
             )
-            if "_line" in parsed.columns:  # several records per line: the line is the user's if any is
-                lines = parsed.filter(pl.col("user_id") == self.user_id).get_column("_line").unique()
-                theirs = pl.Series(range(group.height)).is_in(lines.implode())
+            if "_line" in parsed.columns:  # an export line: the user's spans leave it, the others stay
+                theirs = self._spans_removed(group, parsed)
             else:
                 theirs = (parsed.get_column("user_id") == self.user_id).fill_null(False)
             hit = hit.scatter(group.get_column("_i").filter(theirs), True)
         return hit
+
+    def _spans_removed(self, group: pl.DataFrame, parsed: pl.DataFrame) -> pl.Series:
+        """Which export lines hold the user's spans; those that hold others' spans too are kept in
+        ``rewritten`` without the user's (:func:`remove_spans`). A line the scanner cannot read
+        is the user's whole when the reader found a record of theirs in it."""
+        from warehouse.sources.span_erasure import NotReadable, remove_spans
+
+        records = set(parsed.filter(pl.col("user_id") == self.user_id).get_column("_line").to_list())
+        theirs = []
+        for i, (raw, sha, line_no) in enumerate(group.select("raw_line", "file_sha256", "line_no").iter_rows()):
+            try:
+                left = remove_spans(raw, lambda user, _start: user == self.user_id)
+            except NotReadable:
+                theirs.append(i in records)
+                continue
+            if left is not None and left is not raw:
+                self.rewritten[(sha, line_no)] = left
+            theirs.append(left is not raw)
+        return pl.Series(theirs, dtype=pl.Boolean)
 
 
 def _batches(
@@ -173,12 +193,29 @@ class _Marked:
     lineage: pl.DataFrame
 
     def __call__(self, frame: pl.DataFrame) -> pl.Series:
+        """The rows that hold the user (rewritten or removed)."""
         if not self.keys.width:
             return self.match(frame)
         names = self.keys.columns
         return frame.select(
             pl.struct(names).is_in(self.keys.select(pl.struct(names)).to_series().implode())
         ).to_series()
+
+    def rewrite(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """``frame``'s export lines that hold others' spans too, with the user's spans removed;
+        every other row as it was."""
+        if not self.match.rewritten or "raw_line" not in frame.columns:
+            return frame
+        lines = [
+            self.match.rewritten.get((sha, line_no), raw)
+            for raw, sha, line_no in frame.select("raw_line", "file_sha256", "line_no").iter_rows()
+        ]
+        return frame.with_columns(raw_line=pl.Series(lines, dtype=pl.Binary))
+
+    def rewritten(self, frame: pl.DataFrame) -> pl.Series:
+        """The rows of ``frame`` that stay, rewritten (:meth:`rewrite`)."""
+        keys = [(sha, line_no) for sha, line_no in frame.select("file_sha256", "line_no").iter_rows()]
+        return pl.Series([key in self.match.rewritten for key in keys], dtype=pl.Boolean)
 
 
 def _find(settings: Settings, table: Table, match: _Matcher) -> tuple[_Marked | None, set[str]]:
@@ -191,8 +228,17 @@ def _find(settings: Settings, table: Table, match: _Matcher) -> tuple[_Marked | 
     if not found.height:
         return None, set()
     partitions = found.select(table.partition_columns).unique().to_dicts() if table.partition_columns else []
+    mark = _Marked(match, found.select(contract.primary_key), partitions, found.select(_lineage(table)))
+    if match.rewritten:  # a line that keeps others' spans: its request id is not the user's
+        found = found.filter(~mark.rewritten(found))
+        mark.lineage = mark.lineage.with_columns(
+            raw_line=pl.Series(
+                [match.rewritten.get(key) for key in mark.lineage.select("file_sha256", "line_no").iter_rows()],
+                dtype=pl.Binary,
+            )
+        )
     ids = set(found.get_column("request_id").drop_nulls().to_list()) if linked else set()
-    return _Marked(match, found.select(contract.primary_key), partitions, found.select(_lineage(table))), ids
+    return mark, ids
 
 
 def _lineage(table: Table) -> list[str]:
@@ -240,12 +286,18 @@ def _forget(settings: Settings, user_id: str, pseud: str, existing: list[Table])
     # The landing files they came from lose those lines first: a crash after this finds the rows again.
     report = ForgetReport()
     for table in existing:
+        if not _lineage(table):
+            continue
         parts = [marked[table].lineage] if table in marked else []
         if request_ids and _lineage(table) and "request_id" in table.contract:
             parts += list(
                 _batches(lake.snapshot(settings, table), LINEAGE, pc.field("request_id").isin(sorted(request_ids)))
             )
-        lineage = pl.concat(parts, how="vertical_relaxed").unique() if parts else pl.DataFrame()
+        lineage = (
+            pl.concat(parts, how="diagonal_relaxed").unique(LINEAGE, keep="first", maintain_order=True)
+            if parts
+            else pl.DataFrame()
+        )
         if lineage.height:
             report.files += rewrite_landed(settings, table, lineage)
 
@@ -268,7 +320,12 @@ def _forget(settings: Settings, user_id: str, pseud: str, existing: list[Table])
 
             def kept(frame: pl.DataFrame, mark: _Marked | None = mark, linked: bool = linked) -> pl.DataFrame:
                 mask = mark(frame) if mark else pl.repeat(False, frame.height, eager=True)
-                return frame.filter(~(mask | frame.get_column("request_id").is_in(request_list) if linked else mask))
+                if mark is not None and mark.match.rewritten:
+                    mask &= ~mark.rewritten(frame)
+                if linked:
+                    mask |= frame.get_column("request_id").is_in(request_list).fill_null(False)
+                frame = frame.filter(~mask)
+                return mark.rewrite(frame) if mark is not None else frame
 
             before, after = republish(settings, table, kept, [p for p in partitions if p])
             if before > after:

@@ -33,7 +33,7 @@ import polars as pl
 from warehouse.settings import Settings
 from warehouse.sources.collector.segments import convert_pending
 from warehouse.sources.collector.spool import segments_held, spool_dir
-from warehouse.sources.files import SUFFIXES, discover, head, load, split_lines
+from warehouse.sources.files import SUFFIXES, Lines, discover, head, load, split_lines
 from warehouse.sources.formats import HEAD_BYTES, otlp_signal
 from warehouse.storage import lake
 from warehouse.storage.publish import publish
@@ -45,8 +45,9 @@ LINEAGE = ["source_file", "file_sha256", "line_no"]
 
 
 def rewrite_landed(settings: Settings, table: Table, rows: pl.DataFrame) -> int:
-    """Rewrite the landing files of ``rows`` (an ODS table's ``LINEAGE``) without those lines;
-    returns how many files were rewritten or deleted."""
+    """Rewrite the landing files of ``rows`` (an ODS table's ``LINEAGE``) without those lines, or
+    with a row's ``raw_line`` in place of its line where ``rows`` has one (an export line left with
+    others' spans); returns how many files were rewritten or deleted."""
     zone = settings.landing_dir.resolve()
     if zone.is_dir():
         for _, error in convert_pending([zone]).failed:
@@ -62,8 +63,9 @@ def rewrite_landed(settings: Settings, table: Table, rows: pl.DataFrame) -> int:
         if hashlib.sha256(raw).hexdigest() != sha:
             continue  # changed since it was landed (or rewritten by a forget that then crashed)
         lines = split_lines(load(path).content)
-        drop = set(group.get_column("line_no").to_list())
-        kept = b"".join(lines.block(i, i + 1) for i in range(len(lines)) if i + 1 not in drop)
+        replaced = _replacements(group)
+        drop = {line_no for line_no, line in replaced.items() if line is None}
+        kept = b"".join(_line_as_kept(lines, i, replaced) for i in range(len(lines)) if i + 1 not in drop)
         if not kept:
             path.unlink()
         else:
@@ -74,6 +76,19 @@ def rewrite_landed(settings: Settings, table: Table, rows: pl.DataFrame) -> int:
             _record_rewrite(settings, table, str(sha), hashlib.sha256(data).hexdigest(), len(lines) - len(drop))
         changed += 1
     return changed
+
+
+def _replacements(rows: pl.DataFrame) -> dict[int, bytes | None]:
+    """Line number → its new text, or None where the line goes."""
+    lines = rows.get_column("raw_line") if "raw_line" in rows.columns else pl.repeat(None, rows.height, eager=True)
+    return dict(zip(rows.get_column("line_no").to_list(), lines.to_list(), strict=True))
+
+
+def _line_as_kept(lines: Lines, i: int, replaced: dict[int, bytes | None]) -> bytes | memoryview:
+    """Line ``i`` (0-based) as the file holds it, or its new text ended as it was ended."""
+    block = lines.block(i, i + 1)
+    new = replaced.get(i + 1)
+    return block if new is None else new + (b"\n" if block[-1:] == b"\n" else b"")
 
 
 def _record_rewrite(settings: Settings, table: Table, old: str, new: str, lines: int) -> None:
