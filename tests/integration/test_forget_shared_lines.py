@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import http.client
+import json
 from pathlib import Path
 
 import polars as pl
+from collect_server import receiver_thread
 from fixtures_otlp import otlp_export_line
 from lake_compare import assert_no_trace
 from typer.testing import CliRunner
@@ -93,3 +96,60 @@ def test_forget_rewrites_a_shared_export_line_and_keeps_the_others_spans_byte_fo
     version = lake.version(settings, ODS_REQUESTS)
     _cli("ingest", str(settings.landing_dir))  # the rewritten file is in the ledger: not landed again
     assert lake.version(settings, ODS_REQUESTS) == version
+
+
+def _post(url: str, body: bytes) -> int:
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request("POST", "/v1/traces", body=body, headers={"Content-Type": "application/json"})
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def _jsonl(record: dict) -> bytes:
+    return json.dumps({**record, "ts": record["ts"].isoformat()}).encode()
+
+
+def test_a_forgotten_user_never_comes_back_from_a_resent_export_a_late_file_or_an_open_segment(
+    strata_env: Path,
+) -> None:
+    settings = load_settings()
+    a, b = _records(A, "aold", range(1, 6)), _records(B, "b", range(1, 6))
+    export = otlp_export_line(_interleaved(a, b))
+    first = settings.landing_dir / f"date={DAY}" / "export.json"
+    first.parent.mkdir(parents=True)
+    first.write_bytes(export + b"\n")
+    _cli("ingest", str(settings.landing_dir))
+    with receiver_thread(STRATA_COLLECT_SEGMENT_SECONDS="3600") as url:
+        assert _post(url, export) == 200  # in a segment still open during the forget
+        _cli("forget", "--user", A)
+        assert _post(url, export) == 200  # the same export sent again
+    back = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=5)
+    late = [_records(A, "aold-late", range(7, 8))[0], _records(B, "b-late", range(7, 8))[0]]
+    late.append({**_records(A, "a-back", range(1, 2))[0], "ts": back})  # the user came back after the forget
+    late_file = settings.landing_dir / f"date={DAY}" / "late.jsonl"
+    late_file.write_bytes(b"".join(_jsonl(r) + b"\n" for r in late))
+
+    said = " ".join(_cli("ingest", str(settings.landing_dir)).split())
+
+    assert "11 record(s) of forgotten users suppressed" in said  # 5 + 5 spans re-sent, 1 late line
+    ods = lake.read_frame(settings, ODS_REQUESTS)
+    lines = b"\n".join(ods.get_column("raw_line").to_list())
+    assert lines.count(b'"b-') == 5 * 3 + 1  # B's spans in the first, the open and the re-sent export, B's late line
+    assert b"aold" not in lines and lines.count(A.encode()) == 1  # A only where they came back
+    only_b = otlp_export_line(b)
+    assert ods.get_column("raw_line").to_list().count(only_b) == 3  # B's spans as sent, byte for byte
+    assert_no_trace(settings.home, "aold")  # in no landing file, no segment, no table
+    _cli("build", "dwd", "--date", str(DAY))
+    _cli("build", "dwd", "--date", str(back.date()))
+    dwd = _dwd(settings)
+    key = settings.require_pseudonym_key()
+    assert sorted(dwd.filter(pl.col("user_pseudonym") == pseudonym(key, B)).get_column("request_id")) == [
+        *(f"b-{h}" for h in range(1, 6)),
+        "b-late-7",
+    ]
+    assert dwd.filter(pl.col("user_pseudonym") == pseudonym(key, A)).get_column("request_id").to_list() == ["a-back-1"]
+    books = lake.read_frame(settings, OPS_BOOKS).filter(pl.col("event_date") == DAY)
+    assert books.get_column("suppressed").to_list() == [11]

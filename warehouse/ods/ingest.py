@@ -35,6 +35,8 @@ import pyarrow as pa
 from warehouse.ods import ODS_TABLES
 from warehouse.ods.rows import ods_frame, per_line, record_dates
 from warehouse.ops import ledger
+from warehouse.ops.landing import rewrite_landed
+from warehouse.ops.suppression import Suppression
 from warehouse.progress import Progress
 from warehouse.settings import TENANT, Settings
 from warehouse.sources import files as landed
@@ -73,6 +75,10 @@ class FileResult:
     dates: list[dt.date] = field(default_factory=list)
     #: Why a failed file could not be landed.
     error: str = ""
+    #: Records of forgotten users from before their forget, left out (:mod:`warehouse.ops.suppression`).
+    suppressed: int = 0
+    #: Line number → its new text (None: left out) where records were suppressed: the landing file's changes.
+    changes: dict[int, bytes | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -104,6 +110,11 @@ class IngestReport:
     def all_malformed(self) -> list[FileResult]:
         """Files landed whose every line is malformed: most likely not logs at all."""
         return [f for f in self.landed if f.lines and f.malformed == f.lines]
+
+    @property
+    def suppressed(self) -> int:
+        """Records of forgotten users this run left out."""
+        return sum(f.suppressed for f in self.landed)
 
     @property
     def dates(self) -> list[dt.date]:
@@ -228,6 +239,7 @@ class _Landing:
     progress: Progress | None
     total: int
     done: int = 0
+    suppression: Suppression = field(default_factory=lambda: Suppression(b"", {}))
 
     def land(self, table: Table, found: list[_Found]) -> None:
         hashes = [f.sha256 for f in found]
@@ -237,6 +249,7 @@ class _Landing:
         )
         with locks.hold(self.settings, write=write, read=[OPS_LANDED_FILES]):
             ledger.reconcile(self.settings, table, hashes)  # a crash between the ODS and ledger commits
+            self.suppression = Suppression.load(self.settings)  # under the locks: a forget ran before, or waits
             seen = {
                 row["file_sha256"]: row for row in ledger.seen_files(self.settings, table, hashes).iter_rows(named=True)
             }
@@ -317,6 +330,7 @@ class _Landing:
         if relanding:  # a rewrite of rows already there: their exact types must survive it
             lake.check_file_types(self.settings, table, published.version)
         ledger.record(self.settings, landings, replace=relanding)
+        self._rewrite_suppressed(table, list(zip(landed_now, landings, strict=True)))
         log.info(
             "%s version %s: %s %d file(s), %s lines (%s malformed)",
             table.name,
@@ -332,11 +346,23 @@ class _Landing:
                 self.report.stale_dates.update(result.dates)
         self.report.files += landed_now
 
+    def _rewrite_suppressed(self, table: Table, landed_now: list[tuple[FileResult, ledger.Landing]]) -> None:
+        """The landing files whose forgotten users' records were left out lose them too, as ``forget`` does."""
+        rows = [
+            {"source_file": landing.source_file, "file_sha256": landing.file_sha256, "line_no": n, "raw_line": line}
+            for result, landing in landed_now
+            for n, line in result.changes.items()
+        ]
+        if rows:
+            schema = {"source_file": pl.String, "file_sha256": pl.String, "line_no": pl.Int64, "raw_line": pl.Binary}
+            rewrite_landed(self.settings, table, pl.DataFrame(rows, schema=schema))
+
     def _chunks(
         self, item: _Found, file: landed.LandedFile, lines: landed.Lines, result: FileResult, ingested_at: dt.datetime
     ) -> Iterator[pl.DataFrame]:
         """ODS rows of one file, a chunk at a time; the result gathers its counts, dates and warnings."""
-        parse = parser_for(self.settings, item.source, item.kind, keys_only=True)
+        suppressing = bool(self.suppression)
+        parse = parser_for(self.settings, item.source, item.kind, keys_only=True, also=("user_id",) * suppressing)
         mapped = set(self.mapping.fields) if self.mapping is not None else set()
         present: set[str] = set()
         dates: set[dt.date] = set()
@@ -344,7 +370,13 @@ class _Landing:
             chunk = lines.raw(start, start + CHUNK_LINES)
             line_no = pa.array(np.arange(start + 1, start + 1 + len(chunk), dtype=np.int64))
             shas = pa.array([file.sha256] * len(chunk))
-            parsed = per_line(parse(chunk, line_no, shas, ndjson=lines.block(start, start + len(chunk))), len(chunk))
+            parsed = parse(chunk, line_no, shas, ndjson=lines.block(start, start + len(chunk)))
+            if suppressing:
+                kept = self.suppression.apply(chunk, line_no, parsed)
+                chunk, line_no, parsed = kept.raw, kept.line_no, kept.parsed
+                result.suppressed += sum(kept.suppressed.values())
+                result.changes |= kept.changes
+            parsed = per_line(parsed, len(chunk))
             frame = ods_frame(
                 chunk,
                 parsed,
@@ -354,7 +386,7 @@ class _Landing:
                 batch_id=self.report.batch_id,
                 first_line=start + 1,
                 floor=self.settings.ts_floor,
-            )
+            ).with_columns(line_no=pl.Series(line_no, dtype=pl.Int64))
             result.malformed += int(frame.get_column("is_malformed").sum())
             dates |= record_dates(frame)
             good = parsed.filter(pl.col("parse_error").is_null())

@@ -29,6 +29,7 @@ No predicate naming the user is ever written to a Delta log.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -40,11 +41,12 @@ import pyarrow.dataset as ds
 from warehouse.ops.landing import LINEAGE, Unlanded, rewrite_landed, unlanded
 from warehouse.ops.reports import drop_naming
 from warehouse.ops.retention import vacuum_now
+from warehouse.ops.suppression import add_forgotten
 from warehouse.privacy import pseudonym
 from warehouse.settings import Settings
 from warehouse.storage import audit, lake, locks
 from warehouse.storage.publish import republish
-from warehouse.tables import FREE_TEXT, OPS_LANDED_FILES, PII, PSEUDONYMOUS, Table, all_tables
+from warehouse.tables import FREE_TEXT, OPS_FORGOTTEN_USERS, OPS_LANDED_FILES, PII, PSEUDONYMOUS, Table, all_tables
 
 #: Rows read at a time when looking for a user's rows: bounds memory however large the lake.
 SCAN_ROWS = 128 * 1024
@@ -267,8 +269,9 @@ def forget_user(settings: Settings, user_id: str) -> ForgetReport:
         raise ValueError("a user id to forget is required")
     pseud = pseudonym(settings.require_pseudonym_key(), user_id)
     candidates = searched_tables()
-    with locks.hold(settings, write=[(t, None) for t in [*candidates, OPS_LANDED_FILES]]):
+    with locks.hold(settings, write=[(t, None) for t in [*candidates, OPS_LANDED_FILES, OPS_FORGOTTEN_USERS]]):
         audit.recover(settings)  # a forget that crashed: its commits get their audit rows first
+        add_forgotten(settings, pseud, dt.datetime.now(dt.UTC))  # first: no old record of theirs lands after
         return _forget(settings, user_id, pseud, [t for t in candidates if lake.open_table(settings, t) is not None])
 
 
