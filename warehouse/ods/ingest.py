@@ -36,7 +36,7 @@ from warehouse.ods import ODS_TABLES
 from warehouse.ods.rows import ods_frame, per_line, record_dates
 from warehouse.ops import ledger
 from warehouse.ops.landing import rewrite_landed
-from warehouse.ops.suppression import Suppression
+from warehouse.ops.suppression import Suppression, record_suppressed
 from warehouse.progress import Progress
 from warehouse.settings import TENANT, Settings
 from warehouse.sources import files as landed
@@ -46,7 +46,7 @@ from warehouse.sources.formats import HEAD_BYTES, JSONL, kind_of, otlp_signal, o
 from warehouse.sources.mapping import Mapping, load_mapping, resolve_mapping, shipped_mappings
 from warehouse.storage import lake, locks
 from warehouse.storage.publish import keeps_every_row, publish
-from warehouse.tables import OPS_LANDED_FILES, Table
+from warehouse.tables import OPS_LANDED_FILES, OPS_SUPPRESSED_RECORDS, Table
 
 Format: TypeAlias = Literal["auto", "jsonl", "csv", "otlp-json"]
 #: Lines parsed and written per batch: bounds memory however large a file is.
@@ -75,8 +75,8 @@ class FileResult:
     dates: list[dt.date] = field(default_factory=list)
     #: Why a failed file could not be landed.
     error: str = ""
-    #: Records of forgotten users from before their forget, left out (:mod:`warehouse.ops.suppression`).
-    suppressed: int = 0
+    #: Records of forgotten users from before their forget left out, by event date (:mod:`warehouse.ops.suppression`).
+    suppressed_dates: dict[dt.date | None, int] = field(default_factory=dict)
     #: Line number → its new text (None: left out) where records were suppressed: the landing file's changes.
     changes: dict[int, bytes | None] = field(default_factory=dict)
 
@@ -114,7 +114,7 @@ class IngestReport:
     @property
     def suppressed(self) -> int:
         """Records of forgotten users this run left out."""
-        return sum(f.suppressed for f in self.landed)
+        return sum(n for f in self.landed for n in f.suppressed_dates.values())
 
     @property
     def dates(self) -> list[dt.date]:
@@ -247,7 +247,7 @@ class _Landing:
         write: list[tuple[Table, dict[str, object] | None]] = (
             [(table, None)] if self.reland else [(table, {"file_sha256": sha}) for sha in hashes]
         )
-        with locks.hold(self.settings, write=write, read=[OPS_LANDED_FILES]):
+        with locks.hold(self.settings, write=write, read=[OPS_LANDED_FILES, OPS_SUPPRESSED_RECORDS]):
             ledger.reconcile(self.settings, table, hashes)  # a crash between the ODS and ledger commits
             self.suppression = Suppression.load(self.settings)  # under the locks: a forget ran before, or waits
             seen = {
@@ -330,7 +330,7 @@ class _Landing:
         if relanding:  # a rewrite of rows already there: their exact types must survive it
             lake.check_file_types(self.settings, table, published.version)
         ledger.record(self.settings, landings, replace=relanding)
-        self._rewrite_suppressed(table, list(zip(landed_now, landings, strict=True)))
+        self._suppressed(table, list(zip(landed_now, landings, strict=True)))
         log.info(
             "%s version %s: %s %d file(s), %s lines (%s malformed)",
             table.name,
@@ -346,8 +346,21 @@ class _Landing:
                 self.report.stale_dates.update(result.dates)
         self.report.files += landed_now
 
-    def _rewrite_suppressed(self, table: Table, landed_now: list[tuple[FileResult, ledger.Landing]]) -> None:
-        """The landing files whose forgotten users' records were left out lose them too, as ``forget`` does."""
+    def _suppressed(self, table: Table, landed_now: list[tuple[FileResult, ledger.Landing]]) -> None:
+        """Records of forgotten users left out: counted per date, and their landing files lose them too,
+        as ``forget`` does."""
+        counts = [
+            {
+                "table_name": table.name,
+                "file_sha256": landing.file_sha256,
+                "event_date": day or landing.landed_at.date(),
+                "batch_id": landing.batch_id,
+                "records": n,
+            }
+            for result, landing in landed_now
+            for day, n in result.suppressed_dates.items()
+        ]
+        record_suppressed(self.settings, counts)
         rows = [
             {"source_file": landing.source_file, "file_sha256": landing.file_sha256, "line_no": n, "raw_line": line}
             for result, landing in landed_now
@@ -374,7 +387,8 @@ class _Landing:
             if suppressing:
                 kept = self.suppression.apply(chunk, line_no, parsed)
                 chunk, line_no, parsed = kept.raw, kept.line_no, kept.parsed
-                result.suppressed += sum(kept.suppressed.values())
+                for day, n in kept.suppressed.items():
+                    result.suppressed_dates[day] = result.suppressed_dates.get(day, 0) + n
                 result.changes |= kept.changes
             parsed = per_line(parsed, len(chunk))
             frame = ods_frame(

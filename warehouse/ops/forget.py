@@ -267,11 +267,12 @@ def forget_user(settings: Settings, user_id: str) -> ForgetReport:
     """
     if not user_id.strip():
         raise ValueError("a user id to forget is required")
-    pseud = pseudonym(settings.require_pseudonym_key(), user_id)
+    key = settings.require_pseudonym_key()
+    pseud = pseudonym(key, user_id)
     candidates = searched_tables()
     with locks.hold(settings, write=[(t, None) for t in [*candidates, OPS_LANDED_FILES, OPS_FORGOTTEN_USERS]]):
         audit.recover(settings)  # a forget that crashed: its commits get their audit rows first
-        add_forgotten(settings, pseud, dt.datetime.now(dt.UTC))  # first: no old record of theirs lands after
+        add_forgotten(settings, key, user_id, dt.datetime.now(dt.UTC))  # first: no old record of theirs lands after
         return _forget(settings, user_id, pseud, [t for t in candidates if lake.open_table(settings, t) is not None])
 
 

@@ -3,11 +3,13 @@
 ``strata forget`` erases what the lake holds, but the same records can come again: an exporter
 re-sends a batch, a late file arrives, a receiver's spool segment was still open during the
 forget. So each forget appends the user's pseudonym and its time to ``ops.forgotten_users``
-(never the raw id), and every ingest checks its records against it: a record of a forgotten
-user whose event time is before their forget is left out of ODS — an export line keeps the
-other spans byte for byte (:mod:`warehouse.sources.span_erasure`), a line left with no record
-is not stored — and counted as suppressed. A record after the forget (the user came back)
-lands as usual; one whose time cannot be read is suppressed.
+(never the raw id; a pseudonym under a key of its own, :func:`list_key`), and every ingest
+checks its records against it: a record of a forgotten user whose event time is before their
+forget is left out of ODS — an export line keeps the other spans byte for byte
+(:mod:`warehouse.sources.span_erasure`), a line left with no record is not stored, the landing
+file loses it as a forget would — and counted (``ops.suppressed_records``, the books'
+``suppressed``). A record after the forget (the user came back) lands as usual; one whose time
+cannot be read is suppressed.
 
 The check costs a hash per distinct user id of a run and a lookup per record, and nothing at
 all while the list is empty. Lines that do not parse have no user to check: forget searches
@@ -17,11 +19,14 @@ their bytes for the raw id, which the list does not hold.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import hmac
 from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from warehouse.privacy import pseudonym
 from warehouse.settings import Settings
@@ -30,17 +35,40 @@ from warehouse.sources.timestamps import parse_ts
 from warehouse.storage import lake
 from warehouse.storage.lake import Lake
 from warehouse.storage.publish import publish
-from warehouse.tables import OPS_FORGOTTEN_USERS
+from warehouse.tables import OPS_FORGOTTEN_USERS, OPS_SUPPRESSED_RECORDS, Table
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def add_forgotten(where: Lake | Settings, user_pseudonym: str, at: dt.datetime) -> None:
+def list_key(key: bytes) -> bytes:
+    """The key of the list's pseudonyms: derived from ``STRATA_PSEUDONYM_KEY``, so the list's pseudonym
+    of a user is not the one DWD used, and nothing left anywhere can be joined to it."""
+    return hmac.new(key, b"strata: the suppression list of forgotten users", hashlib.sha256).digest()
+
+
+def add_forgotten(where: Lake | Settings, key: bytes, user_id: str, at: dt.datetime) -> None:
     """Put one user on the suppression list from ``at`` on."""
-    frame = pl.DataFrame({"user_pseudonym": [user_pseudonym], "forgotten_at": [at]}).with_columns(
+    frame = pl.DataFrame({"user_pseudonym": [pseudonym(list_key(key), user_id)], "forgotten_at": [at]}).with_columns(
         pl.col("forgotten_at").dt.cast_time_unit("us")
     )
     publish(where, OPS_FORGOTTEN_USERS, frame, mode="append", expectations=False)
+
+
+def record_suppressed(where: Lake | Settings, rows: list[dict[str, object]]) -> None:
+    """Append the counts of records an ingest left out (``ops.suppressed_records`` rows)."""
+    if rows:
+        publish(where, OPS_SUPPRESSED_RECORDS, pl.DataFrame(rows), mode="append", expectations=False)
+
+
+def suppressed_on(lake: Lake, table: Table, day: dt.date) -> int:
+    """Records of ``table`` (an ODS table) dated ``day`` that ingests left out: the books' ``suppressed``."""
+    delta = lake.open_table(OPS_SUPPRESSED_RECORDS)
+    if delta is None:
+        return 0
+    rows = lake.dataset(delta).to_table(
+        columns=["records"], filter=(pc.field("event_date") == day) & (pc.field("table_name") == table.name)
+    )
+    return int(pc.sum(rows.column(0)).as_py() or 0)
 
 
 @dataclass
@@ -60,6 +88,7 @@ class Kept:
 class Suppression:
     """The suppression list as one ingest run reads it (under its locks), and the users it looked up."""
 
+    #: The list's key (:func:`list_key`).
     key: bytes
     #: Pseudonym → when that user was last forgotten.
     forgotten: dict[str, dt.datetime]
@@ -74,7 +103,7 @@ class Suppression:
         rows = (
             lake.read_frame(settings, OPS_FORGOTTEN_USERS).group_by("user_pseudonym").agg(pl.col("forgotten_at").max())
         )
-        return cls(settings.require_pseudonym_key(), dict(rows.iter_rows()))
+        return cls(list_key(settings.require_pseudonym_key()), dict(rows.iter_rows()))
 
     def __bool__(self) -> bool:
         return bool(self.forgotten)
