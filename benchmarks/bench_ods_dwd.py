@@ -70,6 +70,61 @@ print(json.dumps({"ingest_s": t1 - t0, "dwd_s": t2 - t1, "records": report.books
                   "peak_rss_mb": peak_kb / 1024, "worker_peak_rss_mb": worker_kb / 1024}))
 """
 
+#: Ingest alone, into a fresh home whose suppression list holds ``argv[2]`` forgotten users (none of the day's).
+_INGEST_CHILD = """
+import datetime as dt, json, sys, time
+from pathlib import Path
+import polars as pl
+from warehouse.settings import load_settings
+from warehouse.ods.ingest import ingest
+from warehouse.ops.suppression import list_key
+from warehouse.privacy import pseudonym
+from warehouse.storage.publish import publish
+from warehouse.tables import OPS_FORGOTTEN_USERS
+settings = load_settings()
+forgotten = int(sys.argv[2])
+if forgotten:
+    key = list_key(settings.require_pseudonym_key())
+    ids = [pseudonym(key, f"forgotten-user-{i}") for i in range(forgotten)]
+    at = [dt.datetime.now(dt.UTC)] * forgotten
+    frame = pl.DataFrame({"user_pseudonym": ids, "forgotten_at": at})
+    frame = frame.with_columns(pl.col("forgotten_at").dt.cast_time_unit("us"))
+    publish(settings, OPS_FORGOTTEN_USERS, frame, mode="append", expectations=False)
+t0 = time.perf_counter()
+report = ingest(settings, [Path(sys.argv[1]) / "requests"])
+print(json.dumps({"ingest_s": time.perf_counter() - t0, "suppressed": report.suppressed}))
+"""
+
+
+def suppression_cost(workdir: Path, landing: Path, lines: int, forgotten: int = 10_000) -> Measurement:
+    """Ingest with ``forgotten`` users on the suppression list against the same ingest with an empty
+    list (which does what the ingest did before the list: it only finds the list empty), alternated
+    twice each, fresh homes, the means compared."""
+    times: dict[int, list[float]] = {0: [], forgotten: []}
+    for round_ in range(2):
+        for count in (0, forgotten):
+            home = workdir / f"suppression-{count}-{round_}"
+            env = {**os.environ, "STRATA_HOME": str(home), "STRATA_PSEUDONYM_KEY": "benchmark-only-key-0123456789"}
+            proc = subprocess.run(
+                [sys.executable, "-c", _INGEST_CHILD, str(landing), str(count)],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if proc.returncode:
+                raise RuntimeError(f"ingest failed:\n{proc.stderr[-3000:]}")
+            times[count].append(json.loads(proc.stdout.strip().splitlines()[-1])["ingest_s"])
+    mean = {count: sum(t) / len(t) for count, t in times.items()}
+    return Measurement(
+        f"ingest rows/s, {forgotten:,} forgotten users on the suppression list",
+        lines / mean[forgotten],
+        "rows/s",
+        "the same ingest, the list empty",
+        lines / mean[0],
+        target_ratio=0.95,
+    )
+
 
 def _generate(out: Path, requests: int) -> int:
     from synthetic_workload import generate
@@ -284,6 +339,7 @@ def run(workdir: Path) -> list[Measurement]:
         )
     except Exception as exc:  # no Postgres at hand: the file backend's figure stands alone
         print(f"Postgres lock cost not measured ({type(exc).__name__}: {exc})")
+    results.append(suppression_cost(workdir, landing, lines))
     if os.environ.get("STRATA_BENCH_BIG_DAY", "1") != "0":
         big = workdir / "big"
         _generate(big / "landing", 5_000_000)

@@ -126,6 +126,8 @@ class Suppression:
         at = users.replace_strict(hits, default=None, return_dtype=pl.Datetime("us", "UTC"))
         ts = parsed.select(parse_ts(pl.col("ts"))).to_series()
         gone = (at.is_not_null() & (ts.is_null() | (ts < at)).fill_null(True)).to_numpy()
+        if not gone.any():  # the user came back: their records after the forget land
+            return Kept(raw, line_no, parsed)
         suppressed = dict(ts.filter(pl.Series(gone)).dt.date().value_counts().iter_rows())
         several = "_line" in parsed.columns
         lines = parsed.get_column("_line").to_numpy() if several else np.arange(len(raw))
