@@ -5,9 +5,10 @@ suppression of a forgotten user's old records at ingest) must not touch the othe
 spans stay the same JSON text, in the same order. So the line is not parsed and written
 again; a small scanner finds the byte range of every element of
 ``resourceSpans[*].scopeSpans[*].spans[*]`` — and of the other spellings the reader
-(:mod:`warehouse.sources.otlp`) accepts: the proto names (``resource_spans``, ``scope_spans``)
-and the pre-1.0 ``instrumentationLibrarySpans`` — and the chosen elements are cut out with
-their separating commas.
+(:mod:`warehouse.sources.otlp_spans`, the one definition of where a body's spans are) accepts:
+the proto names (``resource_spans``, ``scope_spans``) and the pre-1.0
+``instrumentationLibrarySpans`` — and the chosen elements are cut out with their separating
+commas.
 
 Whose a span is, is read as the reader reads a record's ``user_id``: ``user.id`` or
 ``enduser.id`` on the span, else inherited from its scope, then its resource. Any span counts,
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from warehouse.sources import otlp
+from warehouse.sources.otlp_spans import RESOURCE_SPANS, SCOPE_SPANS, NotTraceExport
 
 #: Decides per span from its user id (or None) and its start time in Unix nanoseconds (or None).
 Choice = Callable[[str | None, int | None], bool]
@@ -86,11 +88,13 @@ def _value(buf: bytes, pos: int) -> _Node:
     return _Node(pos, scalar.end())
 
 
-def _member(node: _Node, name: str) -> _Node | None:
-    """Field ``name`` (lowerCamelCase) of an object, else its proto name, as the reader's ``_get`` finds it."""
-    if name in node.members:
-        return node.members[name]
-    return node.members.get(otlp._snake(name))
+def _member(node: _Node, spellings: tuple[str, ...]) -> _Node | None:
+    """A field of an object under whichever of its ``spellings`` it uses (:func:`.otlp_spans.repeated`'s rule:
+    two spellings of one field are no export)."""
+    used = [name for name in spellings if name in node.members]
+    if len(used) > 1:
+        raise NotReadable(f"{' and '.join(used)}: one field, spelled two ways")
+    return node.members[used[0]] if used else None
 
 
 def _present(node: _Node | None, buf: bytes) -> bool:
@@ -157,26 +161,24 @@ def remove_spans(line: bytes, drop: Choice) -> bytes | None:
         return _without(line, doc, drop)
     except NotReadable:
         raise
-    except (ValueError, RecursionError, otlp._NotOTLP, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError, NotTraceExport, UnicodeDecodeError) as exc:
         raise NotReadable(f"not an OTLP trace export: {exc}") from exc
 
 
 def _without(buf: bytes, doc: _Node, drop: Choice) -> bytes | None:
-    resources_node = _member(doc, "resourceSpans") if doc.kind == "object" else None
+    resources_node = _member(doc, RESOURCE_SPANS) if doc.kind == "object" else None
     if resources_node is None or resources_node.kind != "array":
         raise NotReadable("no resourceSpans list")
     resources: list[bytes | None] = []
     changed = left = False
     for resource_node in resources_node.elements:
-        resource = otlp._attributes(_loads(buf, _member(resource_node, "resource")), "resource")
-        scopes_node = _member(resource_node, "scopeSpans")
-        if not _present(scopes_node, buf):
-            scopes_node = _member(resource_node, "instrumentationLibrarySpans")
+        resource = otlp._attributes(_loads(buf, _member(resource_node, ("resource",))), "resource")
+        scopes_node = _member(resource_node, SCOPE_SPANS)
         scopes: list[bytes | None] = []
         for scope_node in _list(scopes_node, buf):
-            scope = otlp._attributes(_loads(buf, _member(scope_node, "scope")), "scope")
+            scope = otlp._attributes(_loads(buf, _member(scope_node, ("scope",))), "scope")
             inherited = otlp._inherited(resource, scope, "scope")
-            spans_node = _member(scope_node, "spans")
+            spans_node = _member(scope_node, ("spans",))
             spans: list[bytes | None] = []
             for span_node in _list(spans_node, buf):
                 span = _loads(buf, span_node)
