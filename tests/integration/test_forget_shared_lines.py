@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from strata.cli import app
 from warehouse.privacy import pseudonym
-from warehouse.settings import load_settings
+from warehouse.settings import Settings, load_settings
 from warehouse.storage import lake
 from warehouse.tables import DWD_REQUEST, ODS_REQUESTS, OPS_BOOKS, OPS_LANDED_FILES
 
@@ -57,8 +57,24 @@ def _cli(*args: str) -> str:
     return result.output
 
 
-def _dwd(settings) -> pl.DataFrame:  # noqa: ANN001
+def _dwd(settings: Settings) -> pl.DataFrame:
     return lake.read_frame(settings, DWD_REQUEST).drop("built_at", strict=False).sort("request_id")
+
+
+def _with_an_http_span_of(user: str, line: bytes) -> bytes:
+    """The export with one more span, no GenAI call (an HTTP client span), of ``user``."""
+    doc = json.loads(line)
+    http_span = {
+        "spanId": "00f067aa0ba902b7",
+        "name": "POST /v1/chat/completions",
+        "startTimeUnixNano": "1772330400000000000",
+        "attributes": [
+            {"key": "user.id", "value": {"stringValue": user}},
+            {"key": "http.method", "value": {"stringValue": "POST"}},
+        ],
+    }
+    doc["resourceSpans"][0]["scopeSpans"][0]["spans"].insert(3, http_span)
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def test_forget_rewrites_a_shared_export_line_and_keeps_the_others_spans_byte_for_byte(strata_env: Path) -> None:
@@ -66,7 +82,7 @@ def test_forget_rewrites_a_shared_export_line_and_keeps_the_others_spans_byte_fo
     a, b = _records(A, "a", range(1, 6)), _records(B, "b", range(1, 6))
     export = settings.landing_dir / f"date={DAY}" / "export.json"
     export.parent.mkdir(parents=True)
-    export.write_bytes(otlp_export_line(_interleaved(a, b)) + b"\n")
+    export.write_bytes(_with_an_http_span_of(A, otlp_export_line(_interleaved(a, b))) + b"\n")
     _cli("ingest", str(settings.landing_dir))
     _cli("build", "dwd", "--date", str(DAY))
     before = _dwd(settings)
@@ -76,6 +92,7 @@ def test_forget_rewrites_a_shared_export_line_and_keeps_the_others_spans_byte_fo
     _cli("forget", "--user", A)
 
     only_b = otlp_export_line(b)  # the same JSON text the exporter wrote for B's spans, in the same order
+    # (A's HTTP span, no GenAI call, is gone too)
     ods = lake.read_frame(settings, ODS_REQUESTS)
     assert ods.get_column("raw_line").to_list() == [only_b]
     assert ods.get_column("line_no").to_list() == [1]

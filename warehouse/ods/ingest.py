@@ -15,6 +15,10 @@ lands once; a re-landing locks the whole table. A file that cannot be read (a br
 is reported and skipped, and the others land. Lines that do not parse are kept too, marked
 malformed with the reason; a file whose every line is malformed is landed (its bytes are
 archived) and reported, so the mistake can be undone with ``strata unland``.
+
+Records of users ``strata forget`` erased, dated before their forget, never land: each run reads
+the suppression list under its locks and leaves them out (:mod:`warehouse.ops.suppression`),
+rewriting the landing file as a forget would, and counts them.
 """
 
 from __future__ import annotations
@@ -374,7 +378,7 @@ class _Landing:
         self, item: _Found, file: landed.LandedFile, lines: landed.Lines, result: FileResult, ingested_at: dt.datetime
     ) -> Iterator[pl.DataFrame]:
         """ODS rows of one file, a chunk at a time; the result gathers its counts, dates and warnings."""
-        suppressing = bool(self.suppression)
+        suppressing = bool(self.suppression) and item.kind == "requests"  # feedback names no user
         parse = parser_for(self.settings, item.source, item.kind, keys_only=True, also=("user_id",) * suppressing)
         mapped = set(self.mapping.fields) if self.mapping is not None else set()
         present: set[str] = set()

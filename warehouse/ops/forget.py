@@ -6,7 +6,10 @@ classified column is covered with no change to this module:
 * a ``pseudonymous`` column matches the user's pseudonym, a ``pii`` text column the user id;
 * a ``pii`` column of raw lines matches lines that hold the user: in a table that records
   how its lines were read (a ``source`` column, as ODS does) each line that could hold the
-  id is parsed and its user compared; elsewhere (the quarantine) the raw bytes are searched;
+  id is parsed and its user compared; elsewhere (the quarantine) the raw bytes are searched.
+  An OTLP export line that also holds other users' spans is not removed but rewritten without
+  the user's spans, every other span byte for byte (:mod:`warehouse.sources.span_erasure`),
+  and so is its landing file;
 * any table with a ``request_id`` column also loses the rows of the user's requests
   (feedback events, quarantined lines of those requests);
 * a ``free_text`` column (``ops.audit_log.message``, which may quote a failed rule's examples)
@@ -16,7 +19,8 @@ An HTML report in the lake (``reports/``) that names the user's pseudonym is del
 
 Lines no ingest has landed yet (a landing file not yet ingested, a receiver's spool segment) have
 no row to find them by: the report counts those files (:func:`warehouse.ops.landing.unlanded`), and
-a forget run after their ingest removes the user's lines from them too.
+the user goes on the suppression list first (:mod:`warehouse.ops.suppression`), so the ingest that
+lands those lines leaves the user's records out.
 
 Before any table is rewritten, the landing files the user's ODS rows came from lose those
 lines (:mod:`warehouse.ops.landing`), so a crash in between finds the rows, and the work, again.
