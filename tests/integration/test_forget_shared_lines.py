@@ -170,3 +170,23 @@ def test_a_forgotten_user_never_comes_back_from_a_resent_export_a_late_file_or_a
     assert dwd.filter(pl.col("user_pseudonym") == pseudonym(key, A)).get_column("request_id").to_list() == ["a-back-1"]
     books = lake.read_frame(settings, OPS_BOOKS).filter(pl.col("event_date") == DAY)
     assert books.get_column("suppressed").to_list() == [11]
+
+
+def test_a_second_forget_finds_the_landing_file_the_first_one_rewrote(strata_env: Path) -> None:
+    """After a forget (or an ingest that left a forgotten user out) the landing file is no longer the one
+    its ODS rows name by hash: the next forget of another user in it must still take their spans out."""
+    settings = load_settings()
+    c = "user-third-5150"
+    a, b, rest = _records(A, "a", range(1, 4)), _records(B, "b", range(1, 4)), _records(c, "c", range(1, 4))
+    export = settings.landing_dir / f"date={DAY}" / "export.json"
+    export.parent.mkdir(parents=True)
+    only_a = otlp_export_line(_records(A, "a-alone", range(5, 6)))
+    export.write_bytes(only_a + b"\n" + otlp_export_line([*a, *b, *rest]) + b"\n")
+    _cli("ingest", str(settings.landing_dir))
+
+    _cli("forget", "--user", A)  # drops the first line, rewrites the second
+    _cli("forget", "--user", B)
+
+    assert export.read_bytes() == otlp_export_line(rest) + b"\n"
+    assert lake.read_frame(settings, ODS_REQUESTS).get_column("raw_line").to_list() == [otlp_export_line(rest)]
+    assert_no_trace(settings.home, B)

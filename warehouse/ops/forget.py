@@ -195,7 +195,8 @@ class _Marked:
     #: Their primary keys (empty when the table has none: the match is then run again).
     keys: pl.DataFrame
     partitions: list[dict[str, object]]
-    #: Where in the landing zone they came from (``LINEAGE``; empty for a table that does not say).
+    #: Where in the landing zone they came from (``LINEAGE``, and ``old_line``: the line as the row holds it;
+    #: empty for a table that does not say).
     lineage: pl.DataFrame
 
     def __call__(self, frame: pl.DataFrame) -> pl.Series:
@@ -234,7 +235,7 @@ def _find(settings: Settings, table: Table, match: _Matcher) -> tuple[_Marked | 
     if not found.height:
         return None, set()
     partitions = found.select(table.partition_columns).unique().to_dicts() if table.partition_columns else []
-    mark = _Marked(match, found.select(contract.primary_key), partitions, found.select(_lineage(table)))
+    mark = _Marked(match, found.select(contract.primary_key), partitions, _where_from(found.select(_lineage(table))))
     if match.rewritten:  # a line that keeps others' spans: its request id is not the user's
         found = found.filter(~mark.rewritten(found))
         mark.lineage = mark.lineage.with_columns(
@@ -248,8 +249,13 @@ def _find(settings: Settings, table: Table, match: _Matcher) -> tuple[_Marked | 
 
 
 def _lineage(table: Table) -> list[str]:
-    """The table's columns that say which landing file line a row came from (ODS), else none."""
-    return LINEAGE if all(c in table.contract for c in LINEAGE) else []
+    """The table's columns that say which landing file line a row came from, and the line (ODS), else none."""
+    return [*LINEAGE, "raw_line"] if all(c in table.contract for c in [*LINEAGE, "raw_line"]) else []
+
+
+def _where_from(rows: pl.DataFrame) -> pl.DataFrame:
+    """Rows' ``_lineage`` as :func:`rewrite_landed` takes it: the line they hold is ``old_line``."""
+    return rows.rename({"raw_line": "old_line"}, strict=False)
 
 
 def searched_tables() -> list[Table]:
@@ -298,9 +304,8 @@ def _forget(settings: Settings, user_id: str, pseud: str, existing: list[Table])
             continue
         parts = [marked[table].lineage] if table in marked else []
         if request_ids and _lineage(table) and "request_id" in table.contract:
-            parts += list(
-                _batches(lake.snapshot(settings, table), LINEAGE, pc.field("request_id").isin(sorted(request_ids)))
-            )
+            linked = pc.field("request_id").isin(sorted(request_ids))
+            parts += [_where_from(f) for f in _batches(lake.snapshot(settings, table), _lineage(table), linked)]
         lineage = (
             pl.concat(parts, how="diagonal_relaxed").unique(LINEAGE, keep="first", maintain_order=True)
             if parts
