@@ -46,12 +46,19 @@ def list_key(key: bytes) -> bytes:
     return hmac.new(key, b"strata: the suppression list of forgotten users", hashlib.sha256).digest()
 
 
-def add_forgotten(where: Lake | Settings, key: bytes, user_id: str, at: dt.datetime) -> None:
-    """Put one user on the suppression list from ``at`` on."""
-    frame = pl.DataFrame({"user_pseudonym": [pseudonym(list_key(key), user_id)], "forgotten_at": [at]}).with_columns(
+def add_forgotten(settings: Settings, key: bytes, user_id: str, at: dt.datetime) -> None:
+    """Put one user on the suppression list from ``at`` on (a user forgotten before: from ``at`` now).
+
+    The list is written whole, one row per user, so a forget run again after a crash leaves it as
+    one clean run would."""
+    listed = pseudonym(list_key(key), user_id)
+    frame = pl.DataFrame({"user_pseudonym": [listed], "forgotten_at": [at]}).with_columns(
         pl.col("forgotten_at").dt.cast_time_unit("us")
     )
-    publish(where, OPS_FORGOTTEN_USERS, frame, mode="append", expectations=False)
+    if lake.open_table(settings, OPS_FORGOTTEN_USERS) is not None:
+        others = lake.read_frame(settings, OPS_FORGOTTEN_USERS).filter(pl.col("user_pseudonym") != listed)
+        frame = pl.concat([others, frame], how="vertical_relaxed")
+    publish(settings, OPS_FORGOTTEN_USERS, frame, mode="overwrite", expectations=False)
 
 
 def record_suppressed(where: Lake | Settings, rows: list[dict[str, object]]) -> None:
@@ -90,7 +97,7 @@ class Suppression:
 
     #: The list's key (:func:`list_key`).
     key: bytes
-    #: Pseudonym → when that user was last forgotten.
+    #: Pseudonym → when that user was (last) forgotten.
     forgotten: dict[str, dt.datetime]
     #: User id → when they were forgotten (None: they were not), for each id seen this run.
     _seen: dict[str, dt.datetime | None] = field(default_factory=dict)
@@ -100,9 +107,7 @@ class Suppression:
         """The list as it is now (empty when no forget ever ran)."""
         if lake.open_table(settings, OPS_FORGOTTEN_USERS) is None:
             return cls(b"", {})
-        rows = (
-            lake.read_frame(settings, OPS_FORGOTTEN_USERS).group_by("user_pseudonym").agg(pl.col("forgotten_at").max())
-        )
+        rows = lake.read_frame(settings, OPS_FORGOTTEN_USERS, columns=["user_pseudonym", "forgotten_at"])
         return cls(list_key(settings.require_pseudonym_key()), dict(rows.iter_rows()))
 
     def __bool__(self) -> bool:
