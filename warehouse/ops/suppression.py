@@ -125,12 +125,12 @@ class Suppression:
         before their forget; ``parsed`` is the chunk's record parse (with ``_line`` where a line holds
         several records), which names ``user_id`` and ``ts``."""
         users = parsed.get_column("user_id")
-        hits = {u: at for u in users.unique().drop_nulls().to_list() if (at := self._forgotten_at(u)) is not None}
+        hits = {u: when for u in users.unique().drop_nulls().to_list() if (when := self._forgotten_at(u)) is not None}
         if not hits:
             return Kept(raw, line_no, parsed)
-        at = users.replace_strict(hits, default=None, return_dtype=pl.Datetime("us", "UTC"))
+        forgotten = users.replace_strict(hits, default=None, return_dtype=pl.Datetime("us", "UTC"))
         ts = parsed.select(parse_ts(pl.col("ts"))).to_series()
-        gone = (at.is_not_null() & (ts.is_null() | (ts < at)).fill_null(True)).to_numpy()
+        gone = (forgotten.is_not_null() & (ts.is_null() | (ts < forgotten)).fill_null(True)).to_numpy()
         if not gone.any():  # the user came back: their records after the forget land
             return Kept(raw, line_no, parsed)
         suppressed = dict(ts.filter(pl.Series(gone)).dt.date().value_counts().iter_rows())
