@@ -72,6 +72,64 @@ print(json.dumps({"ingest_s": t1 - t0, "dwd_s": t2 - t1, "records": report.books
                   "peak_rss_mb": peak_kb / 1024, "worker_peak_rss_mb": worker_kb / 1024}))
 """
 
+#: Ingest alone, into a fresh home whose suppression list holds ``argv[2]`` forgotten users (none of the day's).
+_INGEST_CHILD = """
+import datetime as dt, json, sys, time
+from pathlib import Path
+import polars as pl
+from benchmarks.bench_ods_dwd import cpu_s
+from warehouse.settings import load_settings
+from warehouse.ods.ingest import ingest
+from warehouse.ops.suppression import list_key
+from warehouse.privacy import pseudonym
+from warehouse.storage.publish import publish
+from warehouse.tables import OPS_FORGOTTEN_USERS
+settings = load_settings()
+forgotten = int(sys.argv[2])
+if forgotten:
+    key = list_key(settings.require_pseudonym_key())
+    ids = [pseudonym(key, f"forgotten-user-{i}") for i in range(forgotten)]
+    at = [dt.datetime.now(dt.UTC)] * forgotten
+    frame = pl.DataFrame({"user_pseudonym": ids, "forgotten_at": at})
+    frame = frame.with_columns(pl.col("forgotten_at").dt.cast_time_unit("us"))
+    publish(settings, OPS_FORGOTTEN_USERS, frame, mode="append", expectations=False)
+t0, c0 = time.perf_counter(), cpu_s()
+report = ingest(settings, [Path(sys.argv[1]) / "requests"])
+print(json.dumps({"ingest_s": time.perf_counter() - t0, "cpu_s": cpu_s() - c0, "suppressed": report.suppressed}))
+"""
+
+
+def suppression_cost(workdir: Path, landing: Path, lines: int, forgotten: int = 10_000) -> list[Measurement]:
+    """Ingest with ``forgotten`` users on the suppression list against the same ingest with an empty
+    list (which does what the ingest did before the list: it only finds the list empty), alternated
+    three times each in fresh homes; the best of each compared (this machine is shared: the slower
+    runs measure the neighbours), wall and CPU seconds."""
+    runs: dict[int, list[dict]] = {0: [], forgotten: []}
+    for round_ in range(3):
+        for count in (0, forgotten):
+            home = workdir / f"suppression-{count}-{round_}"
+            runs[count].append(_child(home, _INGEST_CHILD, str(landing), str(count)))
+    best = {count: {k: min(r[k] for r in done) for k in ("ingest_s", "cpu_s")} for count, done in runs.items()}
+    print(f"suppression cost, ingest runs (list size: wall s, CPU s): {runs}")
+    return [
+        Measurement(
+            f"ingest rows/s, {forgotten:,} forgotten users on the suppression list",
+            lines / best[forgotten]["ingest_s"],
+            "rows/s",
+            "the same ingest, the list empty",
+            lines / best[0]["ingest_s"],
+        ),
+        Measurement(
+            f"CPU seconds, ingest, {forgotten:,} forgotten users on the suppression list",
+            best[forgotten]["cpu_s"],
+            "s",
+            "the same ingest, the list empty",
+            best[0]["cpu_s"],
+            higher_is_better=False,
+            target_ratio=0.95,  # CPU, not wall: on a shared machine the wall time measures the neighbours
+        ),
+    ]
+
 
 def _generate(out: Path, requests: int) -> int:
     from synthetic_workload import generate
@@ -81,16 +139,15 @@ def _generate(out: Path, requests: int) -> int:
 
 
 def _ours(workdir: Path, landing: Path) -> dict:
-    env = {**os.environ, "STRATA_HOME": str(workdir / "home"), "STRATA_PSEUDONYM_KEY": "benchmark-only-key-0123456789"}
-    proc = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(landing), DAY.isoformat()],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return _child(workdir / "home", _CHILD, str(landing), DAY.isoformat())
+
+
+def _child(home: Path, script: str, *args: str) -> dict:
+    """Run a measuring ``script`` in a fresh process on ``home``; the JSON its last line prints."""
+    env = {**os.environ, "STRATA_HOME": str(home), "STRATA_PSEUDONYM_KEY": "benchmark-only-key-0123456789"}
+    proc = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, check=False)
     if proc.returncode:
-        raise RuntimeError(f"ingest + DWD failed:\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"the measured step failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -286,6 +343,7 @@ def run(workdir: Path) -> list[Measurement]:
         )
     except Exception as exc:  # no Postgres at hand: the file backend's figure stands alone
         print(f"Postgres lock cost not measured ({type(exc).__name__}: {exc})")
+    results += suppression_cost(workdir, landing, lines)
     if os.environ.get("STRATA_BENCH_BIG_DAY", "1") != "0":
         big = workdir / "big"
         _generate(big / "landing", BIG_DAY)

@@ -113,6 +113,7 @@ def land(
         "files_failed": len(report.failed),
         "lines": sum(f.lines for f in report.landed),
         "malformed": sum(f.malformed for f in report.landed),
+        "suppressed": report.suppressed,
     }
     return StepResult("land", counts, versions, report)
 

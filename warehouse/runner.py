@@ -109,6 +109,7 @@ def run(
     now: dt.datetime | None = None,
     books: bool = True,
     quarantine: bool = True,
+    suppressed: int = 0,
 ) -> RunResult:
     """Stream ``batches`` through ``transform`` into ``target``'s partition for ``day``.
 
@@ -137,7 +138,7 @@ def run(
             yield out.rows
 
     def balance(tally: Tally) -> InvariantFailure | None:
-        kept = _books(target, day, counts, tally.rows_published)
+        kept = _books(target, day, counts, tally.rows_published, suppressed)
         if kept.balanced:
             return None
         return InvariantFailure(
@@ -171,11 +172,13 @@ def run(
         )
         per_rule = held.get_column("rules").explode().value_counts()
         rules = dict(zip(per_rule[:, 0].to_list(), per_rule[:, 1].to_list()))
-    kept = _books(target, day, counts, result.rows_published) if books else None
+    kept = _books(target, day, counts, result.rows_published, suppressed) if books else None
     if kept is not None:
         record_books(lake, kept)
     return RunResult(target, result.version, result.rows_published, counts, kept, rules)
 
 
-def _books(target: Table, day: dt.date, counts: Counts, published: int) -> Books:
-    return Books(target.name, day, counts.records, published, counts.duplicates, counts.quarantined, counts.malformed)
+def _books(target: Table, day: dt.date, counts: Counts, published: int, suppressed: int) -> Books:
+    return Books(
+        target.name, day, counts.records, published, counts.duplicates, counts.quarantined, counts.malformed, suppressed
+    )

@@ -14,6 +14,8 @@ Column classifications used by the walks:
 * ``pseudonymous``: the user's keyed pseudonym (an entity key of features and scores).
 * ``free_text``: text for a person that may quote row values (an audit message's examples):
   erasure redacts a user's id and pseudonym in it, the row stays.
+* ``forgotten``: the pseudonym of a user erased by ``strata forget`` (the suppression list,
+  ``ops.forgotten_users``): kept on purpose, so erasure and retention leave it alone.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from warehouse.settings import Settings
 PII = "pii"
 PSEUDONYMOUS = "pseudonymous"
 FREE_TEXT = "free_text"
+FORGOTTEN = "forgotten"
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ DWD_MODEL_PRICE = Table("dwd.model_price")
 OPS_AUDIT_LOG = Table("ops.audit_log")
 OPS_BOOKS = Table("ops.books")
 OPS_LANDED_FILES = Table("ops.landed_files")
+OPS_FORGOTTEN_USERS = Table("ops.forgotten_users")
+OPS_SUPPRESSED_RECORDS = Table("ops.suppressed_records")
 DWD_TENANT_QUOTA = Table("dwd.tenant_quota")
 DWS_USER_FEATURES = Table("dws.user_features")
 DWS_TENANT_FEATURES = Table("dws.tenant_features")

@@ -72,6 +72,11 @@ def ingest_cmd(
         f"({result.counts['malformed']:,} malformed), skipped {result.counts['files_skipped']}; "
         f"batch {report.batch_id}"
     )
+    if report.suppressed:
+        out.print(
+            f"{report.suppressed:,} record(s) of forgotten users suppressed: from before their `strata forget`, "
+            "not landed and taken out of their landing files"
+        )
     if any(f.landed_as != f.source for f in report.skipped):
         out.print(
             "some skipped files were landed as another format or mapping than this run reads them with; "

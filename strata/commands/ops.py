@@ -56,8 +56,8 @@ def forget_cmd(
         if report.unlanded.segments:
             waiting.append(f"{report.unlanded.segments:,} spool segment(s) of `strata collect`")
         out.print(
-            f"[yellow]not yet ingested:[/] {', '.join(waiting)}; their lines may hold the user's, and no "
-            "forget finds them before they land: run this forget again after the next ingest"
+            f"[yellow]not yet ingested:[/] {', '.join(waiting)}; their lines may hold the user's: the "
+            "ingest that lands them leaves those out (the user is on the suppression list)"
         )
     for store in ("online_sqlite", "online_redis"):
         if f"{store}_removed" in result.counts:

@@ -13,7 +13,7 @@ from warehouse.storage import lake
 from warehouse.tables import all_tables
 
 #: Columns that say when and in which run a row was written, not what it holds.
-RUN_METADATA = {"ingested_at", "landed_at", "batch_id", "quarantined_at", "checked_at"}
+RUN_METADATA = {"ingested_at", "landed_at", "batch_id", "quarantined_at", "checked_at", "forgotten_at"}
 
 
 def contents(settings: Settings) -> dict[str, object]:

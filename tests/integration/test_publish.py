@@ -53,6 +53,7 @@ def books(day: dt.date, *names: str, ods: int = 10) -> pl.DataFrame:
                 "duplicates": 1,
                 "quarantined": 0,
                 "malformed": 0,
+                "suppressed": 0,
                 "balanced": True,
             }
             for n in names

@@ -229,8 +229,8 @@ def test_forget_rewrites_the_landing_zone_and_the_ledger_still_skips_the_files(s
 
 def test_forget_counts_what_no_ingest_has_landed_and_a_forget_after_the_ingest_finds_it(strata_env: Path) -> None:
     """Lines not yet landed have no ODS row to find them by: forget says how many files and spool
-    segments wait (not a price list or a non-OTLP .json beside them), and once they are ingested
-    the next forget removes the user's lines from them."""
+    segments wait (not a price list or a non-OTLP .json beside them), and the ingest that lands
+    them leaves the user's lines out (the suppression list), so a forget after it finds none."""
     from typer.testing import CliRunner
 
     from strata.cli import app
@@ -259,10 +259,10 @@ def test_forget_counts_what_no_ingest_has_landed_and_a_forget_after_the_ingest_f
     assert "not yet ingested: 2 landing file(s), 1 spool segment(s) of `strata collect`;" in said
     assert max(map(len, result.output.splitlines())) <= 80
     assert waiting.read_bytes() == b"".join(line + b"\n" for line in later)  # no row named them yet
-    ingest(settings, [settings.landing_dir])
-    report = forget_user(settings, victim)
-    assert report.unlanded == Unlanded(files=0, segments=1) and report.files == 1
+    assert ingest(settings, [settings.landing_dir]).suppressed == 2  # the suppression list keeps them out
     assert waiting.read_bytes() == later[-1] + b"\n"
+    report = forget_user(settings, victim)
+    assert report.unlanded == Unlanded(files=0, segments=1) and report.files == 0
     assert_no_trace(settings.home / "lake", victim)
 
 

@@ -32,6 +32,8 @@ TABLES = {
     "ops.audit_log",
     "ops.books",
     "ops.landed_files",
+    "ops.forgotten_users",
+    "ops.suppressed_records",
     "dwd.model_price",
     "dws.user_features",
     "dws.tenant_features",
@@ -70,7 +72,12 @@ def test_every_table_has_a_valid_contract() -> None:
         assert c.layer == name.split(".")[0]
         assert c.version.count(".") == 2 and c.owner
         assert c.odcs.apiVersion.startswith("v3.") and c.odcs.kind == "DataContract"
-        assert c.partition_columns or name in ("ops.audit_log", "dwd.model_price", "dwd.tenant_quota")
+        assert c.partition_columns or name in (
+            "ops.audit_log",
+            "dwd.model_price",
+            "dwd.tenant_quota",
+            "ops.forgotten_users",
+        )
 
 
 def test_request_contract_view() -> None:

@@ -27,13 +27,14 @@ from warehouse.dwd.transform import TARGETS, DwdTransform, RequestInputs, key_co
 from warehouse.errors import NoData
 from warehouse.ods import ODS_TABLES
 from warehouse.ods.scan import borrowed_arrivals, borrowed_files, ods_batches, ods_files, read_columns
+from warehouse.ops.suppression import suppressed_on
 from warehouse.progress import Progress
 from warehouse.runner import RunResult, claim, run
 from warehouse.settings import Settings
 from warehouse.sources.canonical import Kind
 from warehouse.sources.formats import parser_for
 from warehouse.storage.lake import Lake
-from warehouse.tables import DWD_FEEDBACK, DWD_MODEL_PRICE
+from warehouse.tables import DWD_FEEDBACK, DWD_MODEL_PRICE, OPS_SUPPRESSED_RECORDS
 
 log = logging.getLogger(f"strata.{__name__}")
 
@@ -62,6 +63,7 @@ def _build_locked(
     key = lake.settings.require_pseudonym_key() if kind == "requests" else b""
     target, ods_table = TARGETS[kind], ODS_TABLES[kind]
     reads = [ods_table, DWD_FEEDBACK, DWD_MODEL_PRICE] if kind == "requests" else [ods_table]
+    reads.append(OPS_SUPPRESSED_RECORDS)
     with claim(lake, target, day, reads=reads):
         ods = lake.open_table(ods_table)  # the build's one open of its ODS table, under its lock
         if ods is None and not require:
@@ -98,6 +100,7 @@ def _build_locked(
             total=len(arrivals),
             progress=progress,
             now=transform.now,
+            suppressed=suppressed_on(lake, ods_table, day),
         )
     if result.rules:
         log.info(

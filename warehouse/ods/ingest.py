@@ -15,6 +15,10 @@ lands once; a re-landing locks the whole table. A file that cannot be read (a br
 is reported and skipped, and the others land. Lines that do not parse are kept too, marked
 malformed with the reason; a file whose every line is malformed is landed (its bytes are
 archived) and reported, so the mistake can be undone with ``strata unland``.
+
+Records of users ``strata forget`` erased, dated before their forget, never land: each run reads
+the suppression list under its locks and leaves them out (:mod:`warehouse.ops.suppression`),
+rewriting the landing file as a forget would, and counts them.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ import pyarrow as pa
 from warehouse.ods import ODS_TABLES
 from warehouse.ods.rows import ods_frame, per_line, record_dates
 from warehouse.ops import ledger
+from warehouse.ops.landing import rewrite_landed
+from warehouse.ops.suppression import Suppression, record_suppressed
 from warehouse.progress import Progress
 from warehouse.settings import TENANT, Settings
 from warehouse.sources import files as landed
@@ -44,7 +50,7 @@ from warehouse.sources.formats import HEAD_BYTES, JSONL, kind_of, otlp_signal, o
 from warehouse.sources.mapping import Mapping, load_mapping, resolve_mapping, shipped_mappings
 from warehouse.storage import lake, locks
 from warehouse.storage.publish import keeps_every_row, publish
-from warehouse.tables import OPS_LANDED_FILES, Table
+from warehouse.tables import OPS_LANDED_FILES, OPS_SUPPRESSED_RECORDS, Table
 
 Format: TypeAlias = Literal["auto", "jsonl", "csv", "otlp-json"]
 #: Lines parsed and written per batch: bounds memory however large a file is.
@@ -73,6 +79,10 @@ class FileResult:
     dates: list[dt.date] = field(default_factory=list)
     #: Why a failed file could not be landed.
     error: str = ""
+    #: Records of forgotten users from before their forget left out, by event date (:mod:`warehouse.ops.suppression`).
+    suppressed_dates: dict[dt.date | None, int] = field(default_factory=dict)
+    #: Line number → its new text (None: left out) where records were suppressed: the landing file's changes.
+    changes: dict[int, bytes | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -104,6 +114,11 @@ class IngestReport:
     def all_malformed(self) -> list[FileResult]:
         """Files landed whose every line is malformed: most likely not logs at all."""
         return [f for f in self.landed if f.lines and f.malformed == f.lines]
+
+    @property
+    def suppressed(self) -> int:
+        """Records of forgotten users this run left out."""
+        return sum(n for f in self.landed for n in f.suppressed_dates.values())
 
     @property
     def dates(self) -> list[dt.date]:
@@ -228,6 +243,7 @@ class _Landing:
     progress: Progress | None
     total: int
     done: int = 0
+    suppression: Suppression = field(default_factory=lambda: Suppression(b"", {}))
 
     def land(self, table: Table, found: list[_Found]) -> None:
         hashes = [f.sha256 for f in found]
@@ -235,8 +251,9 @@ class _Landing:
         write: list[tuple[Table, dict[str, object] | None]] = (
             [(table, None)] if self.reland else [(table, {"file_sha256": sha}) for sha in hashes]
         )
-        with locks.hold(self.settings, write=write, read=[OPS_LANDED_FILES]):
+        with locks.hold(self.settings, write=write, read=[OPS_LANDED_FILES, OPS_SUPPRESSED_RECORDS]):
             ledger.reconcile(self.settings, table, hashes)  # a crash between the ODS and ledger commits
+            self.suppression = Suppression.load(self.settings)  # under the locks: a forget ran before, or waits
             seen = {
                 row["file_sha256"]: row for row in ledger.seen_files(self.settings, table, hashes).iter_rows(named=True)
             }
@@ -317,6 +334,7 @@ class _Landing:
         if relanding:  # a rewrite of rows already there: their exact types must survive it
             lake.check_file_types(self.settings, table, published.version)
         ledger.record(self.settings, landings, replace=relanding)
+        self._suppressed(table, list(zip(landed_now, landings, strict=True)))
         log.info(
             "%s version %s: %s %d file(s), %s lines (%s malformed)",
             table.name,
@@ -332,11 +350,36 @@ class _Landing:
                 self.report.stale_dates.update(result.dates)
         self.report.files += landed_now
 
+    def _suppressed(self, table: Table, landed_now: list[tuple[FileResult, ledger.Landing]]) -> None:
+        """Records of forgotten users left out: counted per date, and their landing files lose them too,
+        as ``forget`` does."""
+        counts = [
+            {
+                "table_name": table.name,
+                "file_sha256": landing.file_sha256,
+                "event_date": day or landing.landed_at.date(),
+                "batch_id": landing.batch_id,
+                "records": n,
+            }
+            for result, landing in landed_now
+            for day, n in result.suppressed_dates.items()
+        ]
+        record_suppressed(self.settings, counts)
+        rows = [
+            {"source_file": landing.source_file, "file_sha256": landing.file_sha256, "line_no": n, "raw_line": line}
+            for result, landing in landed_now
+            for n, line in result.changes.items()
+        ]
+        if rows:
+            schema = {"source_file": pl.String, "file_sha256": pl.String, "line_no": pl.Int64, "raw_line": pl.Binary}
+            rewrite_landed(self.settings, table, pl.DataFrame(rows, schema=schema))
+
     def _chunks(
         self, item: _Found, file: landed.LandedFile, lines: landed.Lines, result: FileResult, ingested_at: dt.datetime
     ) -> Iterator[pl.DataFrame]:
         """ODS rows of one file, a chunk at a time; the result gathers its counts, dates and warnings."""
-        parse = parser_for(self.settings, item.source, item.kind, keys_only=True)
+        suppressing = bool(self.suppression) and item.kind == "requests"  # feedback names no user
+        parse = parser_for(self.settings, item.source, item.kind, keys_only=True, also=("user_id",) * suppressing)
         mapped = set(self.mapping.fields) if self.mapping is not None else set()
         present: set[str] = set()
         dates: set[dt.date] = set()
@@ -344,7 +387,14 @@ class _Landing:
             chunk = lines.raw(start, start + CHUNK_LINES)
             line_no = pa.array(np.arange(start + 1, start + 1 + len(chunk), dtype=np.int64))
             shas = pa.array([file.sha256] * len(chunk))
-            parsed = per_line(parse(chunk, line_no, shas, ndjson=lines.block(start, start + len(chunk))), len(chunk))
+            parsed = parse(chunk, line_no, shas, ndjson=lines.block(start, start + len(chunk)))
+            if suppressing:
+                kept = self.suppression.apply(chunk, line_no, parsed)
+                chunk, line_no, parsed = kept.raw, kept.line_no, kept.parsed
+                for day, n in kept.suppressed.items():
+                    result.suppressed_dates[day] = result.suppressed_dates.get(day, 0) + n
+                result.changes |= kept.changes
+            parsed = per_line(parsed, len(chunk))
             frame = ods_frame(
                 chunk,
                 parsed,
@@ -354,7 +404,7 @@ class _Landing:
                 batch_id=self.report.batch_id,
                 first_line=start + 1,
                 floor=self.settings.ts_floor,
-            )
+            ).with_columns(line_no=pl.Series(line_no, dtype=pl.Int64))
             result.malformed += int(frame.get_column("is_malformed").sum())
             dates |= record_dates(frame)
             good = parsed.filter(pl.col("parse_error").is_null())

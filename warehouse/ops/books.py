@@ -24,6 +24,8 @@ class Books:
     duplicates: int
     quarantined: int
     malformed: int
+    #: Records of forgotten users left out at ingest (outside the balance: they never reached ODS).
+    suppressed: int = 0
 
     @property
     def balanced(self) -> bool:
@@ -42,6 +44,7 @@ def record_books(where: Lake | Settings, books: Books) -> None:
                 "duplicates": books.duplicates,
                 "quarantined": books.quarantined,
                 "malformed": books.malformed,
+                "suppressed": books.suppressed,
                 "balanced": books.balanced,
             }
         ]

@@ -6,7 +6,10 @@ classified column is covered with no change to this module:
 * a ``pseudonymous`` column matches the user's pseudonym, a ``pii`` text column the user id;
 * a ``pii`` column of raw lines matches lines that hold the user: in a table that records
   how its lines were read (a ``source`` column, as ODS does) each line that could hold the
-  id is parsed and its user compared; elsewhere (the quarantine) the raw bytes are searched;
+  id is parsed and its user compared; elsewhere (the quarantine) the raw bytes are searched.
+  An OTLP export line that also holds other users' spans is not removed but rewritten without
+  the user's spans, every other span byte for byte (:mod:`warehouse.sources.span_erasure`),
+  and so is its landing file;
 * any table with a ``request_id`` column also loses the rows of the user's requests
   (feedback events, quarantined lines of those requests);
 * a ``free_text`` column (``ops.audit_log.message``, which may quote a failed rule's examples)
@@ -16,7 +19,8 @@ An HTML report in the lake (``reports/``) that names the user's pseudonym is del
 
 Lines no ingest has landed yet (a landing file not yet ingested, a receiver's spool segment) have
 no row to find them by: the report counts those files (:func:`warehouse.ops.landing.unlanded`), and
-a forget run after their ingest removes the user's lines from them too.
+the user goes on the suppression list first (:mod:`warehouse.ops.suppression`), so the ingest that
+lands those lines leaves the user's records out.
 
 Before any table is rewritten, the landing files the user's ODS rows came from lose those
 lines (:mod:`warehouse.ops.landing`), so a crash in between finds the rows, and the work, again.
@@ -29,6 +33,7 @@ No predicate naming the user is ever written to a Delta log.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -40,11 +45,12 @@ import pyarrow.dataset as ds
 from warehouse.ops.landing import LINEAGE, Unlanded, rewrite_landed, unlanded
 from warehouse.ops.reports import drop_naming
 from warehouse.ops.retention import vacuum_now
+from warehouse.ops.suppression import add_forgotten
 from warehouse.privacy import pseudonym
 from warehouse.settings import Settings
 from warehouse.storage import audit, lake, locks
 from warehouse.storage.publish import republish
-from warehouse.tables import FREE_TEXT, OPS_LANDED_FILES, PII, PSEUDONYMOUS, Table, all_tables
+from warehouse.tables import FREE_TEXT, OPS_FORGOTTEN_USERS, OPS_LANDED_FILES, PII, PSEUDONYMOUS, Table, all_tables
 
 #: Rows read at a time when looking for a user's rows: bounds memory however large the lake.
 SCAN_ROWS = 128 * 1024
@@ -87,6 +93,8 @@ class _Matcher:
     pseudonym: str
     #: Source → whether its mapping sets every line's user id to this user (a constant).
     _everyones: dict[str, bool] = field(default_factory=dict)
+    #: (file_sha256, line_no) → an export line that holds others' spans too, without the user's.
+    rewritten: dict[tuple[str, int], bytes] = field(default_factory=dict)
 
     @property
     def columns(self) -> list[str]:
@@ -141,13 +149,31 @@ class _Matcher:
                 group.get_column("line_no").to_arrow(),
                 group.get_column("file_sha256").to_arrow(),
             )
-            if "_line" in parsed.columns:  # several records per line: the line is the user's if any is
-                lines = parsed.filter(pl.col("user_id") == self.user_id).get_column("_line").unique()
-                theirs = pl.Series(range(group.height)).is_in(lines.implode())
+            if "_line" in parsed.columns:  # an export line: the user's spans leave it, the others stay
+                theirs = self._spans_removed(group, parsed)
             else:
                 theirs = (parsed.get_column("user_id") == self.user_id).fill_null(False)
             hit = hit.scatter(group.get_column("_i").filter(theirs), True)
         return hit
+
+    def _spans_removed(self, group: pl.DataFrame, parsed: pl.DataFrame) -> pl.Series:
+        """Which export lines hold the user's spans; those that hold others' spans too are kept in
+        ``rewritten`` without the user's (:func:`remove_spans`). A line the scanner cannot read
+        is the user's whole when the reader found a record of theirs in it."""
+        from warehouse.sources.span_erasure import NotReadable, remove_spans
+
+        records = set(parsed.filter(pl.col("user_id") == self.user_id).get_column("_line").to_list())
+        theirs = []
+        for i, (raw, sha, line_no) in enumerate(group.select("raw_line", "file_sha256", "line_no").iter_rows()):
+            try:
+                left = remove_spans(raw, lambda user, _start: user == self.user_id)
+            except NotReadable:
+                theirs.append(i in records)
+                continue
+            if left is not None and left is not raw:
+                self.rewritten[(sha, line_no)] = left
+            theirs.append(left is not raw)
+        return pl.Series(theirs, dtype=pl.Boolean)
 
 
 def _batches(
@@ -169,16 +195,34 @@ class _Marked:
     #: Their primary keys (empty when the table has none: the match is then run again).
     keys: pl.DataFrame
     partitions: list[dict[str, object]]
-    #: Where in the landing zone they came from (``LINEAGE``; empty for a table that does not say).
+    #: Where in the landing zone they came from (``LINEAGE``, and ``old_line``: the line as the row holds it;
+    #: empty for a table that does not say).
     lineage: pl.DataFrame
 
     def __call__(self, frame: pl.DataFrame) -> pl.Series:
+        """The rows that hold the user (rewritten or removed)."""
         if not self.keys.width:
             return self.match(frame)
         names = self.keys.columns
         return frame.select(
             pl.struct(names).is_in(self.keys.select(pl.struct(names)).to_series().implode())
         ).to_series()
+
+    def rewrite(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """``frame``'s export lines that hold others' spans too, with the user's spans removed;
+        every other row as it was."""
+        if not self.match.rewritten or "raw_line" not in frame.columns:
+            return frame
+        lines = [
+            self.match.rewritten.get((sha, line_no), raw)
+            for raw, sha, line_no in frame.select("raw_line", "file_sha256", "line_no").iter_rows()
+        ]
+        return frame.with_columns(raw_line=pl.Series(lines, dtype=pl.Binary))
+
+    def rewritten(self, frame: pl.DataFrame) -> pl.Series:
+        """The rows of ``frame`` that stay, rewritten (:meth:`rewrite`)."""
+        keys = [(sha, line_no) for sha, line_no in frame.select("file_sha256", "line_no").iter_rows()]
+        return pl.Series([key in self.match.rewritten for key in keys], dtype=pl.Boolean)
 
 
 def _find(settings: Settings, table: Table, match: _Matcher) -> tuple[_Marked | None, set[str]]:
@@ -191,13 +235,27 @@ def _find(settings: Settings, table: Table, match: _Matcher) -> tuple[_Marked | 
     if not found.height:
         return None, set()
     partitions = found.select(table.partition_columns).unique().to_dicts() if table.partition_columns else []
+    mark = _Marked(match, found.select(contract.primary_key), partitions, _where_from(found.select(_lineage(table))))
+    if match.rewritten:  # a line that keeps others' spans: its request id is not the user's
+        found = found.filter(~mark.rewritten(found))
+        mark.lineage = mark.lineage.with_columns(
+            raw_line=pl.Series(
+                [match.rewritten.get(key) for key in mark.lineage.select("file_sha256", "line_no").iter_rows()],
+                dtype=pl.Binary,
+            )
+        )
     ids = set(found.get_column("request_id").drop_nulls().to_list()) if linked else set()
-    return _Marked(match, found.select(contract.primary_key), partitions, found.select(_lineage(table))), ids
+    return mark, ids
 
 
 def _lineage(table: Table) -> list[str]:
-    """The table's columns that say which landing file line a row came from (ODS), else none."""
-    return LINEAGE if all(c in table.contract for c in LINEAGE) else []
+    """The table's columns that say which landing file line a row came from, and the line (ODS), else none."""
+    return [*LINEAGE, "raw_line"] if all(c in table.contract for c in [*LINEAGE, "raw_line"]) else []
+
+
+def _where_from(rows: pl.DataFrame) -> pl.DataFrame:
+    """Rows' ``_lineage`` as :func:`rewrite_landed` takes it: the line they hold is ``old_line``."""
+    return rows.rename({"raw_line": "old_line"}, strict=False)
 
 
 def searched_tables() -> list[Table]:
@@ -219,10 +277,12 @@ def forget_user(settings: Settings, user_id: str) -> ForgetReport:
     """
     if not user_id.strip():
         raise ValueError("a user id to forget is required")
-    pseud = pseudonym(settings.require_pseudonym_key(), user_id)
+    key = settings.require_pseudonym_key()
+    pseud = pseudonym(key, user_id)
     candidates = searched_tables()
-    with locks.hold(settings, write=[(t, None) for t in [*candidates, OPS_LANDED_FILES]]):
+    with locks.hold(settings, write=[(t, None) for t in [*candidates, OPS_LANDED_FILES, OPS_FORGOTTEN_USERS]]):
         audit.recover(settings)  # a forget that crashed: its commits get their audit rows first
+        add_forgotten(settings, key, user_id, dt.datetime.now(dt.UTC))  # first: no old record of theirs lands after
         return _forget(settings, user_id, pseud, [t for t in candidates if lake.open_table(settings, t) is not None])
 
 
@@ -240,12 +300,17 @@ def _forget(settings: Settings, user_id: str, pseud: str, existing: list[Table])
     # The landing files they came from lose those lines first: a crash after this finds the rows again.
     report = ForgetReport()
     for table in existing:
+        if not _lineage(table):
+            continue
         parts = [marked[table].lineage] if table in marked else []
         if request_ids and _lineage(table) and "request_id" in table.contract:
-            parts += list(
-                _batches(lake.snapshot(settings, table), LINEAGE, pc.field("request_id").isin(sorted(request_ids)))
-            )
-        lineage = pl.concat(parts, how="vertical_relaxed").unique() if parts else pl.DataFrame()
+            linked = pc.field("request_id").isin(sorted(request_ids))
+            parts += [_where_from(f) for f in _batches(lake.snapshot(settings, table), _lineage(table), linked)]
+        lineage = (
+            pl.concat(parts, how="diagonal_relaxed").unique(LINEAGE, keep="first", maintain_order=True)
+            if parts
+            else pl.DataFrame()
+        )
         if lineage.height:
             report.files += rewrite_landed(settings, table, lineage)
 
@@ -268,7 +333,12 @@ def _forget(settings: Settings, user_id: str, pseud: str, existing: list[Table])
 
             def kept(frame: pl.DataFrame, mark: _Marked | None = mark, linked: bool = linked) -> pl.DataFrame:
                 mask = mark(frame) if mark else pl.repeat(False, frame.height, eager=True)
-                return frame.filter(~(mask | frame.get_column("request_id").is_in(request_list) if linked else mask))
+                if mark is not None and mark.match.rewritten:
+                    mask &= ~mark.rewritten(frame)
+                if linked:
+                    mask |= frame.get_column("request_id").is_in(request_list).fill_null(False)
+                frame = frame.filter(~mask)
+                return mark.rewrite(frame) if mark is not None else frame
 
             before, after = republish(settings, table, kept, [p for p in partitions if p])
             if before > after:

@@ -33,7 +33,7 @@ import polars as pl
 from warehouse.settings import Settings
 from warehouse.sources.collector.segments import convert_pending
 from warehouse.sources.collector.spool import segments_held, spool_dir
-from warehouse.sources.files import SUFFIXES, discover, head, load, split_lines
+from warehouse.sources.files import SUFFIXES, Lines, discover, head, load, split_lines
 from warehouse.sources.formats import HEAD_BYTES, otlp_signal
 from warehouse.storage import lake
 from warehouse.storage.publish import publish
@@ -45,8 +45,12 @@ LINEAGE = ["source_file", "file_sha256", "line_no"]
 
 
 def rewrite_landed(settings: Settings, table: Table, rows: pl.DataFrame) -> int:
-    """Rewrite the landing files of ``rows`` (an ODS table's ``LINEAGE``) without those lines;
-    returns how many files were rewritten or deleted."""
+    """Rewrite the landing files of ``rows`` (an ODS table's ``LINEAGE``) without those lines, or
+    with a row's ``raw_line`` in place of its line where ``rows`` has one (an export line left with
+    others' spans); returns how many files were rewritten or deleted.
+
+    A file an earlier erasure rewrote (its hash one the ledger recorded for it) no longer numbers
+    its lines as its ODS rows do: there a row's line is found by its text, ``old_line``."""
     zone = settings.landing_dir.resolve()
     if zone.is_dir():
         for _, error in convert_pending([zone]).failed:
@@ -59,11 +63,18 @@ def rewrite_landed(settings: Settings, table: Table, rows: pl.DataFrame) -> int:
         if not path.resolve().is_relative_to(zone) or not path.is_file():
             continue
         raw = path.read_bytes()
-        if hashlib.sha256(raw).hexdigest() != sha:
-            continue  # changed since it was landed (or rewritten by a forget that then crashed)
+        current = hashlib.sha256(raw).hexdigest()
         lines = split_lines(load(path).content)
-        drop = set(group.get_column("line_no").to_list())
-        kept = b"".join(lines.block(i, i + 1) for i in range(len(lines)) if i + 1 not in drop)
+        if current == sha:
+            replaced = _replacements(group)
+        elif "old_line" in group.columns and _ledger_has(settings, table, current):
+            replaced = _replacements(group, _numbers_now(lines, group))
+        else:
+            continue  # changed by someone else since it was landed
+        if not replaced:
+            continue  # (its rows' lines left it before)
+        drop = {line_no for line_no, line in replaced.items() if line is None}
+        kept = b"".join(_line_as_kept(lines, i, replaced) for i in range(len(lines)) if i + 1 not in drop)
         if not kept:
             path.unlink()
         else:
@@ -71,9 +82,52 @@ def rewrite_landed(settings: Settings, table: Table, rows: pl.DataFrame) -> int:
             staged = path.with_name(f".{path.name}.forget-{os.getpid()}")
             staged.write_bytes(data)
             staged.replace(path)
-            _record_rewrite(settings, table, str(sha), hashlib.sha256(data).hexdigest(), len(lines) - len(drop))
+            _record_rewrite(settings, table, current, hashlib.sha256(data).hexdigest(), len(lines) - len(drop))
         changed += 1
     return changed
+
+
+def _replacements(rows: pl.DataFrame, now: dict[int, int] | None = None) -> dict[int, bytes | None]:
+    """Line number → its new text, or None where the line goes; line numbers as landed, or mapped
+    through ``now`` to the file's (a row missing from it has left the file)."""
+    lines = rows.get_column("raw_line") if "raw_line" in rows.columns else pl.repeat(None, rows.height, eager=True)
+    changes = dict(zip(rows.get_column("line_no").to_list(), lines.to_list(), strict=True))
+    return changes if now is None else {now[n]: line for n, line in changes.items() if n in now}
+
+
+def _numbers_now(lines: Lines, rows: pl.DataFrame) -> dict[int, int]:
+    """Each row's line number as landed → the number of the line of the file that holds its text
+    (``old_line``), each line of the file taken once, in order."""
+    wanted: dict[bytes, list[int]] = {}
+    for line_no, text in sorted(rows.select("line_no", "old_line").iter_rows()):
+        wanted.setdefault(text, []).append(line_no)
+    now: dict[int, int] = {}
+    for i in range(len(lines)):
+        block = bytes(lines.block(i, i + 1))
+        waiting = wanted.get(block[:-1] if block.endswith(b"\n") else block)
+        if waiting:
+            now[waiting.pop(0)] = i + 1
+    return now
+
+
+def _ledger_has(settings: Settings, table: Table, sha: str) -> bool:
+    """Whether the ledger knows a file of ``table`` by this hash (landed so, or rewritten so by an erasure)."""
+    if lake.open_table(settings, OPS_LANDED_FILES) is None:
+        return False
+    found = lake.read_frame(
+        settings,
+        OPS_LANDED_FILES,
+        columns=["file_sha256"],
+        filters=[("file_sha256", "=", sha), ("table_name", "=", table.name)],
+    )
+    return not found.is_empty()
+
+
+def _line_as_kept(lines: Lines, i: int, replaced: dict[int, bytes | None]) -> bytes | memoryview:
+    """Line ``i`` (0-based) as the file holds it, or its new text ended as it was ended."""
+    block = lines.block(i, i + 1)
+    new = replaced.get(i + 1)
+    return block if new is None else new + (b"\n" if block[-1:] == b"\n" else b"")
 
 
 def _record_rewrite(settings: Settings, table: Table, old: str, new: str, lines: int) -> None:

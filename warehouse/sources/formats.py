@@ -81,17 +81,23 @@ def registered_mapping(settings: Settings, source: str) -> Mapping:
 
 
 def parser_for(
-    settings: Settings, source: str, kind: Kind, *, keys_only: bool = False, checked_ok: bool = False
+    settings: Settings,
+    source: str,
+    kind: Kind,
+    *,
+    keys_only: bool = False,
+    checked_ok: bool = False,
+    also: tuple[str, ...] = (),
 ) -> Parser:
     """The parser for rows of a given ``source``.
 
-    ``keys_only`` asks for ``request_id`` and ``ts`` alone where a format can skip the rest
-    (ODS needs only those; DWD needs every field). ``checked_ok`` says the lines already
-    passed the format's line checks when ODS landed them.
+    ``keys_only`` asks for ``request_id`` and ``ts`` alone (and the fields named in ``also``)
+    where a format can skip the rest (ODS needs only those; DWD needs every field).
+    ``checked_ok`` says the lines already passed the format's line checks when ODS landed them.
     """
     folder = scratch_dir(settings)
     if source == JSONL:
-        fields = ("request_id", "ts") if keys_only else fields_for(kind)
+        fields = ("request_id", "ts", *also) if keys_only else fields_for(kind)
         return lambda raw, _line_no, _sha, ndjson=None: parse_json_lines(
             raw, fields, folder=folder, checked_ok=checked_ok, ndjson=ndjson
         )
