@@ -369,16 +369,13 @@ class DwdTransform:
         if self.requests is None:
             return _ts_columns(unique.drop("ods_source")).with_columns(event_date=pl.lit(self.day))
         frame = unique.rename({"ods_source": "source"})
-        typed = (
-            _ts_columns(frame)
-            .with_columns(
-                event_date=pl.lit(self.day),
-                is_error=(pl.col("status_code").cast(pl.Int64, strict=False) >= 400).fill_null(False)
-                | pl.col("error_type").is_not_null(),
-                is_retry=pl.col("retry_of").is_not_null()
-                | (pl.col("attempt").cast(pl.Int64, strict=False) > 1).fill_null(False),
-                attempt=pl.col("attempt").fill_null("1"),
-            )
+        typed = _ts_columns(frame).with_columns(
+            event_date=pl.lit(self.day),
+            is_error=(pl.col("status_code").cast(pl.Int64, strict=False) >= 400).fill_null(False)
+            | pl.col("error_type").is_not_null(),
+            is_retry=pl.col("retry_of").is_not_null()
+            | (pl.col("attempt").cast(pl.Int64, strict=False) > 1).fill_null(False),
+            attempt=pl.col("attempt").fill_null("1"),
         )
         # Joined on the key alone, then put beside the (wide) frame: no copy of every column.
         labelled = typed.select("request_id").join(
