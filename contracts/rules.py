@@ -1,8 +1,8 @@
 """The column rules a contract can state, each defined once; every enforcer iterates :func:`rules`.
 
-A rule kind (required, unique, allowed values, a range, a pattern, …) is one object that
-knows each of its faces: where an ODCS property states it and how it is read (the loader),
-the polars expression that flags a row breaking it (row checks and ``conform``), its Great
+A rule kind (required, unique, allowed values, a range, a pattern, a maximum length, …) is
+one object that knows each of its faces: where an ODCS property states it and how it is read
+(the loader), the polars expression that flags a row breaking it (row checks and ``conform``), its Great
 Expectations expectations (the audit), its entry in a column's shape (the lock) and how a
 change of it is classified (compatibility: tightening is breaking), how ``strata contracts
 show`` prints it and the dbt data tests it implies. Its id in quarantine rows, violations
@@ -416,6 +416,39 @@ class Pattern(Rule):
         return f"~ {column.rule(self.name)}"
 
 
+class MaxLength(Rule):
+    """``logicalTypeOptions.maxLength``: the longest string allowed, in characters (what
+    ODCS and GX count; a character is at most 4 bytes of UTF-8)."""
+
+    name = lock_key = "max_length"
+    odcs = "logicalTypeOptions.maxLength"
+
+    def fits(self, t: pa.DataType) -> bool:
+        return logical_type(t) == "string" and not pa.types.is_binary(t)
+
+    def read(self, value: Any, t: pa.DataType) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise Invalid(f"{value!r} is not a positive whole number")
+        return value
+
+    def row_check(self, col: pl.Expr, column: Column, now: datetime) -> pl.Expr | None:
+        return col.str.len_chars() > column.rule(self.name)
+
+    def violation(self, column: Column) -> str:
+        return f"strings longer than {column.rule(self.name)} characters"
+
+    def expectations(self, column: Column, now: datetime) -> list[Any]:
+        import great_expectations.expectations as gxe
+
+        return [gxe.ExpectColumnValueLengthsToBeBetween(column=column.name, max_value=column.rule(self.name))]
+
+    def changes(self, column: str, old: Any, new: Any, t: pa.DataType) -> list[Change]:
+        return bound_change(column, self.name, old, new, lower=False)
+
+    def show(self, column: Column) -> str | None:
+        return f"≤ {column.rule(self.name)} chars"
+
+
 class MinItems(Rule):
     """``logicalTypeOptions.minItems``: the shortest list allowed (row checks only)."""
 
@@ -512,6 +545,7 @@ _RULES: list[Rule] = [
     Minimum(),
     Maximum(),
     Pattern(),
+    MaxLength(),
     MinItems(),
     MaxFuture(),
     NullRate(),

@@ -17,6 +17,7 @@ PATTERN_EXAMPLES = {
     "^dwd\\.[a-z][a-z0-9_]*$": "dwd.request",
     "^\\{[\\s\\S]*\\}$": '{"region": "eu"}',
     "^v[0-9]+$": "v1",
+    "^[^\\x00-\\x1F\\x7F-\\x9F]*$": "naïve-id €",
 }
 
 

@@ -324,3 +324,62 @@ def test_long_listings_are_summarised_and_paths_shortened_only_from_the_middle(
     full = cli("landed", "--last", "1", "--full", env={"COLUMNS": "80"})
     joined = "".join(line.split("│")[2].strip() for line in full.stdout.splitlines() if line.count("│") >= 3)
     assert str(deep / "requests-14.jsonl") in joined or str(deep / "requests-00.jsonl") in joined
+
+
+#: Ids unfit to be keys, each with the rule that quarantines it (issue 32, item 6).
+UNFIT_IDS = {
+    "nul_tenant": ({"tenant_id": "a\x00b"}, "tenant_id.pattern"),
+    "del_tenant": ({"tenant_id": "t\x7f"}, "tenant_id.pattern"),
+    "long_tenant": ({"tenant_id": "t" * 257}, "tenant_id.max_length"),
+    "escape_model": ({"model": "m\x1b[31m"}, "model.pattern"),
+    "long_model": ({"model": "m" * 5000}, "model.max_length"),
+    "c1_version": ({"model_version": "v\x85"}, "model_version.pattern"),
+    "long_version": ({"model_version": "v" * 300}, "model_version.max_length"),
+    "newline_user": ({"user_id": "u\nv"}, "user_id.pattern"),
+    "long_user": ({"user_id": "u" * 100_000}, "user_id.max_length"),
+}
+
+
+def test_ids_unfit_to_be_keys_are_quarantined_and_never_served(tmp_path: Path, strata_env: Path) -> None:
+    from typer.testing import CliRunner
+
+    from features.online import get_online_features
+    from strata.cli import app
+
+    settings = load_settings()
+    wide = "é" * 256  # 256 characters (512 bytes): the longest id allowed
+    lines = [
+        record("ok", model_version="v1"),
+        record("wide", tenant_id=wide, user_id=wide, model=wide, model_version=wide),
+        *(record(request_id, **fields) for request_id, (fields, _) in UNFIT_IDS.items()),
+    ]
+    landing = write_lines(tmp_path / "landing" / f"date={DAY}" / "r.jsonl", lines)
+    runner = CliRunner()
+    for args in (
+        ["ingest", str(landing)],
+        ["build", "dwd", "--date", DAY.isoformat()],
+        ["build", "dws", "--date", DAY.isoformat()],
+        ["features", "materialize"],
+    ):
+        done = runner.invoke(app, args, env={"COLUMNS": "200"})
+        assert done.exit_code == 0, (args, done.output)
+
+    quarantined = {r["request_id"]: r["rules"] for r in lake.read_frame(settings, DWD_QUARANTINE).iter_rows(named=True)}
+    assert quarantined == {request_id: [rule] for request_id, (_, rule) in UNFIT_IDS.items()}
+    assert sorted(lake.read_frame(settings, DWD_REQUEST)["request_id"]) == ["ok", "wide"]
+
+    def served(entity: str, key: str) -> bool:
+        return any(v is not None for v in get_online_features(settings, entity, key).values())
+
+    assert served("tenant", "t1") and served("tenant", wide)
+    assert served("model_version", "m1@v1") and served("model_version", f"{wide}@{wide}")
+    assert served("user", "u1") and served("user", wide)
+    for fields, _ in UNFIT_IDS.values():
+        unfit = record("", **fields)
+        entity, key = {
+            "tenant_id": ("tenant", unfit["tenant_id"]),
+            "model": ("model_version", f"{unfit['model']}@unknown"),
+            "model_version": ("model_version", f"{unfit['model']}@{unfit.get('model_version')}"),
+            "user_id": ("user", unfit["user_id"]),
+        }[next(iter(fields))]
+        assert not served(entity, key), (entity, key[:20])

@@ -39,15 +39,15 @@ schema:
       - {name: note_id, logicalType: integer, physicalType: int64, required: true, primaryKey: true,
          primaryKeyPosition: 1, description: Id.}
       - {name: note, logicalType: string, physicalType: string, description: The note.,
-         logicalTypeOptions: {maxLength: 8}}
+         logicalTypeOptions: {minLength: 3}}
 """
 
 
-class MaxLength(Rule):
-    """``logicalTypeOptions.maxLength``: the longest string allowed, in characters."""
+class MinLength(Rule):
+    """``logicalTypeOptions.minLength``: the shortest string allowed, in characters."""
 
-    name = lock_key = "max_length"
-    odcs = "logicalTypeOptions.maxLength"
+    name = lock_key = "min_length"
+    odcs = "logicalTypeOptions.minLength"
 
     def fits(self, t: pa.DataType) -> bool:
         return pa.types.is_string(t)
@@ -58,35 +58,35 @@ class MaxLength(Rule):
         return value
 
     def row_check(self, col: pl.Expr, column: Column, now: datetime) -> pl.Expr | None:
-        return col.str.len_chars() > column.rule(self.name)
+        return col.str.len_chars() < column.rule(self.name)
 
     def violation(self, column: Column) -> str:
-        return f"strings longer than {column.rule(self.name)} characters"
+        return f"strings shorter than {column.rule(self.name)} characters"
 
     def expectations(self, column: Column, now: datetime) -> list[Any]:
         import great_expectations.expectations as gxe
 
-        return [gxe.ExpectColumnValueLengthsToBeBetween(column=column.name, max_value=column.rule(self.name))]
+        return [gxe.ExpectColumnValueLengthsToBeBetween(column=column.name, min_value=column.rule(self.name))]
 
     def changes(self, column: str, old: Any, new: Any, t: pa.DataType) -> list[Change]:
-        return bound_change(column, self.name, old, new, lower=False)
+        return bound_change(column, self.name, old, new, lower=True)
 
     def show(self, column: Column) -> str | None:
-        return f"≤ {column.rule(self.name)} chars"
+        return f"≥ {column.rule(self.name)} chars"
 
     def dbt_tests(self, column: Column) -> list[Any]:
         return [
             {
                 "dbt_utils.expression_is_true": {
-                    "arguments": {"expression": f"length({column.name}) <= {column.rule(self.name)}"}
+                    "arguments": {"expression": f"length({column.name}) >= {column.rule(self.name)}"}
                 }
             }
         ]
 
 
 @pytest.fixture
-def max_length() -> Iterator[Rule]:
-    with registered(MaxLength()) as rule:
+def min_length() -> Iterator[Rule]:
+    with registered(MinLength()) as rule:
         yield rule
 
 
@@ -95,44 +95,44 @@ def notes(*texts: str | None) -> pl.DataFrame:
 
 
 def test_a_rule_registered_once_is_enforced_everywhere(
-    max_length: Rule, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    min_length: Rule, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     contract = parse_contract(NOTES, source="ops.notes.yaml")
-    assert contract.column("note").rule("max_length") == 8
-    assert "note.max_length" in rule_ids(contract)
+    assert contract.column("note").rule("min_length") == 3
+    assert "note.min_length" in rule_ids(contract)
 
     # Row checks, and conform's value checks.
-    split = split_rows(notes("short", "far too long", None), contract, now=NOW)
-    assert split.rejected["note"].to_list() == ["far too long"]
-    assert split.rejected["rules"].to_list() == [["note.max_length"]]
-    with pytest.raises(ContractViolation, match="longer than 8 characters") as err:
-        conform(notes("short", "far too long"), contract, now=NOW)
-    assert err.value.rules == ["note.max_length"]
+    split = split_rows(notes("long enough", "no", None), contract, now=NOW)
+    assert split.rejected["note"].to_list() == ["no"]
+    assert split.rejected["rules"].to_list() == [["note.min_length"]]
+    with pytest.raises(ContractViolation, match="shorter than 3 characters") as err:
+        conform(notes("long enough", "no"), contract, now=NOW)
+    assert err.value.rules == ["note.min_length"]
 
     # The GX suite, audited in this process (the shared worker knows only the shipped rules).
     suite = expectation_suite(contract, now=NOW)
-    assert [e.expectation_type for e in suite.expectations if (e.meta or {})["rule"] == "note.max_length"] == [
+    assert [e.expectation_type for e in suite.expectations if (e.meta or {})["rule"] == "note.min_length"] == [
         "expect_column_value_lengths_to_be_between"
     ]
-    assert audit(notes("short", None).to_arrow(), contract, now=NOW).success
-    result = audit(notes("short", "far too long").to_arrow(), contract, now=NOW)
-    assert result.rules_failed == ["note.max_length"] and result.failures[0].unexpected_count == 1
+    assert audit(notes("long enough", None).to_arrow(), contract, now=NOW).success
+    result = audit(notes("long enough", "no").to_arrow(), contract, now=NOW)
+    assert result.rules_failed == ["note.min_length"] and result.failures[0].unexpected_count == 1
 
     # Compatibility: tightening breaks, loosening does not; the lock records the rule.
-    tighter = parse_contract(NOTES.replace("maxLength: 8", "maxLength: 4"), source="tighter.yaml")
-    looser = parse_contract(NOTES.replace("maxLength: 8", "maxLength: 80"), source="looser.yaml")
+    tighter = parse_contract(NOTES.replace("minLength: 3", "minLength: 4"), source="tighter.yaml")
+    looser = parse_contract(NOTES.replace("minLength: 3", "minLength: 1"), source="looser.yaml")
     assert [(c.kind, c.column, c.breaking) for c in diff_contracts(contract, tighter)] == [
         ("range_narrowed", "note", True)
     ]
     assert [(c.kind, c.breaking) for c in diff_contracts(contract, looser)] == [("range_widened", False)]
     lock = write_lock(tmp_path / "contracts.lock.json", {"ops.notes": contract})
-    assert json.loads(lock.read_text())["tables"]["ops.notes"]["columns"]["note"] == {"type": "string", "max_length": 8}
+    assert json.loads(lock.read_text())["tables"]["ops.notes"]["columns"]["note"] == {"type": "string", "min_length": 3}
     (problem,) = check_lock({"ops.notes": tighter}, lock)
     assert "breaking change without a major version bump" in str(problem)
 
     # The dbt tests of a model, and `strata contracts show`.
     columns = {c["name"]: c for c in model_properties(contract)["columns"]}
-    assert columns["note"]["data_tests"] == max_length.dbt_tests(contract.column("note"))
+    assert columns["note"]["data_tests"] == min_length.dbt_tests(contract.column("note"))
     (tmp_path / "ops.notes.yaml").write_text(NOTES)
     monkeypatch.setenv(SEARCH_PATH_VARIABLE, str(tmp_path))
     clear_cache()
@@ -142,22 +142,22 @@ def test_a_rule_registered_once_is_enforced_everywhere(
         monkeypatch.delenv(SEARCH_PATH_VARIABLE)
         clear_cache()
     assert shown.exit_code == 0, shown.output
-    assert "≤ 8 chars" in shown.output
+    assert "≥ 3 chars" in shown.output
 
 
 def test_a_registered_rule_is_gone_after_its_block() -> None:
     before = rules()
-    with registered(MaxLength()):
-        assert rules()[-1].name == "max_length"
-        with pytest.raises(ContractError, match=r"properties\[note\]\.logicalTypeOptions\.maxLength: 0 is not a posi"):
-            parse_contract(NOTES.replace("maxLength: 8", "maxLength: 0"), source="zero.yaml")
+    with registered(MinLength()):
+        assert rules()[-1].name == "min_length"
+        with pytest.raises(ContractError, match=r"properties\[note\]\.logicalTypeOptions\.minLength: 0 is not a posi"):
+            parse_contract(NOTES.replace("minLength: 3", "minLength: 0"), source="zero.yaml")
     assert rules() == before
-    with pytest.raises(ContractError, match="option 'maxLength' is not enforced by Strata for a string column"):
+    with pytest.raises(ContractError, match="option 'minLength' is not enforced by Strata for a string column"):
         parse_contract(NOTES, source="ops.notes.yaml")
 
 
 def test_a_rule_that_clashes_with_a_shipped_one_is_refused() -> None:
-    class Pattern2(MaxLength):
+    class Pattern2(MinLength):
         name = "pattern"
 
     with pytest.raises(ValueError, match="clashes with 'pattern'"), registered(Pattern2()):
@@ -165,7 +165,7 @@ def test_a_rule_that_clashes_with_a_shipped_one_is_refused() -> None:
 
 
 def test_a_pattern_the_row_checks_cannot_compile_is_refused_when_read() -> None:
-    lookahead = NOTES.replace("maxLength: 8", "pattern: '^(?=n)'")  # Python's re has lookahead, polars' does not
+    lookahead = NOTES.replace("minLength: 3", "pattern: '^(?=n)'")  # Python's re has lookahead, polars' does not
     with pytest.raises(
         ContractError, match=r"properties\[note\]\.logicalTypeOptions\.pattern: does not compile for po"
     ):

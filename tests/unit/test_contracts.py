@@ -51,6 +51,9 @@ TABLES = {
 }
 TS = pa.timestamp("us", tz="UTC")
 VERSION_LINE = f"version: {read_contract(CONTRACTS_DIR / 'dwd.request.yaml').version}"
+#: The shipped dwd.request's version with its minor raised, and with its major raised.
+MAJOR = read_contract(CONTRACTS_DIR / "dwd.request.yaml").major
+MINOR_BUMP, MAJOR_BUMP = f"version: {MAJOR}.99.0", f"version: {MAJOR + 1}.0.0"
 
 
 def request_yaml() -> str:
@@ -294,9 +297,9 @@ def test_lock_catches_breaking_change_without_major_bump(tmp_path: Path) -> None
     assert "breaking change without a major version bump" in str(problems[0])
     assert [c.kind for c in problems[0].changes] == ["column_removed"]
 
-    path.write_text(edited(path.read_text(), VERSION_LINE, "version: 1.9.0"))  # minor is not enough
+    path.write_text(edited(path.read_text(), VERSION_LINE, MINOR_BUMP))  # minor is not enough
     assert [p.table for p in check_lock(read_directory(tables), lock)] == ["dwd.request"]
-    path.write_text(edited(path.read_text(), "version: 1.9.0", "version: 2.0.0"))
+    path.write_text(edited(path.read_text(), MINOR_BUMP, MAJOR_BUMP))
     assert check_lock(read_directory(tables), lock) == []
 
 
@@ -310,7 +313,7 @@ def test_lock_wants_a_bump_for_compatible_changes_and_tracks_removed_tables(tmp_
     )
     (problem,) = check_lock(read_directory(tables), lock)
     assert "without a version bump" in problem.reason
-    path.write_text(edited(path.read_text(), VERSION_LINE, "version: 1.9.0"))
+    path.write_text(edited(path.read_text(), VERSION_LINE, MINOR_BUMP))
     assert check_lock(read_directory(tables), lock) == []
     (tables / "ops.audit_log.yaml").unlink()
     assert [p.table for p in check_lock(read_directory(tables), lock)] == ["ops.audit_log"]

@@ -13,14 +13,17 @@ For every record the transform decides exactly one fate, which keeps the books::
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TypeAlias
 
 import polars as pl
 
-from contracts import split_rows
+from contracts import Contract, split_rows
+from contracts.rules import MaxLength, Pattern
 from warehouse.dwd.prices import with_cost
 from warehouse.ods.rows import FLOOR
 from warehouse.privacy import pseudonymize
@@ -48,6 +51,8 @@ _MALFORMED_RULES = [
 #: Columns outside the target's contract that a quarantined row needs (its other lineage
 #: columns are the target's own).
 _CARRIED = ["raw_line", "ingested_at"]
+#: The rules of ``tenant_id`` the raw ``user_id`` is held to: what makes an id fit to be a key.
+_ID_RULES = (MaxLength.name, Pattern.name)
 
 ParserFor: TypeAlias = Callable[[str, Kind], Parser]
 """(ODS ``source``, kind) → the parser of lines landed so (already passed ODS's line checks)."""
@@ -133,6 +138,23 @@ def parse_rows(ods: pl.DataFrame, kind: Kind, parser_for: ParserFor) -> pl.DataF
     return pl.concat(parts).select(columns)
 
 
+def with_raw_user_id(contract: Contract) -> Contract:
+    """``contract`` plus a ``user_id`` column held to ``tenant_id``'s length and character rules.
+
+    The raw user id never reaches ``dwd.request`` (its pseudonym does), so no column there can
+    state its rules; checked with the row's other rules before it is pseudonymized, a broken
+    one quarantines the row as ``user_id.max_length`` / ``user_id.pattern``.
+    """
+    tenant = contract.column("tenant_id")
+    user = dataclasses.replace(
+        tenant,
+        name="user_id",
+        rules=tuple((name, value) for name, value in tenant.rules if name in _ID_RULES),
+        description="The raw user id, before it is pseudonymized (checked, never written).",
+    )
+    return dataclasses.replace(contract, columns=(*contract.columns, user))
+
+
 def quarantine_rows(rows: pl.DataFrame, rules: pl.Expr, target: Table, day: dt.date) -> pl.DataFrame:
     """Rows of ``dwd.quarantine`` for records meant for ``target`` on ``day``."""
     return rows.select(
@@ -210,6 +232,12 @@ class DwdTransform:
     def target(self) -> Table:
         return TARGETS[self.kind]
 
+    @cached_property
+    def checked(self) -> Contract:
+        """The contract the rows are checked with: the target's, plus the raw user id of requests."""
+        contract = self.target.contract
+        return with_raw_user_id(contract) if self.requests is not None else contract
+
     def __call__(self, ods: pl.DataFrame) -> Batch:
         repeat = (
             ods.select("file_sha256", "line_no")
@@ -231,13 +259,13 @@ class DwdTransform:
         ts_faults = typed.filter(pl.col("_ts_type_error"))
         split = split_rows(
             typed.filter(~pl.col("_ts_type_error")).drop("_ts_type_error"),
-            self.target.contract,
+            self.checked,
             now=self.now,
             keep=_CARRIED,
         )
         # Timestamp rules a contract cannot state: the configured floor, and the row's own partition.
         implausible = self._ts_rules()
-        valid = split.valid.with_columns(_ts_rules=implausible)
+        valid = self._pseudonymized(split.valid).with_columns(_ts_rules=implausible)
         rejected = pl.concat(
             [
                 split.rejected.with_columns(rules=pl.concat_list("rules", implausible).list.unique().list.sort()),
@@ -330,22 +358,24 @@ class DwdTransform:
         )
         return unique, good.height - unique.height
 
+    def _pseudonymized(self, valid: pl.DataFrame) -> pl.DataFrame:
+        """Rows that kept their rules, the raw user id replaced by its pseudonym (requests)."""
+        if self.requests is None:
+            return valid
+        pseudonyms = pseudonymize(valid.get_column("user_id"), self.requests.key, self._pseudonyms)
+        return valid.with_columns(user_pseudonym=pseudonyms).drop("user_id")
+
     def _typed(self, unique: pl.DataFrame) -> pl.DataFrame:
         if self.requests is None:
             return _ts_columns(unique.drop("ods_source")).with_columns(event_date=pl.lit(self.day))
         frame = unique.rename({"ods_source": "source"})
-        typed = (
-            _ts_columns(frame)
-            .with_columns(
-                user_pseudonym=pseudonymize(frame.get_column("user_id"), self.requests.key, self._pseudonyms),
-                event_date=pl.lit(self.day),
-                is_error=(pl.col("status_code").cast(pl.Int64, strict=False) >= 400).fill_null(False)
-                | pl.col("error_type").is_not_null(),
-                is_retry=pl.col("retry_of").is_not_null()
-                | (pl.col("attempt").cast(pl.Int64, strict=False) > 1).fill_null(False),
-                attempt=pl.col("attempt").fill_null("1"),
-            )
-            .drop("user_id")
+        typed = _ts_columns(frame).with_columns(
+            event_date=pl.lit(self.day),
+            is_error=(pl.col("status_code").cast(pl.Int64, strict=False) >= 400).fill_null(False)
+            | pl.col("error_type").is_not_null(),
+            is_retry=pl.col("retry_of").is_not_null()
+            | (pl.col("attempt").cast(pl.Int64, strict=False) > 1).fill_null(False),
+            attempt=pl.col("attempt").fill_null("1"),
         )
         # Joined on the key alone, then put beside the (wide) frame: no copy of every column.
         labelled = typed.select("request_id").join(
