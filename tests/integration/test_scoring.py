@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-
 from typer.testing import CliRunner
 
 from batch_inference.features import chunk_rows
@@ -18,11 +17,11 @@ from batch_inference.session import open_session
 from batch_inference.summary import summarize
 from batch_inference.training import TrainingSet, fit_and_register
 from benchmarks.synthetic import feature_rows, pseudonyms, request_rows
+from strata.commands.models import app as models_app
 from warehouse.settings import Settings, load_settings
 from warehouse.storage import lake
 from warehouse.storage.duck import lake_reader
 from warehouse.storage.publish import publish
-from strata.commands.models import app as models_app
 from warehouse.tables import ADS_SCORE_DAILY, ADS_USER_RISK_SCORES, DWD_REQUEST, table
 
 DAY = dt.date(2026, 3, 2)
@@ -103,7 +102,7 @@ def test_a_day_of_many_users_scores_within_a_small_reader_memory(
     scored_lake: tuple[Settings, list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The pressure of a million users under 512MB, small: 16,000 users under 40MB, where one query over
-    every entity at once runs out of memory. Read in chunks, the scores and their order are the same."""
+    every entity at once runs out of memory: read a chunk of entities per query, every score is the same."""
     settings, names = scored_lake
     more = pseudonyms(16_000, seed=5)
     source = table("dws.user_features")
