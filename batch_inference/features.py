@@ -3,8 +3,9 @@
 The features are read from the offline store's own source — the DWS Delta table the feature
 service is defined over — through its Delta log (DuckDB's ``delta_scan``), with the offline
 store's point-in-time rule: for each entity the latest row whose ``feature_ts`` is at or before
-the instant and within the view's TTL; an entity with none gets nulls. One query streams
-Arrow record batches, so a million entities never sit in memory at once.
+the instant and within the view's TTL; an entity with none gets nulls. One query per chunk of
+entities, sized from the lake reader's memory, streams Arrow record batches, so a million
+entities never sit in DuckDB's memory at once.
 
 Entities are sharded by the first hex digit of their key, a keyed hash (a pseudonym), so
 shard ``i`` of ``n`` (``n`` dividing 16) owns the buckets ``i·16/n … (i+1)·16/n − 1``.
@@ -110,7 +111,7 @@ def read_as_of(
 #: What a feature read holds whatever its chunk (the scans' buffers), and the multiple of a
 #: chunk's row bytes (key, features, time) it holds on top (the window's and the sort's copies).
 #: Measured on two cores, 1M users, 48 features: chunks of 37k entities pass under a 128MB limit
-#: and of 296k under 512MB, of 74k and 592k fail; under 32MB, of 1,024 pass and of 9k fail.
+#: and of 296k under 512MB, of 74k and 592k fail; 16k users under 40MB, of 1,024 pass (not 32MB).
 _READ_RESERVE = 64_000_000
 _READ_COPIES = 5
 
@@ -118,5 +119,6 @@ _READ_COPIES = 5
 def chunk_rows(settings: Settings, source: Table, columns: list[str]) -> int:
     """Entities per query of :func:`read_as_of`, so that one query fits the lake reader's memory."""
     kinds = [source.contract.column(c).arrow_type for c in columns]
+    # the key (32 hex digits), feature_ts and the position, then each feature
     row = 48 + sum(max(1, t.bit_width // 8) if pa.types.is_primitive(t) else 32 for t in kinds)
     return max(1024, (size_bytes(settings.lake_reader_memory) - _READ_RESERVE) // (row * _READ_COPIES))
