@@ -9,7 +9,8 @@ regression) trained on a sample of those rows, exported to ONNX and registered.
   batches streamed through one ONNX Runtime session with IO binding while the next batch is
   read, scores conformed, checked, audited and committed to ``ads.user_risk_scores``;
 - baseline (named, same run, same rows): a bare hand-written pipeline — the same DuckDB
-  feature query, one ``session.run`` per batch, the scores written to a Parquet file;
+  feature read (``read_as_of``, one query per chunk of entities within the lake reader's
+  memory), one ``session.run`` per batch, the scores written to a Parquet file;
 - beside both: raw ``session.run`` rows/s on the features already in memory.
 
 Target: ours at least 0.6× the bare pipeline's rows/s. ``STRATA_BENCH_PROVIDER=cuda`` (``make

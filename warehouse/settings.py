@@ -65,6 +65,9 @@ class Settings:
     sql_timeout_s: float = 300.0
     sql_memory_limit: str = "2GB"
     sql_spill_limit: str = "10GB"
+    #: DuckDB's memory of the instance that reads the lake for a step (it spills beyond it); the
+    #: scorer sizes its feature reads from it.
+    lake_reader_memory: str = "512MB"
 
     def require_pseudonym_key(self) -> bytes:
         """The HMAC key for user pseudonyms; refuses to run without one."""
@@ -105,6 +108,7 @@ class Settings:
             "STRATA_SQL_TIMEOUT_S": f"{self.sql_timeout_s:g}",
             "STRATA_SQL_MEMORY_LIMIT": self.sql_memory_limit,
             "STRATA_SQL_SPILL_LIMIT": self.sql_spill_limit,
+            "STRATA_LAKE_READER_MEMORY": self.lake_reader_memory,
         }
         optional = {
             "STRATA_PSEUDONYM_KEY": self.pseudonym_key,
@@ -144,6 +148,15 @@ def _size(env: Mapping[str, str], name: str, default: str) -> str:
     ):
         raise ConfigError(f"{name} must be a size such as 512MB or 4GB, not {value!r}")
     return value
+
+
+def size_bytes(size: str) -> int:
+    """Bytes of a checked size, as DuckDB reads it: KB, MB… are powers of 1000, KiB, MiB… of 1024."""
+    found = re.fullmatch(r"([0-9.]+)\s*([KMGT])(i?)B", size.strip(), re.IGNORECASE)
+    if found is None:
+        raise ConfigError(f"{size!r} is not a size such as 512MB or 4GB")
+    number, unit, binary = found.groups()
+    return int(float(number) * (1024 if binary else 1000) ** ("KMGT".index(unit.upper()) + 1))
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
@@ -214,6 +227,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         sql_timeout_s=_seconds(env, "STRATA_SQL_TIMEOUT_S", "300"),
         sql_memory_limit=_size(env, "STRATA_SQL_MEMORY_LIMIT", "2GB"),
         sql_spill_limit=_size(env, "STRATA_SQL_SPILL_LIMIT", "10GB"),
+        lake_reader_memory=_size(env, "STRATA_LAKE_READER_MEMORY", "512MB"),
     )
 
 

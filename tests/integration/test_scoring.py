@@ -8,15 +8,19 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from typer.testing import CliRunner
 
+from batch_inference.features import chunk_rows
 from batch_inference.registry import Feature, ModelError, get, register
 from batch_inference.scoring import score
 from batch_inference.session import open_session
 from batch_inference.summary import summarize
 from batch_inference.training import TrainingSet, fit_and_register
 from benchmarks.synthetic import feature_rows, pseudonyms, request_rows
+from strata.commands.models import app as models_app
 from warehouse.settings import Settings, load_settings
 from warehouse.storage import lake
+from warehouse.storage.duck import lake_reader
 from warehouse.storage.publish import publish
 from warehouse.tables import ADS_SCORE_DAILY, ADS_USER_RISK_SCORES, DWD_REQUEST, table
 
@@ -92,6 +96,28 @@ def test_two_shards_together_equal_the_unsharded_run(scored_lake: tuple[Settings
     assert _scores(settings).equals(whole)
     lake_root = Path(ADS_USER_RISK_SCORES.uri(settings))
     assert len({p.parent.name for p in lake_root.rglob("*.parquet")}) == 16  # one folder per entity bucket
+
+
+def test_a_day_of_many_users_scores_within_a_small_reader_memory(
+    scored_lake: tuple[Settings, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pressure of a million users under 512MB, small: 16,000 users under 40MB, where one query over
+    every entity at once runs out of memory: read a chunk of entities per query, every score is the same."""
+    settings, names = scored_lake
+    more = pseudonyms(16_000, seed=5)
+    source = table("dws.user_features")
+    publish(settings, source, feature_rows(source, more, DAY, seed=6), partitions=[{"event_date": DAY}], mode="append")
+    publish(settings, DWD_REQUEST, request_rows(more, DAY), partitions=[{"event_date": DAY}], mode="append")
+    score(settings, "user_risk", DAY, provider="cpu")
+    whole = _scores(settings)
+    monkeypatch.setenv("STRATA_LAKE_READER_MEMORY", "40MB")
+    small = load_settings()
+    assert lake_reader(small).sql("SELECT current_setting('memory_limit')").fetchone() == ("38.1 MiB",)
+    assert chunk_rows(small, source, names) < whole.height // 2  # several queries
+    result = CliRunner().invoke(models_app, ["score", "--date", DAY.isoformat(), "--provider", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert "scored 16,300 user(s)" in result.output
+    assert _scores(settings).equals(whole)
 
 
 def _unchanged(settings: Settings, before: int | None) -> None:

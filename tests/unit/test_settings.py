@@ -29,6 +29,7 @@ def test_sql_bounds_have_defaults_and_travel_to_a_child(tmp_path: Path) -> None:
             "STRATA_SQL_TIMEOUT_S": "2.5",
             "STRATA_SQL_MEMORY_LIMIT": "512MiB",
             "STRATA_SQL_SPILL_LIMIT": "1.5GB",
+            "STRATA_LAKE_READER_MEMORY": "64MiB",
         }
     )
     assert load_settings(tuned.to_env()) == tuned
@@ -50,6 +51,7 @@ def test_lake_uri_override_keeps_remote_uris(tmp_path: Path) -> None:
         ({"STRATA_SQL_TIMEOUT_S": "nan"}, "STRATA_SQL_TIMEOUT_S"),
         ({"STRATA_SQL_MEMORY_LIMIT": "lots"}, "STRATA_SQL_MEMORY_LIMIT must be a size such as 512MB"),
         ({"STRATA_SQL_SPILL_LIMIT": "0GB"}, "STRATA_SQL_SPILL_LIMIT"),
+        ({"STRATA_LAKE_READER_MEMORY": "512"}, "STRATA_LAKE_READER_MEMORY"),
         ({"STRATA_DEFAULT_TENANT": "a tenant; drop"}, "STRATA_DEFAULT_TENANT"),
     ],
 )

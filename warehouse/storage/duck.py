@@ -41,9 +41,8 @@ def scratch() -> duckdb.DuckDBPyConnection:
     return con
 
 
-#: Memory of the DuckDB instance that reads a lake (it spills to the scratch folder beyond it).
-LAKE_READER_MEMORY = "512MB"
-#: Instances kept per process, one per lake (and STRATA_HOME, whose scratch folder they spill to).
+#: Instances kept per process, one per lake (and STRATA_HOME, whose scratch folder they spill to,
+#: and memory limit, ``STRATA_LAKE_READER_MEMORY``: beyond it they spill).
 _KEPT_READERS = 4
 _readers: OrderedDict[tuple[str, ...], duckdb.DuckDBPyConnection] = OrderedDict()
 _readers_lock = threading.Lock()
@@ -66,6 +65,7 @@ def lake_reader(settings: Settings, *, ordered: bool = True) -> duckdb.DuckDBPyC
         settings.s3_endpoint_url or "",
         settings.s3_region or "",
         settings.s3_access_key_id or "",
+        settings.lake_reader_memory,
     )
     with _readers_lock:
         base = _readers.get(key)
@@ -73,7 +73,7 @@ def lake_reader(settings: Settings, *, ordered: bool = True) -> duckdb.DuckDBPyC
             base = connect()
             configure_duckdb(base, settings)  # a lake on s3://: httpfs and the lake's credentials
             base.execute("LOAD delta")
-            base.execute(f"SET memory_limit = '{LAKE_READER_MEMORY}'")
+            base.execute(f"SET memory_limit = '{settings.lake_reader_memory}'")
             base.execute(f"SET temp_directory = '{scratch_dir(settings) / 'duckdb'}'")
             _readers[key] = base
             while len(_readers) > _KEPT_READERS:  # dropped, not closed: that would close its cursors
