@@ -143,3 +143,25 @@ def test_litellm_through_a_gateway_token_lands_its_teams_and_refuses_the_others(
             [("acme", 20)],  # an ordinary token: its tenant
         ]
     )
+
+
+def test_file_ingest_reads_the_team_attribute_as_the_tenant_and_tenant_for_spans_naming_none(
+    strata_env: Path, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from strata.cli import app
+
+    path = tmp_path / "litellm.otlp.jsonl"
+    path.write_bytes(
+        json.dumps(_export("f", {"a": ("team-a", None), "none": ("", None), "b": (None, "team-b")})).encode()
+    )
+    for args in (["ingest", str(path), "--tenant", "acme"], ["build", "dwd", "--date", DAY.isoformat()]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+    dwd = pl.from_arrow(lake.read(load_settings(), table("dwd.request")))
+    assert dict(dwd.select("request_id", "tenant_id").rows()) == {
+        "f-a-0": "team-a",
+        "f-none-0": "acme",
+        "f-b-0": "team-b",
+    }
