@@ -128,20 +128,38 @@ def test_a_body_that_is_no_trace_export_is_bad_data(body: bytes, content_type: s
 
 def test_the_tokens_file_must_be_private_and_well_formed(tmp_path: Path) -> None:
     path = tmp_path / "tokens"
-    path.write_text("# token tenant\ns3cret-token-0123456789 acme\nanother-token-0123456789\n")
+    path.write_text(
+        "# token tenant\ns3cret-token-0123456789 acme\nanother-token-0123456789\n"
+        "gateway-token-0123456789 litellm gateway=team-a,team-b\nany-team-token-0123456789 litellm gateway=*\n"
+    )
     path.chmod(0o644)
     with pytest.raises(ConfigError, match="chmod 600"):
         load_tokens(path)
     path.chmod(0o600)
     tokens = load_tokens(path)
-    assert tokens.check(b"Bearer s3cret-token-0123456789") == (True, "acme")
-    assert tokens.check(b"Bearer another-token-0123456789") == (True, None)
-    assert tokens.check(b"Bearer s3cret-token-012345678") == (False, None)
-    assert tokens.check(b"Basic s3cret-token-0123456789") == (False, None)
-    assert tokens.check(None) == (False, None)
-    path.write_text("short acme\n")
-    with pytest.raises(ConfigError, match="line 1"):
-        load_tokens(path)
+
+    def check(authorization: bytes | None) -> tuple[str | None, str | None] | None:
+        token = tokens.check(authorization)
+        return None if token is None else (token.tenant, token.gateway)
+
+    assert check(b"Bearer s3cret-token-0123456789") == ("acme", None)
+    assert check(b"Bearer another-token-0123456789") == (None, None)
+    assert check(b"Bearer gateway-token-0123456789") == ("litellm", "team-a,team-b")
+    assert check(b"Bearer any-team-token-0123456789") == ("litellm", "*")
+    assert check(b"Bearer s3cret-token-012345678") is None
+    assert check(b"Basic s3cret-token-0123456789") is None
+    assert check(None) is None
+    for line, error in [
+        ("short acme", "line 1"),
+        ("gateway-token-0123456789 gateway=team-a", "default tenant first"),
+        ("gateway-token-0123456789 litellm team-a", "gateway=<team>"),
+        ("gateway-token-0123456789 litellm gateway=team-a,,team-b", "gateway=<team>"),
+        ("gateway-token-0123456789 litellm gateway=*,team-a", "gateway=<team>"),
+        ("gateway-token-0123456789 litellm gateway=a b", "expected"),
+    ]:
+        path.write_text(line + "\n")
+        with pytest.raises(ConfigError, match=error):
+            load_tokens(path)
 
 
 def test_collect_settings_defaults_and_errors() -> None:

@@ -217,7 +217,7 @@ def test_a_null_cost_says_whether_the_price_or_the_usage_is_missing() -> None:
         lines(
             request("priced"),
             request("no-price", model="m9"),
-            request("failed", status_code=429, error_type="rate_limited", input_tokens=None, output_tokens=None),
+            request("failed", status_code=503, error_type="upstream_error", input_tokens=None, output_tokens=None),
             request("stream", input_tokens=None, output_tokens=None),
         )
     )

@@ -5,9 +5,10 @@ optionally ``bills_refusals``) is loaded into ``dwd.model_price`` (one Delta ver
 load). A request's cost uses the price row in effect at its timestamp.
 
 The billing rule: a request refused before inference — answered with a 4xx status, such
-as an invalid request (400) or a rate limit (429) — costs 0, as providers bill it, unless
-its price row sets ``bills_refusals``. Every other request is billed for its tokens,
-failures after inference started (5xx) included.
+as an invalid request (400) or a rate limit (429) — of a priced model costs 0, as providers bill
+it, whatever usage its producer reported (LiteLLM reports none on failures), unless its price row
+sets ``bills_refusals``. Every other request is billed for its tokens, failures after inference
+started (5xx) included; an unpriced model's cost is null.
 """
 
 from __future__ import annotations
@@ -93,5 +94,6 @@ def with_cost(requests: pl.DataFrame, prices: pl.DataFrame) -> pl.DataFrame:
     ) / 1000
     status = pl.col("status_code").cast(pl.Int64, strict=False)
     refused = status.is_between(REFUSED.start, REFUSED.stop - 1).fill_null(False)
-    cost = pl.when(refused & ~pl.col("bills_refusals").fill_null(False) & cost.is_not_null()).then(0.0).otherwise(cost)
+    priced = pl.col("input_price_per_1k").is_not_null()
+    cost = pl.when(refused & priced & ~pl.col("bills_refusals").fill_null(False)).then(0.0).otherwise(cost)
     return requests.with_columns(cost_usd=joined.sort("_i").select(cost).to_series())

@@ -33,9 +33,12 @@ preprocess_ms           ``gen_ai.latency.time_in_preprocess`` *(custom)*, second
 inference_ms            ``gen_ai.latency.time_in_model_inference`` (vLLM), seconds → ms
 postprocess_ms          ``gen_ai.latency.time_in_postprocess`` *(custom)*, seconds → ms
 tenant_id               ``strata.tenant_id`` on the *resource* only (what ``strata collect`` stamps from the
-                        receiver token: a client cannot override it), ``tenant.id`` *(custom)*; else the
-                        source's tenant (``strata ingest --tenant``, ``STRATA_DEFAULT_TENANT``); else the
-                        resource's ``service.name``; else null (DWD quarantines it as ``tenant_id.required``)
+                        receiver token: a client cannot override it; under a gateway token's
+                        ``strata.gateway`` mark the span's team first, when the mark lists it); else the team
+                        attribute: ``metadata.user_api_key_team_id`` (LiteLLM), ``tenant.id`` *(custom)*, empty
+                        text naming none; else the source's tenant (``strata ingest --tenant``,
+                        ``STRATA_DEFAULT_TENANT``); else the resource's ``service.name``; else null (DWD
+                        quarantines it as ``tenant_id.required``)
 user_id                 ``user.id``, ``enduser.id`` (deprecated semconv)
 api_key_id              ``api_key.id`` *(custom)*
 operation               ``gen_ai.operation.name`` (``text_completion`` → ``completion``, others as written)
@@ -146,7 +149,6 @@ _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?
 _KEYS: dict[str, tuple[str, ...]] = {
     "retry_of": ("gen_ai.request.retry_of",),
     "attempt": ("gen_ai.request.attempt",),
-    "tenant_id": ("tenant.id",),
     "user_id": ("user.id", "enduser.id"),
     "api_key_id": ("api_key.id",),
     "provider": ("gen_ai.provider.name", "gen_ai.system"),
@@ -187,6 +189,10 @@ _RESPONSE_MODEL = "gen_ai.response.model"
 _MODEL_VERSION = "model.version"
 _FINISH_REASONS = "gen_ai.response.finish_reasons"
 _RECEIVER_TENANT = "strata.tenant_id"
+#: The receiver's mark of a gateway token's resources: the teams it may name (``*``: any), comma-separated.
+GATEWAY = "strata.gateway"
+#: A span's team attribute, first non-empty wins: the tenant a gateway's span names.
+TEAM_KEYS = ("metadata.user_api_key_team_id", "tenant.id")
 _SERVICE_NAME = "service.name"
 _STATUS_ERROR = {2, "2", "STATUS_CODE_ERROR"}
 _ERROR_CODE = re.compile(r"Error code: ([1-5][0-9]{2})\b")
@@ -462,6 +468,29 @@ def _status_and_error(span: dict[str, Any], look: _Lookup, error: str | None) ->
     return status, error
 
 
+def gateway_allows(gateway: str, team: str) -> bool:
+    """Whether a gateway token's teams (``strata.gateway``: comma-separated, or ``*``) hold ``team``."""
+    return gateway == "*" or team in gateway.split(",")
+
+
+def _tenant(look: _Lookup, resource: dict[str, Any], tenant: str | None) -> str | None:
+    """A span's tenant: the receiver's (a gateway's listed team before it), else its team, the source's, the
+    service's (see the module docstring). A team attribute is no claim under an ordinary token's stamp."""
+    team = None
+    for key in TEAM_KEYS:
+        text = look.text(key)
+        if text is not None:
+            look.use(key)
+            team = team or text or None
+    stamps = {
+        k: _text(resource[k], f"resource.{k}") for k in (_RECEIVER_TENANT, GATEWAY, _SERVICE_NAME) if k in resource
+    }
+    receiver, gateway = stamps.get(_RECEIVER_TENANT), stamps.get(GATEWAY)
+    if receiver and gateway is not None and team is not None and gateway_allows(gateway, team):
+        return team
+    return receiver or team or tenant or stamps.get(_SERVICE_NAME)
+
+
 def _span_row(
     span: dict[str, Any], look: _Lookup, resource: dict[str, Any], tenant: str | None
 ) -> dict[str, str | None]:
@@ -469,15 +498,7 @@ def _span_row(
     errors: list[str] = []
     for field, keys in _KEYS.items():
         row[field] = look.first(keys)
-    receiver = resource.get(_RECEIVER_TENANT)
-    receiver_tenant = None if receiver is None else _text(receiver, f"resource.{_RECEIVER_TENANT}")
-    service = resource.get(_SERVICE_NAME)
-    row["tenant_id"] = (
-        receiver_tenant
-        or row["tenant_id"]
-        or tenant
-        or (None if service is None else _text(service, f"resource.{_SERVICE_NAME}"))
-    )
+    row["tenant_id"] = _tenant(look, resource, tenant)
     for field, keys in _SECONDS_KEYS.items():
         for key in keys:
             seconds = look.text(key)

@@ -18,15 +18,19 @@ says that it was converted.
 
 A token that names a tenant puts ``strata.tenant_id`` on every resource. Spans that claim
 another tenant (``tenant.id`` on their resource or on the span) are rejected, and the answer
-is a partial success that says how many. Only the receiver writes ``strata.tenant_id`` and
-``strata.converted_from``: a sender's own are dropped (its JSON body is then re-encoded).
+is a partial success that says how many. A gateway's token (:mod:`.tokens`) puts ``strata.gateway``
+(its teams) there too, and its spans name their tenant by their team attribute
+(:data:`~warehouse.sources.otlp.TEAM_KEYS`, looked up as the reader does: on the span, its scope, its
+resource): the spans naming a team outside its teams (nor its default tenant) are the rejected ones. Only the
+receiver writes ``strata.tenant_id``, ``strata.gateway`` and ``strata.converted_from``: a sender's own are
+dropped (its JSON body is then re-encoded).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +38,7 @@ import msgspec
 
 from warehouse.sources import otlp_spans
 from warehouse.sources.collector import wire
-from warehouse.sources.otlp import export_problem
+from warehouse.sources.otlp import GATEWAY, TEAM_KEYS, export_problem, gateway_allows
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -42,7 +46,7 @@ CONVERTED_FROM = "strata.converted_from"
 TENANT = "strata.tenant_id"
 _CLAIMED_TENANT = "tenant.id"
 #: Resource attributes only the receiver writes: a sender's own are dropped, so ODS can trust them.
-_OURS = (TENANT, CONVERTED_FROM)
+_OURS = (TENANT, GATEWAY, CONVERTED_FROM)
 
 #: HTTP status → google.rpc.Code of the Status body an error answer carries.
 _RPC_CODES = {400: 3, 401: 16, 404: 12, 405: 12, 413: 8, 415: 3, 429: 8, 503: 14}
@@ -76,14 +80,14 @@ class Accepted:
 _LINE, _PROTOBUF_BODY = b"L", b"P"
 
 
-def accept(body: bytes, content_type: str, tenant: str | None) -> Accepted:
+def accept(body: bytes, content_type: str, tenant: str | None, gateway: str | None = None) -> Accepted:
     """The spool record of a trace export body, without converting it; raises :class:`BadData` as :func:`decode`."""
     if content_type == PROTOBUF:
-        spans, rejected = _drop_other_tenants(_parse(body), tenant)
-        claim = (tenant or "").encode()
+        spans, rejected = _drop_other_tenants(_parse(body), tenant, gateway)
+        claim = ((tenant or "") + (f" {gateway}" if gateway else "")).encode()
         record = _PROTOBUF_BODY + len(claim).to_bytes(2, "big") + claim + body if spans > rejected else None
-        return Accepted(record, spans, rejected, _rejected_message(rejected))
-    decoded = decode(body, content_type, tenant)
+        return Accepted(record, spans, rejected, _rejected_message(rejected, gateway))
+    decoded = decode(body, content_type, tenant, gateway)
     return Accepted(
         None if decoded.line is None else _LINE + decoded.line, decoded.spans, decoded.rejected, decoded.message
     )
@@ -97,41 +101,51 @@ def line_of(record: bytes) -> bytes | None:
     if kind != _PROTOBUF_BODY or len(record) < 3:
         raise BadData(f"not a spool record (kind {kind!r})")
     size = int.from_bytes(record[1:3], "big")
-    return _converted(record[3 + size :], record[3 : 3 + size].decode() or None)
+    tenant, _, gateway = record[3 : 3 + size].decode().partition(" ")  # see :func:`accept`
+    return _converted(record[3 + size :], tenant or None, gateway or None)
 
 
-def _converted(body: bytes, tenant: str | None) -> bytes | None:
-    """``decode(body, PROTOBUF, tenant).line``, written straight from the wire bytes (:mod:`.wire`) where it can
-    be: several times faster, the same bytes. Spans claiming another tenant are deleted from the parsed message
-    first, which is then serialized again; a body the writer does not cover is converted by :func:`decode`."""
+def _converted(body: bytes, tenant: str | None, gateway: str | None) -> bytes | None:
+    """``decode(body, PROTOBUF, tenant, gateway).line``, written straight from the wire bytes (:mod:`.wire`) where
+    it can be: several times faster, the same bytes. Spans claiming another tenant are deleted from the parsed
+    message first, which is then serialized again; a body the writer does not cover is converted by :func:`decode`."""
     if any(ours.encode() in body for ours in _OURS):
-        return decode(body, PROTOBUF, tenant).line  # a sender's own receiver attributes, to drop
+        return decode(body, PROTOBUF, tenant, gateway).line  # a sender's own receiver attributes, to drop
     kept = body
-    if tenant is not None and _CLAIMED_TENANT.encode() in body:
+    claims = TEAM_KEYS if gateway is not None else (_CLAIMED_TENANT,)
+    if tenant is not None and any(key.encode() in body for key in claims):
         message = _parse(body)
-        if _drop_other_tenants(message, tenant)[1]:
+        if _drop_other_tenants(message, tenant, gateway)[1]:
             kept = message.SerializeToString()
     try:
-        return wire.otlp_json(kept, receiver_attributes(tenant))
+        return wire.otlp_json(kept, receiver_attributes(tenant, gateway))
     except (LookupError, ValueError):  # wire.NotCanonical, an unknown field, a body cut short
-        return decode(body, PROTOBUF, tenant).line
+        return decode(body, PROTOBUF, tenant, gateway).line
 
 
-def receiver_attributes(tenant: str | None) -> bytes:
-    """The JSON ``KeyValue``\\s (comma-separated) a converted body's resources end with: its tenant, its conversion."""
-    stamps = [{"key": CONVERTED_FROM, "value": {"stringValue": "protobuf"}}]
-    if tenant is not None:
-        stamps.insert(0, {"key": TENANT, "value": {"stringValue": tenant}})
-    return msgspec.json.encode(stamps)[1:-1]
+def receiver_attributes(tenant: str | None, gateway: str | None = None) -> bytes:
+    """The JSON ``KeyValue``\\s (comma-separated) a converted body's resources end with: its tenant, a gateway's
+    teams, its conversion."""
+    return msgspec.json.encode(_stamps(tenant, gateway, converted=True))[1:-1]
 
 
-def decode(body: bytes, content_type: str, tenant: str | None) -> Decoded:
+def _stamps(tenant: str | None, gateway: str | None, *, converted: bool) -> list[dict[str, Any]]:
+    """The receiver's attributes of every resource, in the order they are written."""
+    stamps = [] if tenant is None else [{"key": TENANT, "value": {"stringValue": tenant}}]
+    if tenant is not None and gateway is not None:
+        stamps.append({"key": GATEWAY, "value": {"stringValue": gateway}})
+    if converted:
+        stamps.append({"key": CONVERTED_FROM, "value": {"stringValue": "protobuf"}})
+    return stamps
+
+
+def decode(body: bytes, content_type: str, tenant: str | None, gateway: str | None = None) -> Decoded:
     """The OTLP/JSON line for a trace export body; raises :class:`BadData` for anything else."""
     if content_type == PROTOBUF:
         message = _parse(body)
-        spans, rejected = _drop_other_tenants(message, tenant)
-        line = _restamp(_message_json(message), tenant, converted=True).line
-        return Decoded(line, spans, rejected, _rejected_message(rejected))
+        spans, rejected = _drop_other_tenants(message, tenant, gateway)
+        line = _restamp(_message_json(message), tenant, gateway, converted=True).line
+        return Decoded(line, spans, rejected, _rejected_message(rejected, gateway))
     try:
         request = msgspec.json.decode(body)
     except msgspec.DecodeError as exc:
@@ -144,7 +158,7 @@ def decode(body: bytes, content_type: str, tenant: str | None) -> Decoded:
             line = body.replace(b"\r", b" ").replace(b"\n", b" ").strip() if spans else None
             decoded = Decoded(line, spans)
         else:
-            decoded = _restamp(request, tenant, converted=False)
+            decoded = _restamp(request, tenant, gateway, converted=False)
     except otlp_spans.NotTraceExport as exc:
         raise BadData(f"the body is not an OTLP/JSON ExportTraceServiceRequest: {exc}") from None
     problem = None if decoded.line is None else export_problem(decoded.line)
@@ -174,16 +188,25 @@ def _parse(body: bytes) -> Any:
     return message
 
 
-def _drop_other_tenants(message: Any, tenant: str | None) -> tuple[int, int]:
-    """(spans, rejected) of a parsed request, the rejected spans deleted: those claiming a tenant not the token's."""
+def _drop_other_tenants(message: Any, tenant: str | None, gateway: str | None) -> tuple[int, int]:
+    """(spans, rejected) of a parsed request, the rejected spans deleted: those claiming a tenant not the token's
+    (a team outside a gateway token's teams)."""
     spans = rejected = 0
     for resource_spans in message.resource_spans:
         claimed = _claimed_tenant(resource_spans.resource.attributes)
+        resource_teams = _proto_teams(resource_spans.resource.attributes)
         for scope_spans in resource_spans.scope_spans:
             spans += len(scope_spans.spans)
             if tenant is None:
                 continue
-            if claimed is not None and claimed != tenant:
+            if gateway is not None:
+                scope_teams = _proto_teams(scope_spans.scope.attributes)
+                for i in reversed(range(len(scope_spans.spans))):
+                    team = _team((_proto_teams(scope_spans.spans[i].attributes), scope_teams, resource_teams))
+                    if not _admits(tenant, gateway, team):
+                        del scope_spans.spans[i]
+                        rejected += 1
+            elif claimed is not None and claimed != tenant:
                 rejected += len(scope_spans.spans)
                 del scope_spans.spans[:]
                 continue
@@ -198,13 +221,47 @@ def _claimed_tenant(attributes: Any) -> str | None:
     """:func:`_string_attr` of ``tenant.id`` on protobuf ``KeyValue``\\s: what the OTLP/JSON line would say."""
     for kv in attributes:
         if kv.key == _CLAIMED_TENANT and kv.HasField("value"):
-            kind = kv.value.WhichOneof("value")
-            if kind == "string_value":
-                return str(kv.value.string_value)
-            if kind == "int_value":
-                return str(kv.value.int_value)
-            return json.dumps(_message_json(kv.value), sort_keys=True)
+            return _value_text(kv.value)
     return None
+
+
+def _value_text(value: Any) -> str:
+    """A protobuf ``AnyValue`` as :func:`_string_attr` writes it."""
+    kind = value.WhichOneof("value")
+    if kind == "string_value":
+        return str(value.string_value)
+    if kind == "int_value":
+        return str(value.int_value)
+    return json.dumps(_message_json(value), sort_keys=True)
+
+
+def _proto_teams(attributes: Any) -> dict[str, str]:
+    """The team attributes (:data:`TEAM_KEYS`) set among protobuf ``KeyValue``\\s, as text."""
+    return {kv.key: _value_text(kv.value) for kv in attributes if kv.key in TEAM_KEYS and kv.value.WhichOneof("value")}
+
+
+def _json_teams(attributes: list[Any]) -> dict[str, str]:
+    """:func:`_proto_teams` of OTLP/JSON ``KeyValue``\\s."""
+    return {
+        key: text
+        for a in attributes
+        if (key := a.get("key")) in TEAM_KEYS and a.get("value") and (text := _string_attr([a], key)) is not None
+    }
+
+
+def _team(levels: Sequence[dict[str, str]]) -> str | None:
+    """The team a span names: the first non-empty team attribute, each looked up on the span, then its scope, then
+    its resource (``levels``), as the reader does (:func:`warehouse.sources.otlp._tenant`)."""
+    for key in TEAM_KEYS:
+        text = next((level[key] for level in levels if key in level), "")
+        if text:
+            return text
+    return None
+
+
+def _admits(tenant: str, gateway: str, team: str | None) -> bool:
+    """Whether a gateway token admits a span naming ``team`` (none: its default tenant)."""
+    return team is None or team == tenant or gateway_allows(gateway, team)
 
 
 _INT64_TYPES = frozenset({3, 4, 6, 16, 18})  # int64, uint64, fixed64, sfixed64, sint64: decimal strings
@@ -270,22 +327,36 @@ def _string_attr(attributes: list[Any], key: str) -> str | None:
     return None
 
 
-def _restamp(request: dict[str, Any], tenant: str | None, *, converted: bool) -> Decoded:
-    """Mark every resource (tenant, conversion) and drop the spans that claim another tenant (a converted
-    request's were dropped from the message already). Raises :class:`otlp_spans.NotTraceExport`."""
+def _restamp(request: dict[str, Any], tenant: str | None, gateway: str | None, *, converted: bool) -> Decoded:
+    """Mark every resource (tenant, gateway, conversion) and drop the spans that claim another tenant or a team
+    outside a gateway's (a converted request's were dropped from the message already). Raises
+    :class:`otlp_spans.NotTraceExport`."""
     spans = rejected = 0
     kept = []
     for where, resource_spans in otlp_spans.resource_spans(request):
         resource = resource_spans["resource"] = otlp_spans.message(resource_spans.get("resource"), f"{where}.resource")
         attributes = [a for a in otlp_spans.attributes(resource, f"{where}.resource") if a.get("key") not in _OURS]
         claimed = _string_attr(attributes, _CLAIMED_TENANT)
+        resource_teams = _json_teams(attributes)
         scopes_key, scopes = otlp_spans.scope_spans(resource_spans, where)
         for where_s, scope_spans in scopes:
             all_spans = otlp_spans.spans(scope_spans, where_s)
             spans += len(all_spans)
             if tenant is None or converted:
                 continue
-            if claimed is not None and claimed != tenant:
+            if gateway is not None:
+                scope = otlp_spans.message(scope_spans.get("scope"), f"{where_s}.scope")
+                scope_teams = _json_teams(otlp_spans.attributes(scope, f"{where_s}.scope"))
+                scope_spans["spans"] = [
+                    s
+                    for s in all_spans
+                    if _admits(
+                        tenant,
+                        gateway,
+                        _team((_json_teams(otlp_spans.attributes(s, where_s)), scope_teams, resource_teams)),
+                    )
+                ]
+            elif claimed is not None and claimed != tenant:
                 scope_spans["spans"] = []
             else:
                 scope_spans["spans"] = [
@@ -294,21 +365,25 @@ def _restamp(request: dict[str, Any], tenant: str | None, *, converted: bool) ->
                     if _string_attr(otlp_spans.attributes(s, where_s), _CLAIMED_TENANT) in (None, tenant)
                 ]
             rejected += len(all_spans) - len(scope_spans["spans"])
-        if tenant is not None:
-            attributes.append({"key": TENANT, "value": {"stringValue": tenant}})
-        if converted:
-            attributes.append({"key": CONVERTED_FROM, "value": {"stringValue": "protobuf"}})
+        attributes.extend(_stamps(tenant, gateway, converted=converted))
         resource["attributes"] = attributes
         resource_spans[scopes_key] = [scope_spans for _, scope_spans in scopes if scope_spans.get("spans")]
         if resource_spans[scopes_key]:
             kept.append(resource_spans)
     request[otlp_spans.repeated(request, otlp_spans.RESOURCE_SPANS, "the request")[0]] = kept
     line = msgspec.json.encode(request) if kept else None
-    return Decoded(line, spans, rejected, _rejected_message(rejected))
+    return Decoded(line, spans, rejected, _rejected_message(rejected, gateway))
 
 
-def _rejected_message(rejected: int) -> str:
-    return f"{rejected} span(s) name a tenant.id other than the token's tenant" if rejected else ""
+def _rejected_message(rejected: int, gateway: str | None) -> str:
+    if not rejected:
+        return ""
+    if gateway is not None:
+        return (
+            f"{rejected} span(s) name a team ({', '.join(TEAM_KEYS)}) outside the gateway token's teams "
+            f"({gateway}) and other than its default tenant"
+        )
+    return f"{rejected} span(s) name a tenant.id other than the token's tenant"
 
 
 def export_response(content_type: str, rejected: int = 0, message: str = "") -> bytes:

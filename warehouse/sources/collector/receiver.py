@@ -121,11 +121,12 @@ class Receiver:
             raise _Refused(404, f"no such endpoint {path}: OTLP traces go to POST {TRACES}")
         if scope["method"] != "POST":
             raise _Refused(405, f"{TRACES} takes POST only")
-        tenant = None
+        tenant = gateway = None
         if self.tokens is not None:
-            accepted, tenant = self.tokens.check(headers.get(b"authorization"))
-            if not accepted:
+            token = self.tokens.check(headers.get(b"authorization"))
+            if token is None:
                 raise _Refused(401, "send 'Authorization: Bearer <token>' with a token of the receiver's tokens file")
+            tenant, gateway = token.tenant, token.gateway
         if content_type not in (PROTOBUF, JSON):
             raise _Refused(415, f"Content-Type must be {PROTOBUF} or {JSON}, not {content_type or 'none'!r}")
         encoding = headers.get(b"content-encoding", b"identity").strip().lower()
@@ -143,7 +144,7 @@ class Receiver:
                 body = self._gunzip(body)
                 self._held += len(body)
                 held += len(body)
-            checked = accept(body, content_type, tenant)
+            checked = accept(body, content_type, tenant, gateway)
             if checked.record is not None:
                 await self.spool.write(checked.record)
         except BadData as exc:

@@ -1,7 +1,10 @@
-"""Bearer tokens for ``strata collect``: a file of ``<token> [<tenant>]`` lines, readable by its owner only.
+"""Bearer tokens for ``strata collect``: a file of ``<token> [<tenant> [gateway=<team>,…|gateway=*]]`` lines,
+readable by its owner only.
 
-A token that names a tenant makes that tenant the one of every span sent with it. Tokens
-are compared in constant time, and never logged.
+A token that names a tenant makes that tenant the one of every span sent with it. A gateway's token
+(one serving many teams, e.g. a LiteLLM proxy) names its default tenant and the teams its spans may
+name through their team attribute (:data:`warehouse.sources.otlp.TEAM_KEYS`), or ``*`` for any team.
+Tokens are compared in constant time, and never logged.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from pathlib import Path
 from warehouse.settings import ConfigError
 
 MIN_TOKEN_CHARS = 16
+_GATEWAY = "gateway="
+#: A token's tenant and teams travel with each spooled body in at most this many bytes.
+_MAX_CLAIM_BYTES = 60_000
 
 
 @dataclass(frozen=True)
@@ -22,23 +28,26 @@ class Token:
 
     secret: bytes
     tenant: str | None
+    #: A gateway's teams, comma-separated as written (``*``: any team); ``None`` for an ordinary token.
+    gateway: str | None = None
 
 
 @dataclass(frozen=True)
 class Tokens:
-    """The accepted tokens; :meth:`check` answers whether a header carries one, and its tenant."""
+    """The accepted tokens; :meth:`check` answers which one a header carries."""
 
     tokens: tuple[Token, ...]
 
-    def check(self, authorization: bytes | None) -> tuple[bool, str | None]:
-        """(accepted, tenant) for an ``Authorization`` header value; every token is compared, in constant time."""
+    def check(self, authorization: bytes | None) -> Token | None:
+        """The token of an ``Authorization`` header value (``None``: none); every token is compared, in constant
+        time."""
         scheme, _, presented = (authorization or b"").partition(b" ")
         presented = presented.strip()
         found: Token | None = None
         for token in self.tokens:
             if hmac.compare_digest(token.secret, presented) and scheme.lower() == b"bearer":
                 found = token
-        return (found is not None, found.tenant if found else None)
+        return found
 
 
 def load_tokens(path: Path) -> Tokens:
@@ -54,12 +63,32 @@ def load_tokens(path: Path) -> Tokens:
         fields = [] if raw.lstrip().startswith("#") else raw.split()
         if not fields:
             continue
-        if len(fields) > 2 or len(fields[0]) < MIN_TOKEN_CHARS:
+        if len(fields) > 3 or len(fields[0]) < MIN_TOKEN_CHARS:
             raise ConfigError(
-                f"{path} line {number}: expected '<token> [<tenant>]' with a token of at least "
+                f"{path} line {number}: expected '<token> [<tenant> [gateway=<team>,…]]' with a token of at least "
                 f"{MIN_TOKEN_CHARS} characters"
             )
-        tokens.append(Token(fields[0].encode(), fields[1] if len(fields) == 2 else None))
+        tokens.append(Token(fields[0].encode(), fields[1] if len(fields) > 1 else None, _gateway(fields, path, number)))
     if not tokens:
         raise ConfigError(f"{path} holds no token: add lines of '<token> [<tenant>]'")
     return Tokens(tuple(tokens))
+
+
+def _gateway(fields: list[str], path: Path, number: int) -> str | None:
+    """The teams of a line's ``gateway=`` field (``None`` when it has none); refuses one that names no team."""
+    if len(fields) == 2 and fields[1].startswith(_GATEWAY):
+        raise ConfigError(
+            f"{path} line {number}: a gateway's token names its default tenant first: "
+            f"'<token> <default-tenant> {fields[1]}'"
+        )
+    if len(fields) < 3:
+        return None
+    teams = fields[2].removeprefix(_GATEWAY)
+    if not fields[2].startswith(_GATEWAY) or not all(teams.split(",")) or ("*" in teams and teams != "*"):
+        raise ConfigError(
+            f"{path} line {number}: expected 'gateway=<team>,<team>…' (teams separated by commas, no spaces) "
+            f"or 'gateway=*' after the default tenant, not {fields[2]!r}"
+        )
+    if len(f"{fields[1]} {teams}".encode()) > _MAX_CLAIM_BYTES:
+        raise ConfigError(f"{path} line {number}: the gateway's teams take more than {_MAX_CLAIM_BYTES} bytes")
+    return teams

@@ -11,9 +11,9 @@ semantics, an unknown field, a field kind the trace protos do not use, a truncat
 body), on which the caller converts the parsed message instead.
 
 The line it writes: resources and scopes without spans are left out, a resource's attributes
-end with ``strata.tenant_id`` (when a token names the tenant) and ``strata.converted_from``.
-Bodies that carry either attribute already, or ``tenant.id`` while a token names the tenant,
-are for the caller to handle (they need the message).
+end with the receiver's (``strata.tenant_id`` when a token names the tenant, ``strata.gateway``
+for a gateway's token, ``strata.converted_from``). Bodies that carry one of them already, or a
+tenant claim while a token names the tenant, are for the caller to handle (they need the message).
 """
 
 from __future__ import annotations
