@@ -29,7 +29,8 @@ def ingest_cmd(
     tenant: str | None = typer.Option(
         None,
         "--tenant",
-        help="Tenant of OTLP spans that name none (else STRATA_DEFAULT_TENANT, else the resource's service.name).",
+        help="Tenant of OTLP spans and mapped records that name none (else STRATA_DEFAULT_TENANT, else for OTLP "
+        "the resource's service.name).",
     ),
     wait: float | None = WAIT,
 ) -> None:

@@ -46,7 +46,16 @@ from warehouse.settings import TENANT, Settings
 from warehouse.sources import files as landed
 from warehouse.sources.canonical import Kind
 from warehouse.sources.collector.segments import convert_pending
-from warehouse.sources.formats import HEAD_BYTES, JSONL, kind_of, otlp_signal, otlp_source, parser_for, register_mapping
+from warehouse.sources.formats import (
+    HEAD_BYTES,
+    JSONL,
+    OTLP,
+    kind_of,
+    otlp_signal,
+    parser_for,
+    register_mapping,
+    with_tenant,
+)
 from warehouse.sources.mapping import Mapping, load_mapping, resolve_mapping, shipped_mappings
 from warehouse.storage import lake, locks
 from warehouse.storage.publish import keeps_every_row, publish
@@ -146,8 +155,8 @@ def _source_for(
     path: Path, fmt: Format, mapping: Mapping | None, tenant: str | None, explicit: bool
 ) -> tuple[str, Kind]:
     """How a file is read: by its mapping, its ``--format``, else by its content (never its name)."""
-    if mapping is not None:
-        return mapping.source, mapping.kind
+    if mapping is not None:  # a tenant constant names every row's tenant
+        return with_tenant(mapping.source, None if "tenant_id" in mapping.constants else tenant), mapping.kind
     name = path.name.lower()
     if fmt == "csv" or (fmt == "auto" and name.endswith(landed.SUFFIXES["csv"])):
         # Landed as JSON lines, every line would be malformed, and the file then counts as landed.
@@ -163,7 +172,7 @@ def _source_for(
             raise ValueError(f"{path}: {reason}; export traces (OTEL_TRACES_EXPORTER) and ingest that file")
         raise _PassOver(reason)
     if fmt == "otlp-json" or signal == "traces":
-        return otlp_source(tenant), "requests"
+        return with_tenant(OTLP, tenant), "requests"
     if fmt == "auto" and name.endswith(landed.SUFFIXES["otlp"]):  # .json: an export, or not logs at all
         if not explicit:
             raise _PassOver("a .json file that is not an OTLP trace export")
@@ -213,11 +222,17 @@ def ingest(
     the commit replaces their earlier rows (``report.stale_dates`` says which DWD dates to
     rebuild). Spool segments are converted first (a conversion cut short is finished, never
     repeated). A mapping is read and checked whole before anything is written. ``tenant``
-    (else ``STRATA_DEFAULT_TENANT``) is the tenant of OTLP spans that name none.
+    (else ``STRATA_DEFAULT_TENANT``) is the tenant of OTLP spans and mapped records that name none.
     """
     if tenant is not None and not TENANT.fullmatch(tenant):
         raise ValueError(f"--tenant must be 1-128 letters, digits, '.', '_' or '-', not {tenant!r}")
     mapping = load_mapping(resolve_mapping(mapping_file)) if mapping_file is not None else None
+    if tenant is not None and mapping is not None and (mapping.kind != "requests" or "tenant_id" in mapping.constants):
+        raise ValueError(
+            f"--tenant names the tenant of records that name none, but every record of mapping {mapping.name!r} "
+            + ("is feedback: it has none" if mapping.kind != "requests" else "names one (its constant tenant_id)")
+            + ": leave --tenant out"
+        )
     report = IngestReport(batch_id=uuid.uuid4().hex[:16])
     conversion = convert_pending(paths)
     for segment, error in conversion.failed:
