@@ -101,3 +101,19 @@ def test_tenant_is_refused_where_every_mapped_record_names_one(lake_home: Path) 
     )
     assert refused.exit_code != 0
     assert "constant tenant_id" in str(refused.output) + str(refused.exception)
+
+
+def test_a_field_mapped_by_a_name_the_lines_hold_nested_is_reported_and_fails_the_run(
+    lake_home: Path, tmp_path: Path
+) -> None:
+    flat = tmp_path / "flat.yaml"
+    flat.write_text(
+        "name: flat\nformat: jsonl\ntimestamp: {unit: s}\n"
+        "fields: {request_id: id, ts: startTime, model: model, tenant_id: user_api_key_team_id}\n"
+    )
+    some = tmp_path / "some.jsonl"  # not the file the module landed (that one would be skipped)
+    some.write_text("".join(PAYLOADS.read_text().splitlines(keepends=True)[:5]))
+    landed = CliRunner().invoke(app, ["ingest", str(some), "--mapping", str(flat)], env={"COLUMNS": "400"})
+    assert landed.exit_code == 1, landed.output
+    assert "nested at [metadata, user_api_key_team_id]" in landed.output, landed.output
+    assert "misspelt" not in landed.output

@@ -56,10 +56,13 @@ from warehouse.sources.formats import (
     register_mapping,
     with_tenant,
 )
-from warehouse.sources.mapping import Mapping, load_mapping, resolve_mapping, shipped_mappings
+from warehouse.sources.mapping import Mapping, describe, load_mapping, nested_at, resolve_mapping, shipped_mappings
 from warehouse.storage import lake, locks
 from warehouse.storage.publish import keeps_every_row, publish
 from warehouse.tables import OPS_LANDED_FILES, OPS_SUPPRESSED_RECORDS, Table
+
+#: Good lines of a mapped file searched for where an absent field's name is nested.
+NESTED_SAMPLE = 200
 
 Format: TypeAlias = Literal["auto", "jsonl", "csv", "otlp-json"]
 #: Lines parsed and written per batch: bounds memory however large a file is.
@@ -104,6 +107,8 @@ class IngestReport:
     stale_dates: set[dt.date] = field(default_factory=set)
     #: Things a person should look at (a mapped field absent from a file, …).
     warnings: list[str] = field(default_factory=list)
+    #: Mapped fields no line holds as named but lines hold nested (the CLI exits 1).
+    nested: list[str] = field(default_factory=list)
     #: Files a folder search found and did not read, and why (an OTLP export of metrics or logs).
     passed_over: list[tuple[Path, str]] = field(default_factory=list)
 
@@ -397,6 +402,7 @@ class _Landing:
         parse = parser_for(self.settings, item.source, item.kind, keys_only=True, also=("user_id",) * suppressing)
         mapped = set(self.mapping.fields) if self.mapping is not None else set()
         present: set[str] = set()
+        sample: list[bytes] = []  # good lines that say where an absent field's name is nested
         dates: set[dt.date] = set()
         for start in range(0, max(len(lines), 1), CHUNK_LINES):
             chunk = lines.raw(start, start + CHUNK_LINES)
@@ -424,14 +430,33 @@ class _Landing:
             dates |= record_dates(frame)
             good = parsed.filter(pl.col("parse_error").is_null())
             present |= {name for name in mapped - present if good.get_column(name).null_count() < good.height}
+            if self.mapping is not None and self.mapping.format == "jsonl" and len(sample) < NESTED_SAMPLE:
+                errors = parsed.get_column("parse_error").to_list()
+                sample += [line for line, error in zip(chunk.to_pylist(), errors, strict=True) if error is None]
             yield frame
         result.dates = sorted(dates)
         if self.mapping is not None and result.malformed < result.lines:
             for name in sorted(mapped - present):
-                self.report.warnings.append(
-                    f"{item.path}: mapping {self.mapping.name!r} maps {name} from source field "
-                    f"{self.mapping.fields[name]!r}, which no line of the file holds (misspelt?)"
+                self._absent(item.path, name, sample[:NESTED_SAMPLE])
+
+    def _absent(self, path: Path, name: str, sample: list[bytes]) -> None:
+        """Report a mapped field no line gave: nested where lines hold its name lower down, else misspelt."""
+        assert self.mapping is not None
+        rule = self.mapping.fields[name]
+        for source in rule.sources:
+            places = (nested_at(line, str(source[0])) for line in sample if len(source) == 1)
+            found = next(filter(None, places), None)
+            if found is not None:
+                self.report.nested.append(
+                    f"{path}: mapping {self.mapping.name!r} maps {name} from source field {describe(source)!r}, "
+                    f"which no line holds at the top level; lines hold it nested at {describe(found)}: "
+                    f"write `{name}: {describe(found)}` in the mapping"
                 )
+                return
+        self.report.warnings.append(
+            f"{path}: mapping {self.mapping.name!r} maps {name} from source field "
+            f"{' or '.join(describe(s) for s in rule.sources)!r}, which no line of the file holds (misspelt?)"
+        )
 
 
 def _rows_of(settings: Settings, table: Table, hashes: list[str]) -> pl.DataFrame:

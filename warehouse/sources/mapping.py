@@ -115,6 +115,28 @@ class Field:
         return [*self.sources, *([self.minus] if self.minus else []), *(c.path for c in self.when)]
 
 
+def nested_at(line: bytes, key: str, depth: int = 8) -> SourcePath | None:
+    """Where a JSON-object line holds ``key`` below its top level (the first found, breadth first);
+    None when it does not, or the line is not a JSON object. Read as data, ``depth`` levels at most."""
+    import json
+
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return None
+    level: list[tuple[SourcePath, object]] = [((), doc)]
+    for _ in range(depth):
+        below: list[tuple[SourcePath, object]] = []
+        for path, value in level:
+            items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+            for step, inner in items:
+                if path and step == key:
+                    return (*path, step)
+                below.append(((*path, step), inner))
+        level = below
+    return None
+
+
 def describe(path: SourcePath) -> str:
     """A source as a mapping file writes it: ``name``, or ``[a, b, 0]``."""
     return str(path[0]) if len(path) == 1 else "[" + ", ".join(map(str, path)) + "]"
