@@ -33,7 +33,8 @@ def build_dwd_cmd(days: list[str] = DATES, wait: float | None = WAIT) -> None:
                 out.print(
                     "  [yellow]records name no tenant[/]: set it where they come from (a `tenant.id` resource "
                     "attribute, or OTEL_SERVICE_NAME for OTLP spans), or land them with `strata ingest "
-                    "--tenant ID --reland` (or STRATA_DEFAULT_TENANT), then rebuild"
+                    "FILE --tenant ID --reland`, with its --mapping if it was landed with one (or "
+                    "STRATA_DEFAULT_TENANT), then rebuild"
                 )
             if run.counts.incomplete:
                 out.print(

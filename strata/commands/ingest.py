@@ -29,13 +29,15 @@ def ingest_cmd(
     tenant: str | None = typer.Option(
         None,
         "--tenant",
-        help="Tenant of OTLP spans that name none (else STRATA_DEFAULT_TENANT, else the resource's service.name).",
+        help="Tenant of OTLP spans and mapped records that name none (else STRATA_DEFAULT_TENANT, else for OTLP "
+        "the resource's service.name).",
     ),
     wait: float | None = WAIT,
 ) -> None:
     """Land files into ODS byte-exact; files already landed (same content hash) are skipped.
 
-    Exits 1 when a file could not be read or held no parseable line (the others land).
+    Exits 1 when a file could not be read or held no parseable line (the others land), or when a
+    mapped field no line holds as named is nested in them (the file lands; fix the mapping and --reland).
     """
     from strata import pipeline
 
@@ -96,6 +98,8 @@ def ingest_cmd(
         )
     for warning in report.warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}")
+    for nested in report.nested:
+        console.print(f"[red]not reached:[/] {escape(nested)}")
     for bad in report.all_malformed:
         console.print(
             f"[red]not logs?[/] every one of the {bad.lines:,} lines of {escape(str(bad.path))} is "
@@ -104,7 +108,7 @@ def ingest_cmd(
         )
     for failed in report.failed:
         console.print(f"[red]not landed:[/] {escape(failed.error)}")
-    if report.failed or report.all_malformed:
+    if report.failed or report.all_malformed or report.nested:
         raise typer.Exit(1)
 
 

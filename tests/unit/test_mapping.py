@@ -67,3 +67,122 @@ def test_the_shipped_mapping_is_valid() -> None:
     mapping = parse_mapping(GOOD, origin="shipped")
     assert mapping.name == "azure_llm_2023_conv" and mapping.derive_request_id
     assert mapping.source.startswith("mapping:azure_llm_2023_conv@")
+
+
+JSONL_HEAD = "name: t\nformat: jsonl\nrequest_id: derive\ntimestamp: {unit: s}\nfields:\n  ts: t\n"
+
+
+def _rows(fields: str, lines: list[dict], tmp_path: Path, tenant: str | None = None) -> list[dict]:
+    import json
+
+    import pyarrow as pa
+
+    from warehouse.sources.mapping import parse_mapped_lines
+
+    mapping = parse_mapping(JSONL_HEAD + fields, origin="t.yaml")
+    raw = pa.array([json.dumps({"t": 1, **line}).encode() for line in lines], pa.binary())
+    n = len(lines)
+    parsed = parse_mapped_lines(
+        raw,
+        mapping,
+        line_no=pa.array(range(1, n + 1)),
+        file_sha256=pa.array(["0" * 64] * n),
+        folder=tmp_path,
+        tenant=tenant,
+    )
+    return parsed.drop("parse_error", "ts", "request_id").to_dicts()
+
+
+def test_each_construct_reads_what_its_docstring_says(tmp_path: Path) -> None:
+    fields = """\
+  user_id: {first: [end_user, [params, user]], empty_as_null: true}
+  tenant_id: [meta, team.id]
+  model: llm.model
+  trace_id: {from: trace, uuid_hex: true}
+  operation: {from: call, map: {completion: chat, "no": null}}
+  error_type: {from: [err, cls], error_class: true}
+  status_code: {from: [err, cls], error_class: true}
+  finish_reason: [choices, 1, why]
+  duration_ms: {from: end, minus: t, unit: s}
+  ttft_ms: {from: first, unit: us, when: {field: stream, equals: true}}
+  queue_ms: {from: q, unit: ns, when: {field: kind, in: [a, b]}}
+"""
+    line = {
+        "end_user": "",
+        "params": {"user": "u1"},
+        "meta": {"team.id": "acme"},
+        "llm.model": "m",
+        "trace": "9E4264BB-ebb6-47c0-bc93-53774bb84611",
+        "call": "completion",
+        "err": {"cls": "<class 'openai.RateLimitError'>"},
+        "choices": [{"why": "x"}, {"why": "stop"}],
+        "end": 3.5,
+        "first": 1500,
+        "stream": True,
+        "q": 2500000,
+        "kind": "b",
+    }
+    other = {"end_user": "u2", "trace": "not-a-uuid", "call": "no", "err": {"cls": "x.Weird"}, "stream": False}
+    first, second = _rows(fields, [line, other], tmp_path, tenant="fallback")
+    assert first == {
+        **first,
+        "user_id": "u1",
+        "tenant_id": "acme",
+        "model": "m",
+        "trace_id": "9e4264bbebb647c0bc9353774bb84611",
+        "operation": "chat",
+        "error_type": "rate_limited",
+        "status_code": "429",
+        "finish_reason": "stop",
+        "duration_ms": "2500",
+        "ttft_ms": "1.5",
+        "queue_ms": "2.5",
+    }
+    assert second == {
+        **second,
+        "user_id": "u2",
+        "tenant_id": "fallback",
+        "trace_id": "not-a-uuid",
+        "operation": None,
+        "error_type": "Weird",
+        "status_code": None,
+        "ttft_ms": None,
+        "queue_ms": None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("field", "key"),
+    [
+        ("model: {from: a, first: [b, c]}", "fields.model"),
+        ("model: {first: [a]}", "fields.model.first"),
+        ("model: {from: a, colour: red}", "fields.model.colour"),
+        ("model: {from: a, unit: s}", "fields.model.unit"),
+        ("duration_ms: {from: a, unit: hours}", "fields.duration_ms.unit"),
+        ("model: {from: a, minus: b}", "fields.model.minus"),
+        ("model: {from: a, error_class: true}", "fields.model.error_class"),
+        ("model: {from: a, empty_as_null: yes please}", "fields.model.empty_as_null"),
+        ("model: {from: a, map: [x]}", "fields.model.map"),
+        ("model: {from: a, when: {equals: 1}}", "fields.model.when"),
+        ("model: {from: a, when: {field: b, equals: 1, in: [2]}}", "fields.model.when"),
+        ("model: [a, -1]", "fields.model"),
+        ('model: [a, "it\'s"]', "fields.model"),
+        ("model: []", "fields.model"),
+    ],
+)
+def test_a_misused_construct_is_refused_at_load_naming_the_key(field: str, key: str) -> None:
+    with pytest.raises(MappingError) as err:
+        parse_mapping(JSONL_HEAD + "  " + field + "\n", origin="t.yaml")
+    assert str(err.value).startswith(f"t.yaml: {key}:"), str(err.value)
+
+
+def test_a_csv_mapping_takes_no_nested_path() -> None:
+    with pytest.raises(MappingError, match=r"^trace\.yaml: fields\.model: nested paths"):
+        parse_mapping(_with("  ts: TIMESTAMP", "  ts: TIMESTAMP\n  model: [TIMESTAMP, a]"), origin="trace.yaml")
+
+
+def test_the_shipped_litellm_mapping_is_valid() -> None:
+    from conftest import REPO
+
+    mapping = load_mapping(REPO / "warehouse" / "sources" / "mappings" / "litellm.yaml")
+    assert mapping.fields["tenant_id"].sources == (("metadata", "user_api_key_team_id"),)

@@ -46,11 +46,23 @@ from warehouse.settings import TENANT, Settings
 from warehouse.sources import files as landed
 from warehouse.sources.canonical import Kind
 from warehouse.sources.collector.segments import convert_pending
-from warehouse.sources.formats import HEAD_BYTES, JSONL, kind_of, otlp_signal, otlp_source, parser_for, register_mapping
-from warehouse.sources.mapping import Mapping, load_mapping, resolve_mapping, shipped_mappings
+from warehouse.sources.formats import (
+    HEAD_BYTES,
+    JSONL,
+    OTLP,
+    kind_of,
+    otlp_signal,
+    parser_for,
+    register_mapping,
+    with_tenant,
+)
+from warehouse.sources.mapping import Mapping, describe, load_mapping, nested_at, resolve_mapping, shipped_mappings
 from warehouse.storage import lake, locks
 from warehouse.storage.publish import keeps_every_row, publish
 from warehouse.tables import OPS_LANDED_FILES, OPS_SUPPRESSED_RECORDS, Table
+
+#: Good lines of a mapped file searched for where an absent field's name is nested.
+NESTED_SAMPLE = 200
 
 Format: TypeAlias = Literal["auto", "jsonl", "csv", "otlp-json"]
 #: Lines parsed and written per batch: bounds memory however large a file is.
@@ -95,6 +107,8 @@ class IngestReport:
     stale_dates: set[dt.date] = field(default_factory=set)
     #: Things a person should look at (a mapped field absent from a file, …).
     warnings: list[str] = field(default_factory=list)
+    #: Mapped fields no line holds as named but lines hold nested (the CLI exits 1).
+    nested: list[str] = field(default_factory=list)
     #: Files a folder search found and did not read, and why (an OTLP export of metrics or logs).
     passed_over: list[tuple[Path, str]] = field(default_factory=list)
 
@@ -146,8 +160,8 @@ def _source_for(
     path: Path, fmt: Format, mapping: Mapping | None, tenant: str | None, explicit: bool
 ) -> tuple[str, Kind]:
     """How a file is read: by its mapping, its ``--format``, else by its content (never its name)."""
-    if mapping is not None:
-        return mapping.source, mapping.kind
+    if mapping is not None:  # a tenant constant names every row's tenant
+        return with_tenant(mapping.source, None if "tenant_id" in mapping.constants else tenant), mapping.kind
     name = path.name.lower()
     if fmt == "csv" or (fmt == "auto" and name.endswith(landed.SUFFIXES["csv"])):
         # Landed as JSON lines, every line would be malformed, and the file then counts as landed.
@@ -163,7 +177,7 @@ def _source_for(
             raise ValueError(f"{path}: {reason}; export traces (OTEL_TRACES_EXPORTER) and ingest that file")
         raise _PassOver(reason)
     if fmt == "otlp-json" or signal == "traces":
-        return otlp_source(tenant), "requests"
+        return with_tenant(OTLP, tenant), "requests"
     if fmt == "auto" and name.endswith(landed.SUFFIXES["otlp"]):  # .json: an export, or not logs at all
         if not explicit:
             raise _PassOver("a .json file that is not an OTLP trace export")
@@ -213,11 +227,17 @@ def ingest(
     the commit replaces their earlier rows (``report.stale_dates`` says which DWD dates to
     rebuild). Spool segments are converted first (a conversion cut short is finished, never
     repeated). A mapping is read and checked whole before anything is written. ``tenant``
-    (else ``STRATA_DEFAULT_TENANT``) is the tenant of OTLP spans that name none.
+    (else ``STRATA_DEFAULT_TENANT``) is the tenant of OTLP spans and mapped records that name none.
     """
     if tenant is not None and not TENANT.fullmatch(tenant):
         raise ValueError(f"--tenant must be 1-128 letters, digits, '.', '_' or '-', not {tenant!r}")
     mapping = load_mapping(resolve_mapping(mapping_file)) if mapping_file is not None else None
+    if tenant is not None and mapping is not None and (mapping.kind != "requests" or "tenant_id" in mapping.constants):
+        raise ValueError(
+            f"--tenant names the tenant of records that name none, but every record of mapping {mapping.name!r} "
+            + ("is feedback: it has none" if mapping.kind != "requests" else "names one (its constant tenant_id)")
+            + ": leave --tenant out"
+        )
     report = IngestReport(batch_id=uuid.uuid4().hex[:16])
     conversion = convert_pending(paths)
     for segment, error in conversion.failed:
@@ -382,6 +402,7 @@ class _Landing:
         parse = parser_for(self.settings, item.source, item.kind, keys_only=True, also=("user_id",) * suppressing)
         mapped = set(self.mapping.fields) if self.mapping is not None else set()
         present: set[str] = set()
+        sample: list[bytes] = []  # good lines that say where an absent field's name is nested
         dates: set[dt.date] = set()
         for start in range(0, max(len(lines), 1), CHUNK_LINES):
             chunk = lines.raw(start, start + CHUNK_LINES)
@@ -409,14 +430,33 @@ class _Landing:
             dates |= record_dates(frame)
             good = parsed.filter(pl.col("parse_error").is_null())
             present |= {name for name in mapped - present if good.get_column(name).null_count() < good.height}
+            if self.mapping is not None and self.mapping.format == "jsonl" and len(sample) < NESTED_SAMPLE:
+                errors = parsed.get_column("parse_error").to_list()
+                sample += [line for line, error in zip(chunk.to_pylist(), errors, strict=True) if error is None]
             yield frame
         result.dates = sorted(dates)
         if self.mapping is not None and result.malformed < result.lines:
             for name in sorted(mapped - present):
-                self.report.warnings.append(
-                    f"{item.path}: mapping {self.mapping.name!r} maps {name} from source field "
-                    f"{self.mapping.fields[name]!r}, which no line of the file holds (misspelt?)"
+                self._absent(item.path, name, sample[:NESTED_SAMPLE])
+
+    def _absent(self, path: Path, name: str, sample: list[bytes]) -> None:
+        """Report a mapped field no line gave: nested where lines hold its name lower down, else misspelt."""
+        assert self.mapping is not None
+        rule = self.mapping.fields[name]
+        for source in rule.sources:
+            places = (nested_at(line, str(source[0])) for line in sample if len(source) == 1)
+            found = next(filter(None, places), None)
+            if found is not None:
+                self.report.nested.append(
+                    f"{path}: mapping {self.mapping.name!r} maps {name} from source field {describe(source)!r}, "
+                    f"which no line holds at the top level; lines hold it nested at {describe(found)}: "
+                    f"write `{name}: {describe(found)}` in the mapping"
                 )
+                return
+        self.report.warnings.append(
+            f"{path}: mapping {self.mapping.name!r} maps {name} from source field "
+            f"{' or '.join(describe(s) for s in rule.sources)!r}, which no line of the file holds (misspelt?)"
+        )
 
 
 def _rows_of(settings: Settings, table: Table, hashes: list[str]) -> pl.DataFrame:

@@ -1,10 +1,10 @@
 """Which parser reads a landed file, and how ODS rows name it (their ``source``).
 
 ``source`` is ``jsonl`` for canonical JSONL, ``otlp-json`` for OpenTelemetry file
-exports (``otlp-json;tenant=<id>`` when the source names the tenant of spans that name
-none: ``strata ingest --tenant``, ``STRATA_DEFAULT_TENANT``), or ``mapping:<name>@<hash>``
-for a declarative mapping; the mapping text is kept beside ODS so DWD re-parses the raw
-lines exactly as they were landed.
+exports, or ``mapping:<name>@<hash>`` for a declarative mapping; the mapping text is kept
+beside ODS so DWD re-parses the raw lines exactly as they were landed. An OTLP or mapped
+source ends ``;tenant=<id>`` when it names the tenant of records that name none
+(``strata ingest --tenant``, ``STRATA_DEFAULT_TENANT``).
 
 A file's format is told by its content, not its name: :func:`otlp_signal` reads the
 first key of its first line (the OTLP JSON encoding of an export starts with
@@ -43,11 +43,13 @@ class Parser(Protocol):
 
 JSONL = "jsonl"
 OTLP = "otlp-json"
-_OTLP_TENANT = ";tenant="
+_TENANT = ";tenant="
 _SIGNAL = re.compile(rb'^\s*\{\s*"(resource_?[sS]pans|resource_?[mM]etrics|resource_?[lL]ogs)"')
 #: Bytes of a file's head that :func:`otlp_signal` reads.
 HEAD_BYTES = 4096
-_SOURCE = re.compile(r"^mapping:[A-Za-z0-9][A-Za-z0-9_-]{0,63}@[0-9a-f]{12}$")
+_SOURCE = re.compile(
+    r"^mapping:([A-Za-z0-9][A-Za-z0-9_-]{0,63}@[0-9a-f]{12})(?:;tenant=[A-Za-z0-9][A-Za-z0-9._-]{0,127})?$"
+)
 
 
 def _mapping_dir(settings: Settings) -> tuple[pafs.FileSystem, str]:
@@ -67,11 +69,12 @@ def register_mapping(settings: Settings, mapping: Mapping) -> str:
 
 
 def registered_mapping(settings: Settings, source: str) -> Mapping:
-    """The mapping a ``mapping:<name>@<hash>`` source was landed with."""
-    if not _SOURCE.match(source):
-        raise ValueError(f"{source!r} is not a mapping source (mapping:<name>@<hash>)")
+    """The mapping a ``mapping:<name>@<hash>[;tenant=<id>]`` source was landed with."""
+    found = _SOURCE.match(source)
+    if not found:
+        raise ValueError(f"{source!r} is not a mapping source (mapping:<name>@<hash>[;tenant=<id>])")
     fs, folder = _mapping_dir(settings)
-    path = f"{folder}/{source.removeprefix('mapping:')}.yaml"
+    path = f"{folder}/{found.group(1)}.yaml"
     try:
         with fs.open_input_stream(path) as stream:
             text = stream.read().decode()
@@ -96,6 +99,7 @@ def parser_for(
     ``checked_ok`` says the lines already passed the format's line checks when ODS landed them.
     """
     folder = scratch_dir(settings)
+    tenant = source.partition(_TENANT)[2] or None
     if source == JSONL:
         fields = ("request_id", "ts", *also) if keys_only else fields_for(kind)
         return lambda raw, _line_no, _sha, ndjson=None: parse_json_lines(
@@ -106,19 +110,20 @@ def parser_for(
 
         mapping = registered_mapping(settings, source)
         return lambda raw, line_no, sha, ndjson=None: parse_mapped_lines(
-            raw, mapping, line_no=line_no, file_sha256=sha, folder=folder
+            raw, mapping, line_no=line_no, file_sha256=sha, folder=folder, tenant=tenant
         )
-    if source == OTLP or source.startswith(OTLP + _OTLP_TENANT):
+    if source == OTLP or source.startswith(OTLP + _TENANT):
         from warehouse.sources.otlp import parse_otlp_lines
 
-        tenant = source.partition(_OTLP_TENANT)[2] or None
         return lambda raw, _line_no, _sha, ndjson=None: parse_otlp_lines(raw, tenant=tenant)
-    raise ValueError(f"unknown ODS source {source!r}: expected jsonl, otlp-json[;tenant=<id>] or mapping:<name>@<hash>")
+    raise ValueError(
+        f"unknown ODS source {source!r}: expected jsonl, otlp-json[;tenant=<id>] or mapping:<name>@<hash>[;tenant=<id>]"
+    )
 
 
-def otlp_source(tenant: str | None) -> str:
-    """The ``source`` of OTLP lines whose spans without a tenant belong to ``tenant``."""
-    return OTLP if tenant is None else f"{OTLP}{_OTLP_TENANT}{tenant}"
+def with_tenant(source: str, tenant: str | None) -> str:
+    """The ``source`` of lines whose records without a tenant belong to ``tenant``."""
+    return source if tenant is None else f"{source}{_TENANT}{tenant}"
 
 
 def otlp_signal(head: bytes) -> str | None:
