@@ -138,3 +138,23 @@ def test_strata_sql_without_raw_shows_no_private_value(world: dict[str, Any]) ->
             leaks[t.name] = found
         read += 1
     assert read >= 3 and not leaks, leaks
+
+
+def test_forget_finds_a_user_by_every_dialects_keys(tmp_path: Path, strata_env: Path) -> None:
+    """LiteLLM names its user ``llm.user`` on the call and ``llm.openai.user`` on its child span: after
+    ``strata forget`` no line of ODS or the landing zone holds the id."""
+    settings = load_settings()
+    landing = tmp_path / "exports"
+    landing.mkdir()
+    (landing / "litellm.otlp.jsonl").write_bytes((LITELLM / "traces-001.json").read_bytes())
+    _cli(settings, "ingest", str(landing), "--tenant", "acme")
+    assert b"user-3" in b"".join(_raw_lines(settings))
+    _cli(settings, "forget", "--user", "user-3")
+    held = [line for line in _raw_lines(settings) if b'"user-3"' in line]
+    assert not held and b'"user-1"' in b"".join(_raw_lines(settings))  # only that user left
+
+
+def _raw_lines(settings: Settings) -> list[bytes]:
+    ods = pl.from_arrow(lake.read(settings, table("ods.request_log_raw")))
+    assert isinstance(ods, pl.DataFrame)
+    return ods.get_column("raw_line").to_list()
