@@ -19,12 +19,14 @@ from contracts.types import is_widening, parse_type
 
 def column_shape(c: Column) -> dict[str, Any]:
     """What of a column compatibility depends on, as JSON-ready values (descriptions excluded):
-    its type, each rule's entry (:attr:`Rule.lock_key <contracts.rules.Rule.lock_key>`), its tolerances."""
+    its type, each rule's entry (:attr:`Rule.lock_key <contracts.rules.Rule.lock_key>`), its tolerances,
+    its attribute policy."""
     shape: dict[str, Any] = {"type": c.physical_type}
     for rule in rules():
         if rule.lock_key is not None:
             shape[rule.lock_key] = rule.shape(c.rule(rule.name))
     shape["tolerances"] = dict(c.tolerances)
+    shape["attribute_policy"] = c.attribute_policy
     return shape
 
 
@@ -92,6 +94,10 @@ def _column_changes(name: str, old: dict[str, Any], new: dict[str, Any]) -> list
         out.append(
             Change("type_widened" if widened else "type_changed", name, f"{old['type']} → {new['type']}", not widened)
         )
+    before, after = old["attribute_policy"], new["attribute_policy"]
+    if before != after:
+        # A policy only removes attributes a reader could not rely on: every value stays a JSON object.
+        out.append(Change("attribute_policy_changed", name, f"attribute policy: {before} → {after}", False))
     t = parse_type(new["type"])
     for rule in rules():
         if rule.lock_key is not None:

@@ -51,6 +51,8 @@ _UNITS = {
 #: Options that describe a column's type rather than state a rule: (option, logical type).
 _TYPE_OPTIONS = {("format", "string"), ("timezone", "timestamp"), ("defaultTimezone", "timestamp")}
 _CONTRACT_CUSTOM = {"layer", "writer"}
+#: The column custom property naming an attribute policy (:mod:`contracts.policy`).
+_ATTRIBUTE_POLICY = "attributePolicy"
 _WRITERS = ("dbt", "python")
 
 
@@ -299,7 +301,27 @@ def _column(p: Any, index: int, fail: Any) -> Column:
         else None,
         classification=p.classification,
         tolerances=tuple(sorted((k, v) for k, v in tolerances.items() if v > 0)),
+        attribute_policy=_attribute_policy(p, arrow_type, where, fail),
     )
+
+
+def _attribute_policy(p: Any, t: pa.DataType, where: str, fail: Any) -> str | None:
+    """The attribute policy a text column names (``customProperties: attributePolicy``), checked to load."""
+    from contracts.policy import load_policy
+
+    name = next((cp.value for cp in p.customProperties or [] if cp.property == _ATTRIBUTE_POLICY), None)
+    if name is None:
+        return None
+    field = f"{where}.customProperties.{_ATTRIBUTE_POLICY}"
+    if not pa.types.is_string(t) and not pa.types.is_large_string(t):
+        raise fail(field, "an attribute policy applies to a string column (a JSON object of attributes)")
+    if not isinstance(name, str):
+        raise fail(field, f"{name!r} is not the name of a policy in contracts/policies")
+    try:
+        load_policy(name)
+    except ContractError as e:
+        raise fail(field, str(e)) from None
+    return name
 
 
 def _rules(p: Any, t: pa.DataType, where: str, fail: Any) -> tuple[dict[str, Any], dict[str, float]]:
@@ -348,7 +370,9 @@ def _rules(p: Any, t: pa.DataType, where: str, fail: Any) -> tuple[dict[str, Any
             )
         state(check, q, field)
         tolerances[check.name] = _tolerance(q, field, fail)
-    custom = _custom(p.customProperties, set(keys("customProperties")), fail, f"{where}.customProperties")
+    known = {*keys("customProperties"), _ATTRIBUTE_POLICY}
+    custom = _custom(p.customProperties, known, fail, f"{where}.customProperties")
+    custom.pop(_ATTRIBUTE_POLICY, None)  # not a row rule: read by _attribute_policy
     for key, value in custom.items():
         custom_rule = slots["customProperties", key]
         if not custom_rule.fits(t):

@@ -128,7 +128,11 @@ def check_lock(contracts: Mapping[str, Contract] | None = None, path: Path = LOC
 
 def _defaults() -> dict[str, Any]:
     """Column-shape entries left out of the lock file when they have these values: a rule not stated."""
-    return {**{r.lock_key: r.lock_default for r in rules() if r.lock_key is not None}, "tolerances": {}}
+    return {
+        **{r.lock_key: r.lock_default for r in rules() if r.lock_key is not None},
+        "tolerances": {},
+        "attribute_policy": None,
+    }
 
 
 def _version(text: str) -> tuple[int, int, int]:

@@ -36,6 +36,9 @@ class Column:
     partition_position: int | None = None
     classification: str | None = None
     tolerances: tuple[tuple[str, float], ...] = ()
+    #: The attribute policy applied to this column's JSON object of attributes (its name, a
+    #: file of ``contracts/policies``; see :mod:`contracts.policy`), None for other columns.
+    attribute_policy: str | None = None
 
     def rule(self, name: str) -> Any:
         """The parameter of rule ``name`` on this column; None when the contract does not state it."""

@@ -1,4 +1,5 @@
-"""User pseudonyms: a keyed HMAC, so DWD and later layers never hold a clear user id."""
+"""What leaves the raw layer: user pseudonyms (a keyed HMAC, so DWD and later layers never hold a clear
+user id) and attributes passed through their column's attribute policy (:mod:`contracts.policy`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import hashlib
 import hmac
 
 import polars as pl
+
+from contracts import Contract
 
 
 def pseudonym(key: bytes, user_id: str) -> str:
@@ -25,3 +28,20 @@ def pseudonymize(values: pl.Series, key: bytes, known: dict[str, str] | None = N
             known[user] = pseudonym(key, user)
         batch[user] = known[user]
     return values.replace_strict(batch, default=None, return_dtype=pl.String)
+
+
+def without_private(frame: pl.DataFrame, contract: Contract) -> pl.DataFrame:
+    """``frame`` with every column of ``contract`` that names an attribute policy passed through it.
+
+    Applied to every row of a layer above ODS whatever its source (canonical JSON lines, mapped
+    files, OTLP), so prompts, ids, emails, addresses, key hashes, headers and error text stay raw.
+    """
+    from contracts.policy import load_policy
+
+    for column in contract.columns:
+        if column.attribute_policy is None or column.name not in frame.columns:
+            continue
+        clean = load_policy(column.attribute_policy).clean
+        values = frame.get_column(column.name)
+        frame = frame.with_columns(pl.Series(column.name, [clean(v) for v in values.to_list()], dtype=pl.String))
+    return frame

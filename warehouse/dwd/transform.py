@@ -26,7 +26,7 @@ from contracts import Contract, split_rows
 from contracts.rules import MaxLength, Pattern
 from warehouse.dwd.prices import with_cost
 from warehouse.ods.rows import FLOOR
-from warehouse.privacy import pseudonymize
+from warehouse.privacy import pseudonymize, without_private
 from warehouse.runner import Batch, Counts
 from warehouse.sources.canonical import Kind, fields_for
 from warehouse.sources.formats import Parser
@@ -359,7 +359,9 @@ class DwdTransform:
         return unique, good.height - unique.height
 
     def _pseudonymized(self, valid: pl.DataFrame) -> pl.DataFrame:
-        """Rows that kept their rules, the raw user id replaced by its pseudonym (requests)."""
+        """Rows that kept their rules, the raw user id replaced by its pseudonym (requests) and
+        their attributes passed through the contract's attribute policy."""
+        valid = without_private(valid, self.target.contract)
         if self.requests is None:
             return valid
         pseudonyms = pseudonymize(valid.get_column("user_id"), self.requests.key, self._pseudonyms)

@@ -140,9 +140,36 @@ def _array_text(buf: bytes, array: _Node, kept: list[bytes | None]) -> bytes:
     return b"".join(out)
 
 
+#: Every producer dialect's end-user keys, in order, then the keys its child spans of a call repeat the
+#: user under (LiteLLM's ``raw_gen_ai_request``), so ``forget`` finds a user whatever sent the span.
+#: MERGE (issue 41): replace by the dialect table's ``user_keys()`` when wt/dialects lands.
+USER_KEYS = (
+    "user.id",
+    "enduser.id",
+    "gen_ai.user",
+    "gen_ai.request.user",
+    "llm.user",
+    "llm.openai.user",
+    "llm.None.user",
+)
+#: A JSON-valued attribute holding the user under ``user`` (OpenInference's request parameters).
+_USER_IN_JSON = "llm.invocation_parameters"
+
+
 def _user(span: dict[str, Any], inherited: dict[str, Any]) -> str | None:
-    attributes = otlp._attributes(span, "span")
-    return otlp._Lookup(attributes, inherited, "span").first(otlp._KEYS["user_id"])
+    """The span's end user: the first non-empty of :data:`USER_KEYS`, else the ``user`` inside
+    ``llm.invocation_parameters``; None when it names none (an empty id is no user)."""
+    look = otlp._Lookup(otlp._attributes(span, "span"), inherited, "span")
+    for key in USER_KEYS:
+        if user := look.text(key):
+            return user
+    params = look.text(_USER_IN_JSON)
+    try:
+        inner = json.loads(params) if params else None
+    except (ValueError, RecursionError):
+        return None
+    user = inner.get("user") if isinstance(inner, dict) else None
+    return user if isinstance(user, str) and user else None
 
 
 def _start(span: dict[str, Any]) -> int | None:

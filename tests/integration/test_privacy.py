@@ -1,0 +1,160 @@
+"""Nothing private above ODS: producers with content capture on (the official openai-v2 and OpenLLMetry,
+live, and LiteLLM's committed capture) through ``strata collect`` → ingest → build dwd; no prompt,
+completion, raw user id, email, IP address, key hash, header or error message is in a column of DWD
+that is not classified ``pii``, nor in ``strata sql`` output without ``--raw``. One lake for the
+module's tests."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from collect_server import receiver_thread
+from openai_server import serve
+from producers import run_producer
+from typer.testing import CliRunner
+
+from strata.cli import app
+from warehouse.settings import Settings, load_settings
+from warehouse.sql.sandbox import is_raw
+from warehouse.storage import lake
+from warehouse.tables import PII, all_tables, table
+
+LITELLM = Path(__file__).resolve().parents[1] / "data" / "producers" / "litellm"
+#: Attribute keys whose values are private in what these producers send (the needles of the scan).
+PRIVATE_KEYS = (
+    "gen_ai.input.messages",
+    "gen_ai.output.messages",
+    "gen_ai.system_instructions",
+    "gen_ai.headers",
+    "gen_ai.user",
+    "llm.user",
+    "error.message",
+    "error.stack_trace",
+    "metadata.user_api_key_user_email",
+    "metadata.requester_ip_address",
+    "metadata.user_api_key_hash",
+    "metadata.user_api_key_user_id",
+)
+#: What the fake server and the plan put in every run: the answer, the error text, the users.
+FIXED = ["hello from the test server", "test error 4", "user-1", "user-2", "user-3", "user-4", "@example.com"]
+
+
+def _cli(settings: Settings, *args: str) -> str:
+    result = CliRunner().invoke(app, list(args), env={**settings.to_env(), "COLUMNS": "200"})
+    assert result.exit_code == 0, f"strata {' '.join(args)}: {result.output}{result.exception!r}"
+    return result.output
+
+
+def _span_values(line: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    for rs in line.get("resourceSpans", []):
+        for ss in rs.get("scopeSpans", []):
+            for span in ss.get("spans", []):
+                for attr in span.get("attributes", []):
+                    value = next(iter(attr.get("value", {}).values()), None)
+                    yield attr["key"], value if isinstance(value, str) else json.dumps(value)
+
+
+def _needles(settings: Settings) -> set[str]:
+    """The private values the producers sent, read from ODS's raw lines, plus the plan's fixed ones."""
+    ods = pl.from_arrow(lake.read(settings, table("ods.request_log_raw")))
+    assert isinstance(ods, pl.DataFrame)
+    found = set(FIXED)
+    for raw in ods.get_column("raw_line").to_list():
+        for key, value in _span_values(json.loads(raw)):
+            content = key.startswith(("gen_ai.prompt.", "gen_ai.completion.")) and key.endswith(".content")
+            if value and (content or key in PRIVATE_KEYS):
+                found.add(value[:60])
+    return {n for n in found if len(n) >= 6}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    home = tmp_path_factory.mktemp("privacy") / "home"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STRATA_HOME", str(home))
+        for name in ("STRATA_LAKE_URI", "STRATA_LANDING_DIR", "AIRFLOW_HOME"):
+            mp.delenv(name, raising=False)
+        mp.setenv("STRATA_PSEUDONYM_KEY", "test-key-not-a-secret-0123456789")
+        settings = load_settings()
+        with serve() as base_url, receiver_thread() as collector:
+            for producer in ("openai_v2", "openllmetry"):
+                run_producer(producer, base_url, f"{collector}/v1/traces", "token-1", content_capture=True)
+            for body in sorted(LITELLM.glob("traces-*.pb")):
+                request = urllib.request.Request(
+                    f"{collector}/v1/traces", data=body.read_bytes(), headers={"Content-Type": "application/x-protobuf"}
+                )
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    assert response.status == 200
+        _cli(settings, "ingest", str(settings.landing_dir))
+        ods = pl.from_arrow(lake.read(settings, table("ods.request_log_raw")))
+        assert isinstance(ods, pl.DataFrame)
+        dates = [str(d) for d in ods.get_column("event_date").drop_nulls().unique().sort().to_list()]
+        flags = [arg for d in dates for arg in ("--date", d)]
+        _cli(settings, "build", "dwd", *flags)
+        yield {"settings": settings, "dates": dates, "needles": _needles(settings)}
+
+
+def _leaks(text: str, needles: set[str]) -> list[str]:
+    return sorted(n for n in needles if n in text)
+
+
+def test_no_private_value_above_ods(world: dict[str, Any]) -> None:
+    settings, needles = world["settings"], world["needles"]
+    assert {"hello from the test server", "10.0.0.7", "user-3"} <= needles  # the producers did send them
+    dwd = pl.from_arrow(lake.read(settings, table("dwd.request")))
+    assert isinstance(dwd, pl.DataFrame) and dwd.height >= 40
+    assert dwd.get_column("attributes").str.contains("otel.span_id").any()  # lineage stays
+    leaks = {}
+    scanned = 0
+    for t in all_tables():
+        if t.layer not in ("dwd", "dws", "ads") or lake.version(settings, t) is None:
+            continue
+        frame = pl.from_arrow(lake.read(settings, t))
+        assert isinstance(frame, pl.DataFrame)
+        for column in t.contract.columns:
+            if column.classification == PII or column.name not in frame.columns:
+                continue
+            text = "\n".join(str(v) for v in frame.get_column(column.name).to_list())
+            if found := _leaks(text, needles):
+                leaks[f"{t.name}.{column.name}"] = found
+        scanned += 1
+    assert scanned >= 2 and not leaks, leaks
+
+
+def test_strata_sql_without_raw_shows_no_private_value(world: dict[str, Any]) -> None:
+    settings, needles = world["settings"], world["needles"]
+    leaks, read = {}, 0
+    for t in all_tables():
+        if is_raw(t) or lake.version(settings, t) is None:
+            continue
+        output = _cli(settings, "sql", f"select * from {t.name}", "-f", "csv")
+        if found := _leaks(output, needles):
+            leaks[t.name] = found
+        read += 1
+    assert read >= 3 and not leaks, leaks
+
+
+def test_forget_finds_a_user_by_every_dialects_keys(tmp_path: Path, strata_env: Path) -> None:
+    """LiteLLM names its user ``llm.user`` on the call and ``llm.openai.user`` on its child span: after
+    ``strata forget`` no line of ODS or the landing zone holds the id."""
+    settings = load_settings()
+    landing = tmp_path / "exports"
+    landing.mkdir()
+    (landing / "litellm.otlp.jsonl").write_bytes((LITELLM / "traces-001.json").read_bytes())
+    _cli(settings, "ingest", str(landing), "--tenant", "acme")
+    assert b"user-3" in b"".join(_raw_lines(settings))
+    _cli(settings, "forget", "--user", "user-3")
+    held = [line for line in _raw_lines(settings) if b'"user-3"' in line]
+    assert not held and b'"user-1"' in b"".join(_raw_lines(settings))  # only that user left
+
+
+def _raw_lines(settings: Settings) -> list[bytes]:
+    ods = pl.from_arrow(lake.read(settings, table("ods.request_log_raw")))
+    assert isinstance(ods, pl.DataFrame)
+    return ods.get_column("raw_line").to_list()
