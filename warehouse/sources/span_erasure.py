@@ -10,8 +10,8 @@ the proto names (``resource_spans``, ``scope_spans``) and the pre-1.0
 ``instrumentationLibrarySpans`` — and the chosen elements are cut out with their separating
 commas.
 
-Whose a span is, is read as the reader reads a record's ``user_id``: ``user.id`` or
-``enduser.id`` on the span, else inherited from its scope, then its resource. Any span counts,
+Whose a span is, is read as the reader reads a record's ``user_id`` (:func:`.otlp.span_user`: the
+user keys of the span's dialect, on the span, else inherited from its scope, then its resource). Any span counts,
 GenAI call or not (an HTTP child span of the user's request is theirs too). A scope left with
 no span is removed, and a resource left with no scope, so no empty shell names what was there;
 a line left with no span at all is ``None`` (the caller drops the line).
@@ -140,9 +140,8 @@ def _array_text(buf: bytes, array: _Node, kept: list[bytes | None]) -> bytes:
     return b"".join(out)
 
 
-def _user(span: dict[str, Any], inherited: dict[str, Any]) -> str | None:
-    attributes = otlp._attributes(span, "span")
-    return otlp._Lookup(attributes, inherited, "span").first(otlp._KEYS["user_id"])
+def _user(span: dict[str, Any], inherited: dict[str, Any], scope: str) -> str | None:
+    return otlp.span_user(span, inherited, scope)
 
 
 def _start(span: dict[str, Any]) -> int | None:
@@ -176,13 +175,15 @@ def _without(buf: bytes, doc: _Node, drop: Choice) -> bytes | None:
         scopes_node = _member(resource_node, SCOPE_SPANS)
         scopes: list[bytes | None] = []
         for scope_node in _list(scopes_node, buf):
-            scope = otlp._attributes(_loads(buf, _member(scope_node, ("scope",))), "scope")
+            scope_message = _loads(buf, _member(scope_node, ("scope",)))
+            scope = otlp._attributes(scope_message, "scope")
             inherited = otlp._inherited(resource, scope, "scope")
+            scope_name = otlp.scope_name_of(scope_message)
             spans_node = _member(scope_node, ("spans",))
             spans: list[bytes | None] = []
             for span_node in _list(spans_node, buf):
                 span = _loads(buf, span_node)
-                gone = drop(_user(span, inherited), _start(span))
+                gone = drop(_user(span, inherited, scope_name), _start(span))
                 spans.append(None if gone else buf[span_node.start : span_node.end])
             scopes.append(_rebuilt(buf, scope_node, spans_node, spans))
             left = left or any(s is not None for s in spans)
