@@ -10,12 +10,17 @@ takes the proto field names (``resource_spans``, ``string_value`` …), base64 i
 pre-1.0 ``instrumentationLibrarySpans`` in place of ``scopeSpans``. Where the spans of a
 line are is :mod:`warehouse.sources.otlp_spans`, which ``strata collect`` uses too.
 
-A line yields one record per *GenAI span*: a span with at least one ``gen_ai.*``
-attribute of its own (HTTP or database child spans are skipped). Attributes are
+A line yields one record per *call span*: a span that a producer dialect
+(:mod:`warehouse.sources.dialects`: OpenInference, LiteLLM, OpenLLMetry, OpenLIT, then the
+GenAI conventions — any span with a ``gen_ai.*`` attribute of its own) recognises as a call;
+HTTP or database spans and a producer's child spans of a call are skipped. Each field is read
+from the sources its dialect declares, first present wins; the table below is the GenAI
+conventions' (the other dialects are written as changes to it). Attributes are
 looked up on the span, then its scope, then its resource, so resource attributes
 (``tenant.id``, ``server.address`` …) apply to every span under them and span
 attributes win. Every field is text, exactly as the source wrote the value (typing
-and range checks happen in DWD against the contract), except where noted below.
+and range checks happen in DWD against the contract), except where noted below. An
+empty ``user_id`` or ``tenant_id`` is none.
 
 ======================  =========================================================
 field                   source (first present wins)
@@ -27,7 +32,7 @@ attempt                 ``gen_ai.request.attempt`` *(custom)*; else ``http.reque
 ts                      startTimeUnixNano → RFC 3339 UTC, microseconds (``…T02:00:00.123456+00:00``)
 duration_ms             (endTimeUnixNano − startTimeUnixNano) / 1e6, exact decimal text
 ttft_ms                 ``gen_ai.response.time_to_first_chunk`` (client), ``gen_ai.server.time_to_first_token``,
-                        ``gen_ai.latency.time_to_first_token`` (vLLM); seconds → ms
+                        ``gen_ai.latency.time_to_first_token`` (vLLM); seconds → ms (a value that is no number: next)
 queue_ms                ``gen_ai.latency.time_in_queue`` (vLLM), seconds → ms
 preprocess_ms           ``gen_ai.latency.time_in_preprocess`` *(custom)*, seconds → ms
 inference_ms            ``gen_ai.latency.time_in_model_inference`` (vLLM), seconds → ms
@@ -100,7 +105,7 @@ in two spellings) yields one row whose
 ``parse_error`` is ``invalid UTF-8`` / ``invalid JSON`` / ``not an OTLP trace export``
 (the latter followed by ``: <where>`` for a broken structure) and whose fields are
 null (JSON ``NaN``/``Infinity`` literals and unpaired ``\\ud800``-style surrogate
-escapes count as ``invalid JSON``). A valid export without GenAI spans yields one
+escapes count as ``invalid JSON``). A valid export without call spans yields one
 row with ``no GenAI spans``. A GenAI span whose start or end time is not an unsigned
 integer gets ``invalid span: …`` beside its (otherwise filled) fields. ``_line`` is the index of the input line
 every row came from; rows are in line order, then document order.
