@@ -512,28 +512,24 @@ def _status_and_error(
     return status, error
 
 
-#: Fields read straight from their sources (the others need more than the first present value).
-_PLAIN_FIELDS = (
-    "retry_of",
-    "attempt",
-    "tenant_id",
-    "user_id",
-    "api_key_id",
-    "provider",
-    "server",
-    "prompt_template_version",
-    "pipeline_version",
-    "input_tokens",
-    "output_tokens",
-    "cached_input_tokens",
-    "batch_size",
-    "cache_hit",
-    "ttft_ms",
-    "queue_ms",
-    "preprocess_ms",
-    "inference_ms",
-    "postprocess_ms",
-    "operation",
+#: Fields read straight from their sources: every canonical field but those that need more than the first
+#: present value (ids and times from the span itself, the model pair, the finish reason, status and error).
+_PLAIN_FIELDS = tuple(
+    f
+    for f in REQUEST_FIELDS
+    if f
+    not in {
+        "request_id",
+        "trace_id",
+        "ts",
+        "duration_ms",
+        "model",
+        "model_version",
+        "finish_reason",
+        "status_code",
+        "error_type",
+        "attributes",
+    }
 )
 
 
