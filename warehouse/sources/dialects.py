@@ -51,6 +51,11 @@ class Source:
             raise ValueError(f"source {self.key!r}: a path needs inside='json' or 'literal', and inside a path")
         if self.unit not in (None, "s"):
             raise ValueError(f"source {self.key!r}: unit must be 's' or None, not {self.unit!r}")
+        plain = not (self.path or self.event or self.when or self.unit or self.host or self.values)
+        object.__setattr__(self, "plain", plain)
+
+    #: The attribute's text as written, nothing more to do (the reader's fast path).
+    plain: bool = field(init=False, repr=False, compare=False)
 
 
 def _keys(*keys: str, **options: object) -> tuple[Source, ...]:

@@ -389,6 +389,12 @@ class _Reader:
 
     def value(self, source: Source, *, empty_is_none: bool = False) -> str | None:
         """A source's value as text, or ``None``; a plain attribute read whole is marked used."""
+        if source.plain:
+            text = self.look.text(source.key)
+            if text is None or (empty_is_none and text == ""):
+                return None
+            self.look.use(source.key)
+            return text
         if source.event:
             return self._event_ms(source.key)
         if source.when is not None and self.look.text(source.when[0]) not in source.when[1]:
