@@ -30,7 +30,14 @@ def test_user_keys_are_each_dialects_end_user_never_the_keys_owner() -> None:
     assert every[:2] == ("user.id", "enduser.id")
     assert {"gen_ai.user", "gen_ai.request.user", "llm.user", "llm.invocation_parameters#user"} <= set(every)
     assert "metadata.user_api_key_user_id" not in every
-    assert user_keys("litellm") == ("user.id", "enduser.id", "llm.user")
+    assert user_keys("litellm") == (
+        "user.id",
+        "enduser.id",
+        "llm.user",
+        "metadata.user_api_key_end_user_id",
+        "llm.openai.user",
+        "llm.None.user",
+    )
     with pytest.raises(ValueError, match="unknown dialect 'nope'"):
         user_keys("nope")
 
@@ -102,3 +109,26 @@ def test_values_inside_literals_json_urls_events_and_under_conditions() -> None:
     assert (rows[0]["output_tokens"], rows[0]["status_code"], rows[0]["error_type"]) == (None, "429", "rate_limited")
     assert rows[1]["ttft_ms"] is None  # OpenLIT's TTFT of a call that did not stream is its whole latency
     assert (rows[2]["model"], rows[2]["user_id"], rows[2]["ttft_ms"]) == ("m", "u-1", "250")
+
+
+def test_forgetting_a_litellm_user_removes_their_calls_and_the_child_spans_under_them() -> None:
+    import json
+    from pathlib import Path
+
+    from warehouse.sources.span_erasure import remove_spans
+
+    line = (Path(__file__).resolve().parents[1] / "data" / "producers" / "litellm" / "traces-001.json").read_bytes()
+
+    def spans(export: bytes) -> list[dict]:
+        return [s for rs in json.loads(export)["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
+
+    kept = remove_spans(line.strip(), lambda user, _start: user == "user-3")
+    assert kept is not None
+    users = {
+        a["value"].get("stringValue")
+        for s in spans(kept)
+        for a in s.get("attributes", [])
+        if a["key"].endswith(".user")
+    }
+    assert "user-3" not in users and {"user-1", "user-2", "user-4"} <= users
+    assert len(spans(kept)) == len(spans(line)) - 4 - 3  # user-3's 4 calls, 3 with a raw_gen_ai_request under them

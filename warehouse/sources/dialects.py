@@ -70,8 +70,8 @@ class Dialect:
     carries one of ``markers`` (an attribute key, or with a trailing ``*`` a key prefix; empty: no
     marker needed). It is a call when its name is not in ``child_spans``, ``call_spans`` is empty or
     holds its name, and ``call_kind`` (an attribute key and its call values) matches where given.
-    ``fields`` maps canonical fields to their sources, ``user`` the end-user id's (in order; an empty
-    id is no user).
+    ``fields`` maps canonical fields to their sources (``user_id`` the end user's, in order; an empty id
+    is no user); ``child_users`` names the user on a child span, so ``forget`` finds it with its call.
     """
 
     name: str
@@ -80,6 +80,7 @@ class Dialect:
     markers: tuple[str, ...] = ()
     call_spans: tuple[str, ...] = ()
     child_spans: tuple[str, ...] = ()
+    child_users: tuple[Source, ...] = ()
     call_kind: tuple[str, frozenset[str]] | None = None
 
     def owns(self, scope: str, span_name: str, keys: frozenset[str] | set[str] | Mapping[str, object]) -> bool:
@@ -218,7 +219,7 @@ LITELLM = _on(
     "litellm",
     {
         "tenant_id": _keys("metadata.user_api_key_team_id", "tenant.id"),
-        "user_id": (*_USERS, Source("llm.user")),
+        "user_id": (*_USERS, Source("llm.user"), Source("metadata.user_api_key_end_user_id")),
         "operation": _keys(
             "llm.request.type",
             values=MappingProxyType(
@@ -239,6 +240,7 @@ LITELLM = _on(
     markers=(),
     call_spans=("litellm_request",),
     child_spans=("raw_gen_ai_request",),
+    child_users=(Source("llm.openai.user"), Source("llm.None.user")),  # ``llm.<provider>.user``, as measured
 )
 
 #: Every dialect, in the order a span is tried against them (the GenAI conventions last).
@@ -267,15 +269,15 @@ def user_keys(dialect: str | None = None) -> tuple[str, ...]:
     """The attributes that name a call's end user, in order: one dialect's, or every dialect's.
 
     Each is an attribute key, or ``key#path`` for a value inside a JSON-valued attribute
-    (``llm.invocation_parameters#user``). The API key's owner (LiteLLM's
-    ``metadata.user_api_key_user_id``) is never one.
+    (``llm.invocation_parameters#user``); a dialect's child-span user keys come last. The API key's
+    owner (LiteLLM's ``metadata.user_api_key_user_id``) is never one.
     """
     chosen = DIALECTS if dialect is None else tuple(d for d in DIALECTS if d.name == dialect)
     if not chosen:
         raise ValueError(f"unknown dialect {dialect!r}; one of {', '.join(d.name for d in DIALECTS)}")
     found: dict[str, None] = {}
     for d in chosen:
-        for source in d.fields["user_id"]:
+        for source in (*d.fields["user_id"], *d.child_users):
             found["#".join((source.key, *source.path))] = None
     return tuple(found)
 

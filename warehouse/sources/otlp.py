@@ -637,12 +637,16 @@ def scope_name_of(scope: dict[str, Any]) -> str:
 
 
 def span_user(span: dict[str, Any], inherited: dict[str, Any], scope: str) -> str | None:
-    """The end-user id the reader gives a span: its dialect's user keys (any span, call or not; a span of
-    no dialect is read in the GenAI conventions). ``inherited`` is :func:`_inherited` of its resource and scope."""
+    """The end-user id of a span: its dialect's user keys, a child span's own (a span of no dialect is read in
+    the GenAI conventions). ``inherited`` is :func:`_inherited` of its resource and scope; ``forget`` asks this."""
     attrs = _attributes(span, "span")
     name = _get(span, "name")
-    dialect = dialects.dialect_of(scope, name if isinstance(name, str) else "", attrs) or dialects.GEN_AI
-    return _Reader(span, _Lookup(attrs, inherited, "span"), dialect, None).field("user_id")
+    name = name if isinstance(name, str) else ""
+    dialect = dialects.dialect_of(scope, name, attrs) or dialects.GEN_AI
+    reader = _Reader(span, _Lookup(attrs, inherited, "span"), dialect, None)
+    if name in dialect.child_spans:
+        return next((u for u in (reader.value(s, empty_is_none=True) for s in dialect.child_users) if u), None)
+    return reader.field("user_id")
 
 
 def _reject_constant(name: str) -> Any:
