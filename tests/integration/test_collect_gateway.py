@@ -42,14 +42,20 @@ def tokens(strata_env: Path, tmp_path: Path) -> Path:
 
 
 def _export(prefix: str, spans: dict[str, tuple[str | None, str | None]], mark: str | None = None) -> dict:
-    """An export whose span ``<prefix>-<name>`` has (team attribute on the span, ``tenant.id`` on its resource);
-    ``mark``: a sender's own ``strata.gateway`` on every resource."""
+    """A LiteLLM export (its scope and call span, whose dialect's team attribute is ``TEAM``) whose span
+    ``<prefix>-<name>`` has (team attribute on the span, ``tenant.id`` on its resource); ``mark``: a sender's
+    own ``strata.gateway`` on every resource."""
     records = []
     for name, (team, tenant) in spans.items():
         [record] = _records(f"{prefix}-{name}", 1)
-        records.append({**record, "tenant_id": tenant, "attributes": {} if team is None else {TEAM: team}})
+        attributes = {"llm.request.type": "completion", **({} if team is None else {TEAM: team})}
+        records.append({**record, "tenant_id": tenant, "attributes": attributes})
     export = json.loads(otlp_export_line(records))
     for resource_spans in export["resourceSpans"]:
+        for scope_spans in resource_spans["scopeSpans"]:
+            scope_spans["scope"] = {"name": "litellm"}
+            for span in scope_spans["spans"]:
+                span["name"] = "litellm_request"
         if mark is not None:
             resource_spans["resource"]["attributes"].append({"key": "strata.gateway", "value": {"stringValue": mark}})
     return export

@@ -10,12 +10,17 @@ takes the proto field names (``resource_spans``, ``string_value`` …), base64 i
 pre-1.0 ``instrumentationLibrarySpans`` in place of ``scopeSpans``. Where the spans of a
 line are is :mod:`warehouse.sources.otlp_spans`, which ``strata collect`` uses too.
 
-A line yields one record per *GenAI span*: a span with at least one ``gen_ai.*``
-attribute of its own (HTTP or database child spans are skipped). Attributes are
+A line yields one record per *call span*: a span that a producer dialect
+(:mod:`warehouse.sources.dialects`: OpenInference, LiteLLM, OpenLLMetry, OpenLIT, then the
+GenAI conventions — any span with a ``gen_ai.*`` attribute of its own) recognises as a call;
+HTTP or database spans and a producer's child spans of a call are skipped. Each field is read
+from the sources its dialect declares, first present wins; the table below is the GenAI
+conventions' (the other dialects are written as changes to it). Attributes are
 looked up on the span, then its scope, then its resource, so resource attributes
 (``tenant.id``, ``server.address`` …) apply to every span under them and span
 attributes win. Every field is text, exactly as the source wrote the value (typing
-and range checks happen in DWD against the contract), except where noted below.
+and range checks happen in DWD against the contract), except where noted below. An
+empty ``user_id`` or ``tenant_id`` is none.
 
 ======================  =========================================================
 field                   source (first present wins)
@@ -27,7 +32,7 @@ attempt                 ``gen_ai.request.attempt`` *(custom)*; else ``http.reque
 ts                      startTimeUnixNano → RFC 3339 UTC, microseconds (``…T02:00:00.123456+00:00``)
 duration_ms             (endTimeUnixNano − startTimeUnixNano) / 1e6, exact decimal text
 ttft_ms                 ``gen_ai.response.time_to_first_chunk`` (client), ``gen_ai.server.time_to_first_token``,
-                        ``gen_ai.latency.time_to_first_token`` (vLLM); seconds → ms
+                        ``gen_ai.latency.time_to_first_token`` (vLLM); seconds → ms (a value that is no number: next)
 queue_ms                ``gen_ai.latency.time_in_queue`` (vLLM), seconds → ms
 preprocess_ms           ``gen_ai.latency.time_in_preprocess`` *(custom)*, seconds → ms
 inference_ms            ``gen_ai.latency.time_in_model_inference`` (vLLM), seconds → ms
@@ -103,7 +108,7 @@ in two spellings) yields one row whose
 ``parse_error`` is ``invalid UTF-8`` / ``invalid JSON`` / ``not an OTLP trace export``
 (the latter followed by ``: <where>`` for a broken structure) and whose fields are
 null (JSON ``NaN``/``Infinity`` literals and unpaired ``\\ud800``-style surrogate
-escapes count as ``invalid JSON``). A valid export without GenAI spans yields one
+escapes count as ``invalid JSON``). A valid export without call spans yields one
 row with ``no GenAI spans``. A GenAI span whose start or end time is not an unsigned
 integer gets ``invalid span: …`` beside its (otherwise filled) fields. ``_line`` is the index of the input line
 every row came from; rows are in line order, then document order.
@@ -123,7 +128,9 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from warehouse.sources import dialects
 from warehouse.sources.canonical import REQUEST_FIELDS
+from warehouse.sources.dialects import Dialect, Source
 from warehouse.sources.otlp_spans import (
     RESOURCE_SPANS,
     NotTraceExport,
@@ -145,54 +152,12 @@ _HEX = re.compile(r"[0-9a-fA-F]+")
 _UINT = re.compile(r"[0-9]+")
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 
-# Canonical field → attribute keys, first present wins.
-_KEYS: dict[str, tuple[str, ...]] = {
-    "retry_of": ("gen_ai.request.retry_of",),
-    "attempt": ("gen_ai.request.attempt",),
-    "user_id": ("user.id", "enduser.id"),
-    "api_key_id": ("api_key.id",),
-    "provider": ("gen_ai.provider.name", "gen_ai.system"),
-    "server": ("server.address",),
-    "prompt_template_version": ("prompt_template.version",),
-    "pipeline_version": ("pipeline.version",),
-    "input_tokens": ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"),
-    "output_tokens": ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"),
-    "cached_input_tokens": (
-        "gen_ai.usage.cache_read.input_tokens",
-        "gen_ai.usage.cache_read_input_tokens",
-        "gen_ai.usage.input_tokens.cached",
-        "gen_ai.usage.cached_tokens",
-    ),
-    "batch_size": ("gen_ai.server.batch_size",),
-    "error_type": ("error.type",),
-    "cache_hit": ("gen_ai.response.cache_hit",),
-}
-# Canonical millisecond field → attribute keys holding seconds.
-_SECONDS_KEYS: dict[str, tuple[str, ...]] = {
-    "ttft_ms": (
-        "gen_ai.response.time_to_first_chunk",
-        "gen_ai.server.time_to_first_token",
-        "gen_ai.latency.time_to_first_token",
-    ),
-    "queue_ms": ("gen_ai.latency.time_in_queue",),
-    "preprocess_ms": ("gen_ai.latency.time_in_preprocess",),
-    "inference_ms": ("gen_ai.latency.time_in_model_inference",),
-    "postprocess_ms": ("gen_ai.latency.time_in_postprocess",),
-}
-_REQUEST_ID_KEYS = ("gen_ai.response.id", "gen_ai.request.id")
 _RESEND_COUNT = "http.request.resend_count"
-_STATUS_KEYS = ("http.response.status_code", "http.status_code")
-_OPERATION = "gen_ai.operation.name"
-_OPERATIONS = {"text_completion": "completion"}
-_REQUEST_MODEL = "gen_ai.request.model"
-_RESPONSE_MODEL = "gen_ai.response.model"
-_MODEL_VERSION = "model.version"
-_FINISH_REASONS = "gen_ai.response.finish_reasons"
 _RECEIVER_TENANT = "strata.tenant_id"
 #: The receiver's mark of a gateway token's resources: the teams it may name (``*``: any), comma-separated.
 GATEWAY = "strata.gateway"
 #: A span's team attribute, first non-empty wins: the tenant a gateway's span names.
-TEAM_KEYS = ("metadata.user_api_key_team_id", "tenant.id")
+TEAM_KEYS = dialects.team_keys()
 _SERVICE_NAME = "service.name"
 _STATUS_ERROR = {2, "2", "STATUS_CODE_ERROR"}
 _ERROR_CODE = re.compile(r"Error code: ([1-5][0-9]{2})\b")
@@ -416,18 +381,109 @@ class _Lookup:
         return None
 
 
-def _finish_reason(look: _Lookup) -> str | None:
-    level, value = look.raw(_FINISH_REASONS)
-    if level is None:
+class _Reader:
+    """One span read in its dialect: each canonical field from its sources (:mod:`.dialects`), first present wins."""
+
+    def __init__(self, span: dict[str, Any], look: _Lookup, dialect: Dialect, start: int | None):
+        self.span, self.look, self.dialect, self.start = span, look, dialect, start
+
+    def field(self, name: str) -> str | None:
+        for source in self.dialect.fields.get(name, ()):
+            value = self.value(source, empty_is_none=name in _ID_FIELDS)
+            if value is not None:
+                return value
         return None
-    where = f"{look.where}.{_FINISH_REASONS}"
+
+    def value(self, source: Source, *, empty_is_none: bool = False) -> str | None:
+        """A source's value as text, or ``None``; a plain attribute read whole is marked used."""
+        if source.plain:
+            text = self.look.text(source.key)
+            if text is None or (empty_is_none and text == ""):
+                return None
+            self.look.use(source.key)
+            return text
+        if source.event:
+            return self._event_ms(source.key)
+        if source.when is not None and self.look.text(source.when[0]) not in source.when[1]:
+            return None
+        text = self.look.text(source.key)
+        if text is None or (empty_is_none and text == ""):
+            return None
+        if source.inside is not None:  # a value inside the attribute, which holds more: left to ``attributes``
+            text = _inner(text, source)
+        else:
+            converted = _converted(text, source)
+            if converted is not None:
+                self.look.use(source.key)
+            text = converted
+        if text is None or (empty_is_none and text == ""):
+            return None
+        return text if source.inside is None else _converted(text, source)
+
+    def _event_ms(self, name: str) -> str | None:
+        """Milliseconds from the span's start to its first event named ``name``."""
+        if self.start is None:
+            return None
+        for i, event in enumerate(_list(self.span, "events", f"{self.look.where}.events")):
+            event = message(event, f"{self.look.where}.events[{i}]")
+            if _get(event, "name") == name:
+                try:
+                    at = _nanos(_get(event, "timeUnixNano"))
+                except ValueError:
+                    return None
+                return None if at is None or at < self.start else _decimal_text(Decimal(at - self.start).scaleb(-6))
+        return None
+
+
+#: Fields where an empty text is no value (an empty user id is no user, an empty team no tenant).
+_ID_FIELDS = frozenset({"user_id", "tenant_id"})
+
+
+def _converted(text: str, source: Source) -> str | None:
+    """A source's text after its unit, host and value map; ``None`` where it cannot be converted."""
+    if source.unit == "s":
+        return _seconds_to_ms(text)
+    if source.host:
+        from urllib.parse import urlsplit
+
+        try:
+            return urlsplit(text).hostname
+        except ValueError:
+            return None
+    return source.values.get(text, text)
+
+
+def _inner(text: str, source: Source) -> str | None:
+    """The scalar at ``source.path`` inside a JSON or Python-literal text, as text; ``None`` when absent."""
+    try:
+        value: Any = json.loads(text) if source.inside == "json" else dialects.literal(text)
+    except (ValueError, RecursionError):
+        return None
+    for step in source.path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(step)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    return None
+
+
+def _finish_reason(reader: _Reader) -> str | None:
+    look = reader.look
+    key = next((s.key for s in reader.dialect.fields.get("finish_reason", ()) if look.raw(s.key)[0]), None)
+    if key is None:
+        return None
+    value = look.raw(key)[1]
+    where = f"{look.where}.{key}"
     kind, v = _value_kind(message(value, where))
     if kind != "arrayValue":
-        look.use(_FINISH_REASONS)
+        look.use(key)
         return _text(value, where)
     items = _list(message(v, where), "values", where)
     if len(items) <= 1:
-        look.use(_FINISH_REASONS)
+        look.use(key)
     return _text(items[0], f"{where}[0]") if items else None
 
 
@@ -437,9 +493,10 @@ def _error_name(text: str) -> str:
     return (found.group(1) if found else text).rsplit(".", 1)[-1]
 
 
-def _status_and_error(span: dict[str, Any], look: _Lookup, error: str | None) -> tuple[str | None, str | None]:
+def _status_and_error(
+    span: dict[str, Any], look: _Lookup, status: str | None, error: str | None
+) -> tuple[str | None, str | None]:
     """``status_code`` and ``error_type`` of a span (the error table of the module docstring)."""
-    status = look.first(_STATUS_KEYS)
     span_status = message(_get(span, "status"), f"{look.where}.status")
     code = _get(span_status, "code")
     if not isinstance(code, (int, str)):
@@ -473,15 +530,10 @@ def gateway_allows(gateway: str, team: str) -> bool:
     return gateway == "*" or team in gateway.split(",")
 
 
-def _tenant(look: _Lookup, resource: dict[str, Any], tenant: str | None) -> str | None:
-    """A span's tenant: the receiver's (a gateway's listed team before it), else its team, the source's, the
-    service's (see the module docstring). A team attribute is no claim under an ordinary token's stamp."""
-    team = None
-    for key in TEAM_KEYS:
-        text = look.text(key)
-        if text is not None:
-            look.use(key)
-            team = team or text or None
+def _tenant(team: str | None, resource: dict[str, Any], tenant: str | None) -> str | None:
+    """A span's tenant: the receiver's (a gateway's listed team before it), else its team (the dialect's
+    ``tenant_id``), the source's, the service's (see the module docstring). A team attribute is no claim under
+    an ordinary token's stamp."""
     stamps = {
         k: _text(resource[k], f"resource.{k}") for k in (_RECEIVER_TENANT, GATEWAY, _SERVICE_NAME) if k in resource
     }
@@ -491,31 +543,32 @@ def _tenant(look: _Lookup, resource: dict[str, Any], tenant: str | None) -> str 
     return receiver or team or tenant or stamps.get(_SERVICE_NAME)
 
 
+#: Fields read straight from their sources: every canonical field but those that need more than the first
+#: present value (ids and times from the span itself, the model pair, the finish reason, status and error).
+_PLAIN_FIELDS = tuple(
+    f
+    for f in REQUEST_FIELDS
+    if f
+    not in {
+        "request_id",
+        "trace_id",
+        "ts",
+        "duration_ms",
+        "model",
+        "model_version",
+        "finish_reason",
+        "status_code",
+        "error_type",
+        "attributes",
+    }
+)
+
+
 def _span_row(
-    span: dict[str, Any], look: _Lookup, resource: dict[str, Any], tenant: str | None
+    span: dict[str, Any], look: _Lookup, dialect: Dialect, resource: dict[str, Any], tenant: str | None
 ) -> dict[str, str | None]:
     row: dict[str, str | None] = dict.fromkeys(_COLUMNS)
     errors: list[str] = []
-    for field, keys in _KEYS.items():
-        row[field] = look.first(keys)
-    row["tenant_id"] = _tenant(look, resource, tenant)
-    for field, keys in _SECONDS_KEYS.items():
-        for key in keys:
-            seconds = look.text(key)
-            ms = None if seconds is None else _seconds_to_ms(seconds)
-            if ms is not None:  # a value that is not a number stays in ``attributes``
-                row[field] = ms
-                look.use(key)
-                break
-
-    row["request_id"] = look.first(_REQUEST_ID_KEYS) or _hex_id(_get(span, "spanId"), 8)
-    row["trace_id"] = _hex_id(_get(span, "traceId"), 16)
-    if row["attempt"] is None:
-        resends = look.text(_RESEND_COUNT)
-        if resends is not None and _UINT.fullmatch(resends):
-            row["attempt"] = str(int(resends) + 1)
-            look.use(_RESEND_COUNT)
-
     try:
         start = _nanos(_get(span, "startTimeUnixNano"))
     except ValueError:
@@ -531,21 +584,31 @@ def _span_row(
         if end is not None:
             row["duration_ms"] = _decimal_text(Decimal(end - start).scaleb(-6))
 
-    operation = look.first((_OPERATION,))
-    row["operation"] = None if operation is None else _OPERATIONS.get(operation, operation)
-    requested, responded = look.text(_REQUEST_MODEL), look.text(_RESPONSE_MODEL)
-    if requested is not None:
-        look.use(_REQUEST_MODEL)
-    if responded is not None:
-        look.use(_RESPONSE_MODEL)  # carried by model or model_version, or the same as the request model
+    reader = _Reader(span, look, dialect, start)
+    for name in _PLAIN_FIELDS:
+        row[name] = reader.field(name)
+    row["tenant_id"] = _tenant(row["tenant_id"], resource, tenant)
+
+    row["request_id"] = reader.field("request_id") or _hex_id(_get(span, "spanId"), 8)
+    row["trace_id"] = _hex_id(_get(span, "traceId"), 16)
+    if row["attempt"] is None:
+        resends = look.text(_RESEND_COUNT)
+        if resends is not None and _UINT.fullmatch(resends):
+            row["attempt"] = str(int(resends) + 1)
+            look.use(_RESEND_COUNT)
+
+    # the response model is carried by model or model_version, or the same as the request model
+    requested, responded = reader.field("model"), reader.field("response_model")
     row["model"] = requested if requested is not None else responded
     if requested is not None and responded is not None and responded != requested:
         row["model_version"] = responded
     else:
-        row["model_version"] = look.first((_MODEL_VERSION,))
-    row["finish_reason"] = _finish_reason(look)
+        row["model_version"] = reader.field("model_version")
+    row["finish_reason"] = _finish_reason(reader)
 
-    row["status_code"], row["error_type"] = _status_and_error(span, look, row["error_type"])
+    row["status_code"], row["error_type"] = _status_and_error(
+        span, look, reader.field("status_code"), reader.field("error_type")
+    )
 
     rest = {k: _text(v, f"{look.where}.{k}") for k, v in look.span.items() if k not in look.used}
     rest = {k: v for k, v in rest.items() if v is not None}
@@ -566,14 +629,41 @@ def _document_rows(doc: Any, tenant: str | None) -> list[dict[str, str | None]]:
     for where_r, rs in resource_spans(doc):
         resource = _attributes(message(rs.get("resource"), f"{where_r}.resource"), f"{where_r}.resource")
         for where_s, ss in scope_spans(rs, where_r)[1]:
-            scope = _attributes(message(ss.get("scope"), f"{where_s}.scope"), f"{where_s}.scope")
+            scope_message = message(ss.get("scope"), f"{where_s}.scope")
+            scope = _attributes(scope_message, f"{where_s}.scope")
+            scope_name = scope_name_of(scope_message)
             inherited = _inherited(resource, scope, where_s)
             for p, span in enumerate(spans(ss, where_s)):
                 where_p = f"{where_s}.spans[{p}]"
                 attrs = _attributes(span, where_p)
-                if any(key.startswith("gen_ai.") for key in attrs):
-                    rows.append(_span_row(span, _Lookup(attrs, inherited, where_p), resource, tenant))
+                name = _get(span, "name")
+                name = name if isinstance(name, str) else ""
+                dialect = dialects.dialect_of(scope_name, name, attrs)
+                if dialect is None:
+                    continue
+                look = _Lookup(attrs, inherited, where_p)
+                if dialect.is_call(name, look.text(dialect.call_kind[0]) if dialect.call_kind else None):
+                    rows.append(_span_row(span, look, dialect, resource, tenant))
     return rows
+
+
+def scope_name_of(scope: dict[str, Any]) -> str:
+    """An ``InstrumentationScope``'s name (``""`` when it has none)."""
+    name = _get(scope, "name")
+    return name if isinstance(name, str) else ""
+
+
+def span_user(span: dict[str, Any], inherited: dict[str, Any], scope: str) -> str | None:
+    """The end-user id of a span: its dialect's user keys, a child span's own (a span of no dialect is read in
+    the GenAI conventions). ``inherited`` is :func:`_inherited` of its resource and scope; ``forget`` asks this."""
+    attrs = _attributes(span, "span")
+    name = _get(span, "name")
+    name = name if isinstance(name, str) else ""
+    dialect = dialects.dialect_of(scope, name, attrs) or dialects.GEN_AI
+    reader = _Reader(span, _Lookup(attrs, inherited, "span"), dialect, None)
+    if name in dialect.child_spans:
+        return next((u for u in (reader.value(s, empty_is_none=True) for s in dialect.child_users) if u), None)
+    return reader.field("user_id")
 
 
 def _reject_constant(name: str) -> Any:

@@ -10,8 +10,8 @@ the proto names (``resource_spans``, ``scope_spans``) and the pre-1.0
 ``instrumentationLibrarySpans`` — and the chosen elements are cut out with their separating
 commas.
 
-Whose a span is, is read as the reader reads a record's ``user_id``: ``user.id`` or
-``enduser.id`` on the span, else inherited from its scope, then its resource. Any span counts,
+Whose a span is, is read as the reader reads a record's ``user_id`` (:func:`.otlp.span_user`: the
+user keys of the span's dialect, on the span, else inherited from its scope, then its resource). Any span counts,
 GenAI call or not (an HTTP child span of the user's request is theirs too). A scope left with
 no span is removed, and a resource left with no scope, so no empty shell names what was there;
 a line left with no span at all is ``None`` (the caller drops the line).
@@ -140,38 +140,6 @@ def _array_text(buf: bytes, array: _Node, kept: list[bytes | None]) -> bytes:
     return b"".join(out)
 
 
-#: Every producer dialect's end-user keys, in order, then the keys its child spans of a call repeat the
-#: user under (LiteLLM's ``raw_gen_ai_request``), so ``forget`` finds a user whatever sent the span.
-#: MERGE (issue 41): replace by the dialect table's ``user_keys()`` when wt/dialects lands.
-USER_KEYS = (
-    "user.id",
-    "enduser.id",
-    "gen_ai.user",
-    "gen_ai.request.user",
-    "llm.user",
-    "llm.openai.user",
-    "llm.None.user",
-)
-#: A JSON-valued attribute holding the user under ``user`` (OpenInference's request parameters).
-_USER_IN_JSON = "llm.invocation_parameters"
-
-
-def _user(span: dict[str, Any], inherited: dict[str, Any]) -> str | None:
-    """The span's end user: the first non-empty of :data:`USER_KEYS`, else the ``user`` inside
-    ``llm.invocation_parameters``; None when it names none (an empty id is no user)."""
-    look = otlp._Lookup(otlp._attributes(span, "span"), inherited, "span")
-    for key in USER_KEYS:
-        if user := look.text(key):
-            return user
-    params = look.text(_USER_IN_JSON)
-    try:
-        inner = json.loads(params) if params else None
-    except (ValueError, RecursionError):
-        return None
-    user = inner.get("user") if isinstance(inner, dict) else None
-    return user if isinstance(user, str) and user else None
-
-
 def _start(span: dict[str, Any]) -> int | None:
     try:
         return otlp._nanos(otlp._get(span, "startTimeUnixNano"))
@@ -203,13 +171,15 @@ def _without(buf: bytes, doc: _Node, drop: Choice) -> bytes | None:
         scopes_node = _member(resource_node, SCOPE_SPANS)
         scopes: list[bytes | None] = []
         for scope_node in _list(scopes_node, buf):
-            scope = otlp._attributes(_loads(buf, _member(scope_node, ("scope",))), "scope")
+            scope_message = _loads(buf, _member(scope_node, ("scope",)))
+            scope = otlp._attributes(scope_message, "scope")
             inherited = otlp._inherited(resource, scope, "scope")
+            scope_name = otlp.scope_name_of(scope_message)
             spans_node = _member(scope_node, ("spans",))
             spans: list[bytes | None] = []
             for span_node in _list(spans_node, buf):
                 span = _loads(buf, span_node)
-                gone = drop(_user(span, inherited), _start(span))
+                gone = drop(otlp.span_user(span, inherited, scope_name), _start(span))
                 spans.append(None if gone else buf[span_node.start : span_node.end])
             scopes.append(_rebuilt(buf, scope_node, spans_node, spans))
             left = left or any(s is not None for s in spans)
