@@ -197,3 +197,52 @@ def _raw_lines(settings: Settings) -> list[bytes]:
     ods = pl.from_arrow(lake.read(settings, table("ods.request_log_raw")))
     assert isinstance(ods, pl.DataFrame)
     return ods.get_column("raw_line").to_list()
+
+
+def _layer_rows(settings: Settings, layer: str) -> dict[str, tuple[int | None, pl.DataFrame]]:
+    """Each table of ``layer`` in the lake: its version and its rows (sorted, build times left out)."""
+    rows = {}
+    for t in all_tables():
+        if t.layer == layer and (version := lake.version(settings, t)) is not None:
+            frame = pl.from_arrow(lake.read(settings, t))
+            assert isinstance(frame, pl.DataFrame)
+            frame = frame.drop([c for c in frame.columns if c.endswith("_at")])
+            rows[t.name] = (version, frame.sort(frame.columns))
+    return rows
+
+
+def test_privacy_clean_rebuilds_a_lake_built_before_the_policy(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DWD built as before the attribute policy (its attributes passed whole) holds the prompts, and an
+    ``--as-of`` read of that version shows them; after ``strata privacy clean`` neither the current
+    version nor that one does, and DWS, ADS and the online store were rebuilt with the same rows."""
+    settings, needles = world["settings"], world["needles"]
+    flags = [arg for d in world["dates"] for arg in ("--date", d)]
+    request = table("dwd.request")
+    with monkeypatch.context() as mp:  # the DWD build as it was before the policy: attributes kept whole
+        mp.setattr("warehouse.dwd.transform.without_private", lambda frame, contract: frame)
+        _cli(settings, "build", "dwd", *flags)
+    old = lake.version(settings, request)
+    query = ["sql", "select attributes from dwd.request", "-f", "csv"]
+    held = _cli(settings, *query, "--as-of", f"dwd.request={old}")
+    assert "gen_ai.input.messages" in held and "hello from the test server" in _leaks(held, needles)
+    dws, ads, online = _layer_rows(settings, "dws"), _layer_rows(settings, "ads"), _online_rows(settings)
+    days = _layer_rows(settings, "dwd")["dwd.request"][1].get_column("event_date").n_unique()
+
+    output = _cli(settings, "privacy", "clean")
+
+    assert f"DWD: {days} date(s) rebuilt" in output, output
+    current = _cli(settings, *query)
+    assert "otel.span_id" in current and "gen_ai.input.messages" not in current and not _leaks(current, needles)
+    pinned = CliRunner().invoke(
+        app, [*query, "--as-of", f"dwd.request={old}"], env={**settings.to_env(), "COLUMNS": "200"}
+    )
+    assert pinned.exit_code != 0 or not _leaks(pinned.output, needles), pinned.output  # vacuumed
+    for before, after in ((dws, _layer_rows(settings, "dws")), (ads, _layer_rows(settings, "ads"))):
+        rebuilt = [name for name in before if after[name][0] != before[name][0]]
+        # (ads.data_quality reports the builds themselves: their attempts and versions grew.)
+        changed = [n for n in before if n != "ads.data_quality" and not after[n][1].equals(before[n][1])]
+        assert rebuilt and not changed, (rebuilt, changed)
+    assert "online store: 0 value(s)" not in output
+    assert [r[:4] for r in _online_rows(settings)] == [r[:4] for r in online]
