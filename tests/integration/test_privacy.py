@@ -8,7 +8,6 @@ they are posted, so their day's DWS rows are not in the future."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import sqlite3
 import urllib.request

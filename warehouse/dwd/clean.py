@@ -12,9 +12,11 @@ from DWD are rebuilt by the caller (:func:`strata.pipeline.clean`).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 from dataclasses import dataclass, field
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -58,6 +60,10 @@ def partition_dates(where: Lake | Settings, table: Table) -> list[dt.date]:
     return sorted(pc.unique(files.column("partition.event_date")).drop_null().to_pylist())
 
 
+def _passed(table: Table, rows: pl.DataFrame) -> pl.DataFrame:
+    return without_private(rows, table.contract)
+
+
 def clean_dwd(settings: Settings, progress: Progress | None = None) -> CleanReport:
     """Rebuild every date of the DWD tables from ODS and vacuum the old versions of those whose
     columns name an attribute policy: afterwards no version of them holds what the policy drops.
@@ -82,7 +88,7 @@ def clean_dwd(settings: Settings, progress: Progress | None = None) -> CleanRepo
                 report.rebuilt.append(day)
             stale = [t for t in cleaned if t not in built and day in partition_dates(lake, t)]
             for table in stale:  # no ODS lines left to build it from: the rows it holds pass the policy
-                republish(lake, table, lambda rows, t=table: without_private(rows, t.contract), [{"event_date": day}])
+                republish(lake, table, functools.partial(_passed, table), [{"event_date": day}])
             if stale:
                 report.filtered.append(day)
         for table in cleaned:
