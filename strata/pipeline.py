@@ -264,6 +264,37 @@ def forget(settings: Settings, user_id: str) -> StepResult:
 
 
 @_logged
+def clean(settings: Settings, *, progress: Progress | None = None) -> StepResult:
+    """Clean a lake built before its attribute policy: every DWD date rebuilt and the old versions of
+    ``dwd.request`` vacuumed (:func:`warehouse.dwd.clean.clean_dwd`), then the DWS and ADS dates the
+    lake holds rebuilt from it, and the online store (when one was materialized) brought up to DWS."""
+    from features.materialize import watermarks
+    from warehouse.ads.build import MARTS
+    from warehouse.ads.build import build as build_marts
+    from warehouse.dwd.clean import clean_dwd, partition_dates
+    from warehouse.tables import all_tables
+
+    report = clean_dwd(settings, progress)
+    built = set(report.rebuilt) | set(report.filtered)
+    dws_days = sorted({d for t in all_tables() if t.layer == "dws" for d in partition_dates(settings, t)})
+    for day in dws_days:
+        build_dws(settings, day, progress=progress)
+    ads_days = sorted({d for t in MARTS for d in partition_dates(settings, t)} & built)
+    if ads_days:
+        build_marts(settings, ads_days, progress=progress)
+    online = materialize(settings).counts["values_written"] if watermarks(settings) else 0
+    counts = {
+        "dwd_days_rebuilt": len(report.rebuilt),
+        "dwd_days_filtered": len(report.filtered),
+        **{f"{table}_files_vacuumed": n for table, n in report.vacuumed.items()},
+        "dws_days_rebuilt": len(dws_days),
+        "ads_days_rebuilt": len(ads_days),
+        "online_values_written": online,
+    }
+    return StepResult("clean", counts, {}, report)
+
+
+@_logged
 def materialize(
     settings: Settings,
     day: dt.date | None = None,

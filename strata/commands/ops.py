@@ -1,10 +1,10 @@
-"""``strata retention apply`` and ``strata forget``: removing data for good."""
+"""``strata retention apply``, ``strata forget`` and ``strata privacy clean``: removing data for good."""
 
 from __future__ import annotations
 
 import typer
 
-from strata.console import out
+from strata.console import out, progress
 from strata.options import WAIT, for_writing
 
 app = typer.Typer()
@@ -12,6 +12,8 @@ retention_app = typer.Typer(
     help="Retention of raw data (ODS, the quarantine, any table with a pii column).", no_args_is_help=True
 )
 app.add_typer(retention_app, name="retention")
+privacy_app = typer.Typer(help="Keeping private values in the raw layer.", no_args_is_help=True)
+app.add_typer(privacy_app, name="privacy")
 
 
 @retention_app.command("apply")
@@ -63,3 +65,27 @@ def forget_cmd(
         if f"{store}_removed" in result.counts:
             unit = "key(s)" if store == "online_redis" else "row(s)"
             out.print(f"online store ({store.split('_')[1]}): removed {result.counts[f'{store}_removed']:,} {unit}")
+
+
+@privacy_app.command("clean")
+def privacy_clean_cmd(wait: float | None = WAIT) -> None:
+    """Clean a lake built before the attribute policy: rebuild every DWD date, vacuum dwd.request's old
+    versions (an --as-of read of one then fails), rebuild the DWS and ADS dates and the online store."""
+    from strata import pipeline
+
+    settings = for_writing(wait)
+    with progress("cleaning the lake") as step:
+        result = pipeline.clean(settings, progress=step)
+    report, counts = result.detail, result.counts
+    out.print(f"DWD: {len(report.rebuilt):,} date(s) rebuilt from ODS with the attribute policy")
+    if report.filtered:
+        out.print(
+            f"DWD: {len(report.filtered):,} date(s) whose ODS lines retention deleted: their rows passed "
+            "through the policy in place"
+        )
+    for table, files in report.vacuumed.items():
+        out.print(f"{table}: old versions vacuumed ({files:,} file(s) deleted, log entries purged)")
+    out.print(
+        f"DWS: {counts['dws_days_rebuilt']:,} date(s) rebuilt; ADS: {counts['ads_days_rebuilt']:,} date(s) "
+        f"rebuilt; online store: {counts['online_values_written']:,} value(s) written"
+    )
