@@ -482,3 +482,22 @@ def test_spans_without_a_tenant_take_the_sources_then_the_service_name(tmp_path:
     tenants = dict(table_frame(settings, "dwd.request").select("request_id", "tenant_id").iter_rows())
     assert tenants == {"sourced": "acme", "serviced": "svc"}
     assert run.rules == {"tenant_id.required": 1}
+
+
+def test_a_request_logged_both_as_a_line_and_as_a_span_is_one_row(tmp_path: Path, strata_env: Path) -> None:
+    """A gateway's JSON log line and its trace span of one call (the same response id) on one day: one row,
+    the other a duplicate (the span was checked only against other spans: in the line's batch it was
+    quarantined as primary_key.unique, in a later batch the day's audit failed on the repeated key)."""
+    from fixtures_otlp import otlp_export_line
+
+    day = dt.date(2026, 3, 4)
+    settings = load_settings()
+    _write(tmp_path / "logs" / "gateway.jsonl", [_record("call-1", day), _record("call-2", day)])
+    at = dt.datetime.combine(day, dt.time(13), dt.UTC)
+    spans = [{**_record(i, day), "ts": at, "attributes": {}} for i in ("call-1", "call-3")]
+    (tmp_path / "logs" / "traces.otlp.jsonl").write_bytes(otlp_export_line(spans) + b"\n")
+    assert not ingest(settings, [tmp_path / "logs"]).failed
+    report = build_day(settings, day)["requests"]
+    dwd = table_frame(settings, "dwd.request")
+    assert sorted(dwd.get_column("request_id").to_list()) == ["call-1", "call-2", "call-3"]
+    assert report.books.dwd_rows == 3 and report.books.duplicates == 1

@@ -1,5 +1,6 @@
-"""Nothing private above ODS: producers with content capture on (the official openai-v2 and OpenLLMetry,
-live, and LiteLLM's committed capture) through ``strata collect`` → ingest → build dwd, dws, ads and
+"""Nothing private above ODS: every producer with content capture on (the official openai-v2, OpenInference and
+OpenLLMetry live; OpenLIT's and LiteLLM's committed captures; LiteLLM's logged payloads through its mapping)
+through ``strata collect`` (or ingest) → build dwd, dws, ads and
 the online store; no prompt, completion, raw user id, email, IP address, key hash, header or error
 message is in a column of DWD, DWS or ADS that is not classified ``pii``, nor in the online store, nor
 in ``strata sql`` output without ``--raw``; ``strata privacy clean`` cleans a lake built before the
@@ -29,7 +30,8 @@ from warehouse.sql.sandbox import is_raw
 from warehouse.storage import lake
 from warehouse.tables import PII, all_tables, table
 
-LITELLM = Path(__file__).resolve().parents[1] / "data" / "producers" / "litellm"
+PRODUCERS = Path(__file__).resolve().parents[1] / "data" / "producers"
+LITELLM, OPENLIT = PRODUCERS / "litellm", PRODUCERS / "openlit"
 #: Attribute keys whose values are private in what these producers send (the needles of the scan).
 PRIVATE_KEYS = (
     "gen_ai.input.messages",
@@ -37,7 +39,10 @@ PRIVATE_KEYS = (
     "gen_ai.system_instructions",
     "gen_ai.headers",
     "gen_ai.user",
+    "gen_ai.request.user",
     "llm.user",
+    "input.value",
+    "output.value",
     "error.message",
     "error.stack_trace",
     "metadata.user_api_key_user_email",
@@ -73,7 +78,9 @@ def _needles(settings: Settings) -> set[str]:
     found = set(FIXED)
     for raw in ods.get_column("raw_line").to_list():
         for key, value in _span_values(json.loads(raw)):
-            content = key.startswith(("gen_ai.prompt.", "gen_ai.completion.")) and key.endswith(".content")
+            content = key.startswith(
+                ("gen_ai.prompt.", "gen_ai.completion.", "llm.input_messages.", "llm.output_messages.")
+            ) and key.endswith(".content")
             if value and (content or key in PRIVATE_KEYS):
                 found.add(value[:60])
     return {n for n in found if len(n) >= 6}
@@ -89,17 +96,21 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         mp.setenv("STRATA_PSEUDONYM_KEY", "test-key-not-a-secret-0123456789")
         settings = load_settings()
         with serve() as base_url, capture_otlp() as captured:
-            for producer in ("openai_v2", "openllmetry"):
+            for producer in ("openai_v2", "openinference", "openllmetry"):
                 run_producer(producer, base_url, f"{captured.url}/v1/traces", "token-1", content_capture=True)
         bodies = [_moved_back(body) for body in captured.bodies()]
         with receiver_thread() as collector:
-            for body in [*bodies, *(path.read_bytes() for path in sorted(LITELLM.glob("traces-*.pb")))]:
+            captures = [
+                path.read_bytes() for folder in (LITELLM, OPENLIT) for path in sorted(folder.glob("traces-*.pb"))
+            ]
+            for body in [*bodies, *captures]:
                 request = urllib.request.Request(
                     f"{collector}/v1/traces", data=body, headers={"Content-Type": "application/x-protobuf"}
                 )
                 with urllib.request.urlopen(request, timeout=30) as response:
                     assert response.status == 200
         _cli(settings, "ingest", str(settings.landing_dir))
+        _cli(settings, "ingest", str(LITELLM / "payloads.jsonl"), "--mapping", "litellm", "--tenant", "acme")
         ods = pl.from_arrow(lake.read(settings, table("ods.request_log_raw")))
         assert isinstance(ods, pl.DataFrame)
         dates = [str(d) for d in ods.get_column("event_date").drop_nulls().unique().sort().to_list()]

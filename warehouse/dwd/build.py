@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from warehouse.dwd.labels import latest_labels, merge_labels
 from warehouse.dwd.prices import read_prices
-from warehouse.dwd.transform import TARGETS, DwdTransform, RequestInputs, key_columns, repeats
+from warehouse.dwd.transform import TARGETS, DwdTransform, RequestInputs, key_columns, keyed_ids, repeats
 from warehouse.errors import NoData
 from warehouse.ods import ODS_TABLES
 from warehouse.ods.scan import borrowed_arrivals, borrowed_files, ods_batches, ods_files, read_columns
@@ -84,6 +84,7 @@ def _build_locked(
             day,
             lambda source, kind: parser_for(lake.settings, source, kind, checked_ok=True),
             repeats=repeats(keys, kind),
+            keyed=keyed_ids(keys, kind),
             now=pc.max(arrivals).as_py(),
             requests=requests,
             floor=lake.settings.ts_floor,

@@ -182,6 +182,14 @@ def key_columns(kind: Kind) -> list[str]:
     ]
 
 
+def keyed_ids(keys: pl.DataFrame, kind: Kind) -> pl.Series:
+    """The request ids ODS keyed among the day's lines (requests; feedback is keyed whole lines only)."""
+    if kind != "requests" or not keys.height:
+        return pl.Series("seen", [], pl.String)
+    keyed = keys.filter(~pl.col("is_malformed")).get_column("request_id").drop_nulls().unique()
+    return detach(keyed.rename("seen"))
+
+
 def repeats(keys: pl.DataFrame, kind: Kind) -> pl.DataFrame:
     """``(file_sha256, line_no)`` of ODS rows that repeat an earlier arrival's key.
 
@@ -225,6 +233,9 @@ class DwdTransform:
     requests: RequestInputs | None = None
     #: The earliest plausible request time (``STRATA_TS_FLOOR``).
     floor: dt.datetime = FLOOR
+    #: Request ids of the day's lines ODS keyed (one record a line): a record streamed from a line of
+    #: several (an OTLP span) with one of them repeats that arrival, whatever format it came in.
+    keyed: pl.Series = field(default_factory=lambda: pl.Series("seen", [], pl.String))
     _seen: pl.Series = field(default_factory=lambda: pl.Series("seen", [], pl.String))
     _pseudonyms: dict[str, str] = field(default_factory=dict)
 
@@ -348,7 +359,11 @@ class DwdTransform:
             .then(False)
             .when(pl.col("_key").is_null() | pl.col("_ods_keyed"))
             .then(True)
-            .otherwise(pl.col("_key").is_first_distinct() & ~pl.col("_key").is_in(self._seen.implode()))
+            .otherwise(
+                pl.col("_key").is_first_distinct()
+                & ~pl.col("_key").is_in(self._seen.implode())
+                & ~pl.col("_key").is_in(self.keyed.implode())
+            )
         )
         streamed = good.filter(~pl.col("_ods_keyed") & pl.col("_first")).get_column("_key").drop_nulls()
         if streamed.len():
