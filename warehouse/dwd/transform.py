@@ -28,7 +28,8 @@ from warehouse.dwd.prices import with_cost
 from warehouse.ods.rows import FLOOR
 from warehouse.privacy import pseudonymize, without_private
 from warehouse.runner import Batch, Counts
-from warehouse.sources.canonical import Kind, fields_for
+from warehouse.sources.canonical import LINK_FIELDS, REQUEST_FIELDS, Kind, fields_for
+from warehouse.sources.dialects import LEVELS, PRECEDENCE
 from warehouse.sources.formats import Parser
 from warehouse.sources.timestamps import parse_ts
 from warehouse.storage.memory import detach
@@ -70,7 +71,9 @@ def parse_rows(ods: pl.DataFrame, kind: Kind, parser_for: ParserFor) -> pl.DataF
     """Records of ODS rows: canonical fields (text) beside their lineage and raw line.
 
     A line holds one record, except in formats that batch (an OTLP line holds many spans).
+    Requests keep their links (``LINK_FIELDS``, null where the source has none).
     """
+    links = LINK_FIELDS if kind == "requests" else ()
     columns = [
         "raw_line",
         "ingested_at",
@@ -82,6 +85,7 @@ def parse_rows(ods: pl.DataFrame, kind: Kind, parser_for: ParserFor) -> pl.DataF
         "_line_date",
         "_line_dates",
         *fields_for(kind),
+        *links,
     ]
     parts = []
     for (source, malformed), group in ods.group_by(["source", "is_malformed"], maintain_order=True):
@@ -96,6 +100,7 @@ def parse_rows(ods: pl.DataFrame, kind: Kind, parser_for: ParserFor) -> pl.DataF
                 group.get_column("line_no").to_arrow(),
                 group.get_column("file_sha256").to_arrow(),
             )
+        parsed = parsed.with_columns(pl.lit(None, pl.String).alias(c) for c in links if c not in parsed.columns)
         lineage = group.select(
             [
                 "raw_line",
@@ -348,13 +353,18 @@ class DwdTransform:
 
         Repeats of an earlier arrival were found in the first pass; a key the first pass
         could not see (an OTLP line holds several spans) is deduplicated as it streams by.
+        A request's key is its call's (:func:`linked`): the spans of one call seen at several
+        levels of a trace in this batch become one row (:func:`merged`).
         """
         ident = (
             pl.col("request_id")
             if self.kind == "requests"
             else pl.concat_str(["request_id", "kind", "ts", "value"], separator="\x1f", ignore_nulls=True)
         )
-        good = good.with_columns(_key=ident).with_columns(
+        good = good.with_columns(_key=ident)
+        if self.kind == "requests":
+            good = linked(good)
+        good = good.with_columns(
             _first=pl.when(pl.col("_repeat"))
             .then(False)
             .when(pl.col("_key").is_null() | pl.col("_ods_keyed"))
@@ -368,9 +378,10 @@ class DwdTransform:
         streamed = good.filter(~pl.col("_ods_keyed") & pl.col("_first")).get_column("_key").drop_nulls()
         if streamed.len():
             self._seen = pl.concat([self._seen, detach(streamed.rename("seen"))]).rechunk()
-        unique = good.filter(pl.col("_first")).drop(
-            "_first", "_key", "_repeat", "_ods_keyed", "ods_parse_error", "parse_error"
-        )
+        unique = good.filter(pl.col("_first"))
+        if self.kind == "requests":
+            unique = merged(good, unique).drop(LINK_FIELDS)
+        unique = unique.drop("_first", "_key", "_repeat", "_ods_keyed", "ods_parse_error", "parse_error")
         return unique, good.height - unique.height
 
     def _pseudonymized(self, valid: pl.DataFrame) -> pl.DataFrame:
@@ -399,6 +410,60 @@ class DwdTransform:
             self.requests.labels, on="request_id", how="left", maintain_order="left"
         )
         return with_cost(typed, self.requests.prices).with_columns(labelled.drop("request_id"))
+
+
+def linked(records: pl.DataFrame) -> pl.DataFrame:
+    """``records`` with each one's ``_key`` made its call's: a call span whose parent, in the same trace,
+    is another call span of the same operation is that call seen one level further in (an app's client
+    span and the gateway's span under it), so it takes its parent's key.
+
+    Only a direct parent counts, and only among these records: a span in between that is no call (an
+    instrumented HTTP client under the app's call) hides the link, and such failures count once per
+    level (a success's levels still share its response id, the request id).
+    """
+    child = pl.col("_parent_span_id").is_not_null() & pl.col("trace_id").is_not_null()
+    if not records.select(child.any()).item():
+        return records
+    on = ["trace_id", "_parent_span_id", "operation"]
+    parents = records.filter(pl.col("_span_id").is_not_null()).select(
+        "trace_id", pl.col("_span_id").alias("_parent_span_id"), "operation", _call="_key"
+    )
+    call = (
+        records.select(on)
+        .join(parents.unique(on, keep="first", maintain_order=True), on=on, how="left", maintain_order="left")
+        .get_column("_call")
+    )
+    return records.with_columns(_key=pl.coalesce(call, "_key"))
+
+
+def merged(records: pl.DataFrame, unique: pl.DataFrame) -> pl.DataFrame:
+    """``unique`` (the first arrivals of ``records``' keys) with each call seen at several levels in
+    ``records`` made one row, its fields chosen by :data:`~warehouse.sources.dialects.PRECEDENCE`.
+
+    A field's value is the first non-null of the call's spans ordered by level (``_level``, a source
+    without levels is the outermost) and, at one level, by start time: innermost and latest first for
+    ``"inner"`` fields, outermost and earliest first for the others. Lineage is the first arrival's.
+    """
+    seen = records.filter(pl.col("_key").is_in(unique.get_column("_key").drop_nulls().implode()))
+    several = seen.filter(pl.col("_key").is_duplicated())
+    if not several.height:
+        return unique
+    rank = pl.col("_level").replace_strict(LEVELS, range(len(LEVELS)), default=0, return_dtype=pl.Int8)
+    several = several.with_columns(_rank=rank)
+
+    def chosen(name: str) -> pl.Expr:
+        inner = PRECEDENCE.get(name, "outer") == "inner"
+        ordered = pl.col(name).sort_by(["_rank", "ts"], descending=[inner, inner], nulls_last=True)
+        return ordered.drop_nulls().first()
+
+    fields = set(REQUEST_FIELDS)
+    calls = several.group_by("_key", maintain_order=True).agg(
+        chosen(c) if c in fields else pl.col(c).first() for c in unique.columns if c != "_key"
+    )
+    kept = unique.with_row_index("_at").filter(~pl.col("_key").is_in(calls.get_column("_key").implode()))
+    at = unique.with_row_index("_at").group_by("_key").agg(pl.col("_at").min())
+    calls = calls.join(at, on="_key", how="left").select(kept.columns)
+    return pl.concat([kept, calls]).sort("_at").drop("_at")
 
 
 def _ts_columns(frame: pl.DataFrame) -> pl.DataFrame:
