@@ -55,6 +55,15 @@ _CARRIED = ["raw_line", "ingested_at"]
 #: The rules of ``tenant_id`` the raw ``user_id`` is held to: what makes an id fit to be a key.
 _ID_RULES = (MaxLength.name, Pattern.name)
 
+#: Links of calls (:func:`linked`) published by earlier batches of a build: a span's place → its call's key.
+_LINKS = {"_link": pl.String, "_call": pl.String}
+
+
+def _link(span: str) -> pl.Expr:
+    """A span's place among calls: its trace, the span (or its parent) and the operation."""
+    return pl.concat_str(["trace_id", span, "operation"], separator="/")
+
+
 ParserFor: TypeAlias = Callable[[str, Kind], Parser]
 """(ODS ``source``, kind) → the parser of lines landed so (already passed ODS's line checks)."""
 
@@ -242,6 +251,8 @@ class DwdTransform:
     #: several (an OTLP span) with one of them repeats that arrival, whatever format it came in.
     keyed: pl.Series = field(default_factory=lambda: pl.Series("seen", [], pl.String))
     _seen: pl.Series = field(default_factory=lambda: pl.Series("seen", [], pl.String))
+    _spans: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=_LINKS))
+    _parents: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=_LINKS))
     _pseudonyms: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -363,9 +374,9 @@ class DwdTransform:
         )
         good = good.with_columns(_key=ident)
         if self.kind == "requests":
-            good = linked(good)
+            good = linked(good, self._spans, self._parents)
         good = good.with_columns(
-            _first=pl.when(pl.col("_repeat"))
+            _first=pl.when(pl.col("_repeat") | (pl.col("_earlier") if self.kind == "requests" else False))
             .then(False)
             .when(pl.col("_key").is_null() | pl.col("_ods_keyed"))
             .then(True)
@@ -380,9 +391,18 @@ class DwdTransform:
             self._seen = pl.concat([self._seen, detach(streamed.rename("seen"))]).rechunk()
         unique = good.filter(pl.col("_first"))
         if self.kind == "requests":
-            unique = merged(good, unique).drop(LINK_FIELDS)
+            unique = merged(good, unique)
+            self._remember(unique)
+            unique = unique.drop(*LINK_FIELDS, "_earlier")
         unique = unique.drop("_first", "_key", "_repeat", "_ods_keyed", "ods_parse_error", "parse_error")
         return unique, good.height - unique.height
+
+    def _remember(self, calls: pl.DataFrame) -> None:
+        """Keep the links of the calls published (their span's and their parent's), for later batches."""
+        for name, span in (("_spans", "_span_id"), ("_parents", "_parent_span_id")):
+            links = calls.select(_link=_link(span), _call="_key").drop_nulls("_link")
+            if links.height:
+                setattr(self, name, detach(pl.concat([getattr(self, name), links]).rechunk()))
 
     def _pseudonymized(self, valid: pl.DataFrame) -> pl.DataFrame:
         """Rows that kept their rules, the raw user id replaced by its pseudonym (requests) and
@@ -412,28 +432,31 @@ class DwdTransform:
         return with_cost(typed, self.requests.prices).with_columns(labelled.drop("request_id"))
 
 
-def linked(records: pl.DataFrame) -> pl.DataFrame:
+def linked(records: pl.DataFrame, spans: pl.DataFrame, parents: pl.DataFrame) -> pl.DataFrame:
     """``records`` with each one's ``_key`` made its call's: a call span whose parent, in the same trace,
     is another call span of the same operation is that call seen one level further in (an app's client
-    span and the gateway's span under it), so it takes its parent's key.
+    span and the gateway's span under it), so it takes its parent's key. ``_earlier`` marks a record
+    whose call an earlier batch published: by its own span (``spans``) or a child span's (``parents``).
 
-    Only a direct parent counts, and only among these records: a span in between that is no call (an
-    instrumented HTTP client under the app's call) hides the link, and such failures count once per
-    level (a success's levels still share its response id, the request id).
+    Only a direct parent counts, and only among the day's call spans: a span in between that is no call
+    (an instrumented HTTP client under the app's call) hides the link, and such a failure counts once
+    per level (a success's levels still share its response id, the request id).
     """
-    child = pl.col("_parent_span_id").is_not_null() & pl.col("trace_id").is_not_null()
-    if not records.select(child.any()).item():
-        return records
-    on = ["trace_id", "_parent_span_id", "operation"]
-    parents = records.filter(pl.col("_span_id").is_not_null()).select(
-        "trace_id", pl.col("_span_id").alias("_parent_span_id"), "operation", _call="_key"
-    )
-    call = (
-        records.select(on)
-        .join(parents.unique(on, keep="first", maintain_order=True), on=on, how="left", maintain_order="left")
-        .get_column("_call")
-    )
-    return records.with_columns(_key=pl.coalesce(call, "_key"))
+    records = records.with_columns(_up=_link("_parent_span_id"), _own=_link("_span_id"), _earlier=pl.lit(False))
+    if not records.select(pl.col("_up").is_not_null().any()).item() and not spans.height:
+        return records.drop("_up", "_own")
+    here = records.select(pl.col("_own").alias("_link"), pl.col("_key").alias("_call")).drop_nulls("_link")
+
+    def call_of(side: str, links: pl.DataFrame) -> pl.Series:
+        found = links.unique("_link", keep="first", maintain_order=True)
+        joined = records.select(side).join(found, left_on=side, right_on="_link", how="left", maintain_order="left")
+        return joined.get_column("_call")
+
+    keyed = records.with_columns(_key=pl.coalesce(call_of("_up", here), "_key"))
+    if spans.height:
+        before = pl.coalesce(call_of("_up", spans), call_of("_own", parents))
+        keyed = keyed.with_columns(_key=pl.coalesce(before, "_key"), _earlier=before.is_not_null())
+    return keyed.drop("_up", "_own")
 
 
 def merged(records: pl.DataFrame, unique: pl.DataFrame) -> pl.DataFrame:
