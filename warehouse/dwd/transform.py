@@ -55,13 +55,10 @@ _CARRIED = ["raw_line", "ingested_at"]
 #: The rules of ``tenant_id`` the raw ``user_id`` is held to: what makes an id fit to be a key.
 _ID_RULES = (MaxLength.name, Pattern.name)
 
-#: Links of calls (:func:`linked`) published by earlier batches of a build: a span's place → its call's key.
-_LINKS = {"_link": pl.String, "_call": pl.String}
-
-
-def _link(span: str) -> pl.Expr:
-    """A span's place among calls: its trace, the span (or its parent) and the operation."""
-    return pl.concat_str(["trace_id", span, "operation"], separator="/")
+#: A span's place among calls (:func:`linked`): its trace, the span (or its parent) and the operation.
+_PLACE = ["trace_id", "_span", "operation"]
+#: Places of calls published by earlier batches of a build, each with its call's key.
+_LINKS = {**dict.fromkeys(_PLACE, pl.String), "_call": pl.String}
 
 
 ParserFor: TypeAlias = Callable[[str, Kind], Parser]
@@ -373,12 +370,14 @@ class DwdTransform:
             else pl.concat_str(["request_id", "kind", "ts", "value"], separator="\x1f", ignore_nulls=True)
         )
         good = good.with_columns(_key=ident)
+        own_key = pl.col("_ods_keyed")  # a key the first pass saw: unless it became another call's
         if self.kind == "requests":
             good = linked(good, self._spans, self._parents)
+            own_key = own_key & (pl.col("_key") == pl.col("request_id"))
         good = good.with_columns(
             _first=pl.when(pl.col("_repeat") | (pl.col("_earlier") if self.kind == "requests" else False))
             .then(False)
-            .when(pl.col("_key").is_null() | pl.col("_ods_keyed"))
+            .when(pl.col("_key").is_null() | own_key)
             .then(True)
             .otherwise(
                 pl.col("_key").is_first_distinct()
@@ -400,9 +399,9 @@ class DwdTransform:
     def _remember(self, calls: pl.DataFrame) -> None:
         """Keep the links of the calls published (their span's and their parent's), for later batches."""
         for name, span in (("_spans", "_span_id"), ("_parents", "_parent_span_id")):
-            links = calls.select(_link=_link(span), _call="_key").drop_nulls("_link")
-            if links.height:
-                setattr(self, name, detach(pl.concat([getattr(self, name), links]).rechunk()))
+            places = _places(calls, span)  # views of columns kept whole: no batch buffer is held for a few rows
+            if places.height:
+                setattr(self, name, pl.concat([getattr(self, name), places], rechunk=False))
 
     def _pseudonymized(self, valid: pl.DataFrame) -> pl.DataFrame:
         """Rows that kept their rules, the raw user id replaced by its pseudonym (requests) and
@@ -442,21 +441,31 @@ def linked(records: pl.DataFrame, spans: pl.DataFrame, parents: pl.DataFrame) ->
     (an instrumented HTTP client under the app's call) hides the link, and such a failure counts once
     per level (a success's levels still share its response id, the request id).
     """
-    records = records.with_columns(_up=_link("_parent_span_id"), _own=_link("_span_id"), _earlier=pl.lit(False))
-    if not records.select(pl.col("_up").is_not_null().any()).item() and not spans.height:
-        return records.drop("_up", "_own")
-    here = records.select(pl.col("_own").alias("_link"), pl.col("_key").alias("_call")).drop_nulls("_link")
+    up = pl.col("_parent_span_id").is_not_null() & pl.col("trace_id").is_not_null()
+    records = records.with_columns(_earlier=pl.lit(False))
+    if not spans.height and not records.select(up.any()).item():
+        return records
 
-    def call_of(side: str, links: pl.DataFrame) -> pl.Series:
-        found = links.unique("_link", keep="first", maintain_order=True)
-        joined = records.select(side).join(found, left_on=side, right_on="_link", how="left", maintain_order="left")
-        return joined.get_column("_call")
+    def call_of(span: str, links: pl.DataFrame, where: pl.Expr) -> pl.Series:
+        """The call key of the records' ``span`` among ``links``, looked up where ``where`` holds."""
+        places = records.select(pl.col("trace_id"), pl.col(span).alias("_span"), pl.col("operation"), _at=where)
+        asked = places.with_row_index("_i").filter("_at")
+        found = asked.join(links.unique(_PLACE, keep="first"), on=_PLACE, how="inner").drop_nulls("_call")
+        return pl.Series("_call", [None] * records.height, pl.String).scatter(found["_i"], found["_call"])
 
-    keyed = records.with_columns(_key=pl.coalesce(call_of("_up", here), "_key"))
+    here = _places(records, "_span_id").filter(pl.col("trace_id").is_in(records.filter(up)["trace_id"].implode()))
+    keyed = records.with_columns(_key=pl.coalesce(call_of("_parent_span_id", here, up), "_key"))
     if spans.height:
-        before = pl.coalesce(call_of("_up", spans), call_of("_own", parents))
+        everyone = pl.col("trace_id").is_not_null()
+        before = pl.coalesce(call_of("_parent_span_id", spans, up), call_of("_span_id", parents, everyone))
         keyed = keyed.with_columns(_key=pl.coalesce(before, "_key"), _earlier=before.is_not_null())
-    return keyed.drop("_up", "_own")
+    return keyed
+
+
+def _places(calls: pl.DataFrame, span: str) -> pl.DataFrame:
+    """The places of ``calls`` by their own span or their parent's (``span``), each with its call's key."""
+    places = calls.select(pl.col("trace_id"), pl.col(span).alias("_span"), pl.col("operation"), _call="_key")
+    return places.drop_nulls(_PLACE)
 
 
 def merged(records: pl.DataFrame, unique: pl.DataFrame) -> pl.DataFrame:
@@ -466,27 +475,29 @@ def merged(records: pl.DataFrame, unique: pl.DataFrame) -> pl.DataFrame:
     A field's value is the first non-null of the call's spans ordered by level (``_level``, a source
     without levels is the outermost) and, at one level, by start time: innermost and latest first for
     ``"inner"`` fields, outermost and earliest first for the others. Lineage is the first arrival's.
+    Records of one span (a repeated export, a line without spans) keep the first arrival whole.
     """
-    seen = records.filter(pl.col("_key").is_in(unique.get_column("_key").drop_nulls().implode()))
-    several = seen.filter(pl.col("_key").is_duplicated())
+    if unique.height == records.height:  # no key twice
+        return unique
+    several = records.filter(pl.col("_key").is_duplicated())
+    # a key published here, seen in several spans (a repeated line keeps its first arrival, as ever)
+    several = several.filter(pl.col("_first").any().over("_key") & (pl.col("_span_id").n_unique().over("_key") > 1))
     if not several.height:
         return unique
     rank = pl.col("_level").replace_strict(LEVELS, range(len(LEVELS)), default=0, return_dtype=pl.Int8)
-    several = several.with_columns(_rank=rank)
+    # Outermost and earliest first: an "outer" field's value is its first non-null, an "inner" one's its last.
+    several = several.with_row_index("_arrival").sort(["_key", rank, "ts"], nulls_last=True, maintain_order=True)
+    fields, first_arrival = set(REQUEST_FIELDS), pl.col("_arrival").arg_min()
 
     def chosen(name: str) -> pl.Expr:
-        inner = PRECEDENCE.get(name, "outer") == "inner"
-        ordered = pl.col(name).sort_by(["_rank", "ts"], descending=[inner, inner], nulls_last=True)
-        return ordered.drop_nulls().first()
+        if name not in fields:  # lineage
+            return pl.col(name).get(first_arrival)
+        values = pl.col(name).drop_nulls()
+        return values.last() if PRECEDENCE.get(name, "outer") == "inner" else values.first()
 
-    fields = set(REQUEST_FIELDS)
-    calls = several.group_by("_key", maintain_order=True).agg(
-        chosen(c) if c in fields else pl.col(c).first() for c in unique.columns if c != "_key"
-    )
-    kept = unique.with_row_index("_at").filter(~pl.col("_key").is_in(calls.get_column("_key").implode()))
-    at = unique.with_row_index("_at").group_by("_key").agg(pl.col("_at").min())
-    calls = calls.join(at, on="_key", how="left").select(kept.columns)
-    return pl.concat([kept, calls]).sort("_at").drop("_at")
+    calls = several.group_by("_key", maintain_order=True).agg(chosen(c) for c in unique.columns if c != "_key")
+    merging = pl.col("_key").is_in(calls.get_column("_key").implode())
+    return pl.concat([unique.filter(~merging), calls.select(unique.columns)])
 
 
 def _ts_columns(frame: pl.DataFrame) -> pl.DataFrame:
