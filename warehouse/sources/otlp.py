@@ -726,9 +726,9 @@ def parse_otlp_lines(raw: pa.Array, *, tenant: str | None = None) -> pl.DataFram
 
     ``raw`` holds one export per element (binary, large_binary or string). The result has
     ``_line`` (index of the input line), ``parse_error``, every canonical request field and the
-    call's links (``canonical.LINK_FIELDS``) as text: one row per GenAI span, or one row with a ``parse_error`` for a line that
-    holds none (see the module docstring). ``tenant`` is the source's tenant, for spans
-    that name none.
+    call's links (``canonical.LINK_FIELDS``) as text: one row per GenAI span, or one row with a
+    ``parse_error`` for a line that holds none (see the module docstring). ``tenant`` is the
+    source's tenant, for spans that name none.
     """
     import polars as pl
     import pyarrow as pa
