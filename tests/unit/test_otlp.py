@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from fixtures_otlp import any_value, key_value, nanos, otlp_export_line
 
-from warehouse.sources.canonical import REQUEST_FIELDS
+from warehouse.sources.canonical import LINK_FIELDS, REQUEST_FIELDS
 from warehouse.sources.otlp import parse_otlp_lines
 from warehouse.sources.timestamps import parse_ts
 
@@ -118,7 +118,7 @@ def _genai_span(span_id: str = "00f067aa0ba902b7", **attrs: Any) -> dict[str, An
 
 def test_schema_and_column_order() -> None:
     out = _parse([otlp_export_line(_records()[:1])])
-    assert out.columns == ["_line", "parse_error", *REQUEST_FIELDS]
+    assert out.columns == ["_line", "parse_error", *REQUEST_FIELDS, *LINK_FIELDS]
     assert out.schema["_line"] == pl.Int64
     assert all(out.schema[c] == pl.String for c in out.columns[1:])
 
@@ -375,7 +375,7 @@ def test_string_and_chunked_input() -> None:
 
 def test_empty_input() -> None:
     out = _parse([])
-    assert out.height == 0 and out.columns == ["_line", "parse_error", *REQUEST_FIELDS]
+    assert out.height == 0 and out.columns == ["_line", "parse_error", *REQUEST_FIELDS, *LINK_FIELDS]
 
 
 def test_nanos_helper_is_exact() -> None:

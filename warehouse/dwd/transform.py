@@ -28,7 +28,8 @@ from warehouse.dwd.prices import with_cost
 from warehouse.ods.rows import FLOOR
 from warehouse.privacy import pseudonymize, without_private
 from warehouse.runner import Batch, Counts
-from warehouse.sources.canonical import Kind, fields_for
+from warehouse.sources.canonical import LINK_FIELDS, REQUEST_FIELDS, Kind, fields_for
+from warehouse.sources.dialects import LEVELS, PRECEDENCE
 from warehouse.sources.formats import Parser
 from warehouse.sources.timestamps import parse_ts
 from warehouse.storage.memory import detach
@@ -54,6 +55,12 @@ _CARRIED = ["raw_line", "ingested_at"]
 #: The rules of ``tenant_id`` the raw ``user_id`` is held to: what makes an id fit to be a key.
 _ID_RULES = (MaxLength.name, Pattern.name)
 
+#: A span's place among calls (:func:`linked`): its trace, the span (or its parent) and the operation.
+_PLACE = ["trace_id", "_span", "operation"]
+#: Places of calls published by earlier batches of a build, each with its call's key.
+_LINKS = {**dict.fromkeys(_PLACE, pl.String), "_call": pl.String}
+
+
 ParserFor: TypeAlias = Callable[[str, Kind], Parser]
 """(ODS ``source``, kind) → the parser of lines landed so (already passed ODS's line checks)."""
 
@@ -70,7 +77,9 @@ def parse_rows(ods: pl.DataFrame, kind: Kind, parser_for: ParserFor) -> pl.DataF
     """Records of ODS rows: canonical fields (text) beside their lineage and raw line.
 
     A line holds one record, except in formats that batch (an OTLP line holds many spans).
+    Requests keep their links (``LINK_FIELDS``, null where the source has none).
     """
+    links = LINK_FIELDS if kind == "requests" else ()
     columns = [
         "raw_line",
         "ingested_at",
@@ -82,6 +91,7 @@ def parse_rows(ods: pl.DataFrame, kind: Kind, parser_for: ParserFor) -> pl.DataF
         "_line_date",
         "_line_dates",
         *fields_for(kind),
+        *links,
     ]
     parts = []
     for (source, malformed), group in ods.group_by(["source", "is_malformed"], maintain_order=True):
@@ -96,6 +106,7 @@ def parse_rows(ods: pl.DataFrame, kind: Kind, parser_for: ParserFor) -> pl.DataF
                 group.get_column("line_no").to_arrow(),
                 group.get_column("file_sha256").to_arrow(),
             )
+        parsed = parsed.with_columns(pl.lit(None, pl.String).alias(c) for c in links if c not in parsed.columns)
         lineage = group.select(
             [
                 "raw_line",
@@ -237,6 +248,8 @@ class DwdTransform:
     #: several (an OTLP span) with one of them repeats that arrival, whatever format it came in.
     keyed: pl.Series = field(default_factory=lambda: pl.Series("seen", [], pl.String))
     _seen: pl.Series = field(default_factory=lambda: pl.Series("seen", [], pl.String))
+    _spans: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=_LINKS))
+    _parents: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=_LINKS))
     _pseudonyms: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -348,16 +361,23 @@ class DwdTransform:
 
         Repeats of an earlier arrival were found in the first pass; a key the first pass
         could not see (an OTLP line holds several spans) is deduplicated as it streams by.
+        A request's key is its call's (:func:`linked`): the spans of one call seen at several
+        levels of a trace in this batch become one row (:func:`merged`).
         """
         ident = (
             pl.col("request_id")
             if self.kind == "requests"
             else pl.concat_str(["request_id", "kind", "ts", "value"], separator="\x1f", ignore_nulls=True)
         )
-        good = good.with_columns(_key=ident).with_columns(
-            _first=pl.when(pl.col("_repeat"))
+        good = good.with_columns(_key=ident)
+        own_key = pl.col("_ods_keyed")  # a key the first pass saw: unless it became another call's
+        if self.kind == "requests":
+            good = linked(good, self._spans, self._parents)
+            own_key = own_key & (pl.col("_key") == pl.col("request_id"))
+        good = good.with_columns(
+            _first=pl.when(pl.col("_repeat") | (pl.col("_earlier") if self.kind == "requests" else False))
             .then(False)
-            .when(pl.col("_key").is_null() | pl.col("_ods_keyed"))
+            .when(pl.col("_key").is_null() | own_key)
             .then(True)
             .otherwise(
                 pl.col("_key").is_first_distinct()
@@ -368,10 +388,20 @@ class DwdTransform:
         streamed = good.filter(~pl.col("_ods_keyed") & pl.col("_first")).get_column("_key").drop_nulls()
         if streamed.len():
             self._seen = pl.concat([self._seen, detach(streamed.rename("seen"))]).rechunk()
-        unique = good.filter(pl.col("_first")).drop(
-            "_first", "_key", "_repeat", "_ods_keyed", "ods_parse_error", "parse_error"
-        )
+        unique = good.filter(pl.col("_first"))
+        if self.kind == "requests":
+            unique = merged(good, unique)
+            self._remember(unique)
+            unique = unique.drop(*LINK_FIELDS, "_earlier")
+        unique = unique.drop("_first", "_key", "_repeat", "_ods_keyed", "ods_parse_error", "parse_error")
         return unique, good.height - unique.height
+
+    def _remember(self, calls: pl.DataFrame) -> None:
+        """Keep the links of the calls published (their span's and their parent's), for later batches."""
+        for name, span in (("_spans", "_span_id"), ("_parents", "_parent_span_id")):
+            places = _places(calls, span)  # views of columns kept whole: no batch buffer is held for a few rows
+            if places.height:
+                setattr(self, name, pl.concat([getattr(self, name), places], rechunk=False))
 
     def _pseudonymized(self, valid: pl.DataFrame) -> pl.DataFrame:
         """Rows that kept their rules, the raw user id replaced by its pseudonym (requests) and
@@ -399,6 +429,75 @@ class DwdTransform:
             self.requests.labels, on="request_id", how="left", maintain_order="left"
         )
         return with_cost(typed, self.requests.prices).with_columns(labelled.drop("request_id"))
+
+
+def linked(records: pl.DataFrame, spans: pl.DataFrame, parents: pl.DataFrame) -> pl.DataFrame:
+    """``records`` with each one's ``_key`` made its call's: a call span whose parent, in the same trace,
+    is another call span of the same operation is that call seen one level further in (an app's client
+    span and the gateway's span under it), so it takes its parent's key. ``_earlier`` marks a record
+    whose call an earlier batch published: by its own span (``spans``) or a child span's (``parents``).
+
+    Only a direct parent counts, and only among the day's call spans: a span in between that is no call
+    (an instrumented HTTP client under the app's call) hides the link, and such a failure counts once
+    per level (a success's levels still share its response id, the request id).
+    """
+    up = pl.col("_parent_span_id").is_not_null() & pl.col("trace_id").is_not_null()
+    records = records.with_columns(_earlier=pl.lit(False))
+    if not spans.height and not records.select(up.any()).item():
+        return records
+
+    def call_of(span: str, links: pl.DataFrame, where: pl.Expr) -> pl.Series:
+        """The call key of the records' ``span`` among ``links``, looked up where ``where`` holds."""
+        places = records.select(pl.col("trace_id"), pl.col(span).alias("_span"), pl.col("operation"), _at=where)
+        asked = places.with_row_index("_i").filter("_at")
+        found = asked.join(links.unique(_PLACE, keep="first"), on=_PLACE, how="inner").drop_nulls("_call")
+        return pl.Series("_call", [None] * records.height, pl.String).scatter(found["_i"], found["_call"])
+
+    here = _places(records, "_span_id").filter(pl.col("trace_id").is_in(records.filter(up)["trace_id"].implode()))
+    keyed = records.with_columns(_key=pl.coalesce(call_of("_parent_span_id", here, up), "_key"))
+    if spans.height:
+        everyone = pl.col("trace_id").is_not_null()
+        before = pl.coalesce(call_of("_parent_span_id", spans, up), call_of("_span_id", parents, everyone))
+        keyed = keyed.with_columns(_key=pl.coalesce(before, "_key"), _earlier=before.is_not_null())
+    return keyed
+
+
+def _places(calls: pl.DataFrame, span: str) -> pl.DataFrame:
+    """The places of ``calls`` by their own span or their parent's (``span``), each with its call's key."""
+    places = calls.select(pl.col("trace_id"), pl.col(span).alias("_span"), pl.col("operation"), _call="_key")
+    return places.drop_nulls(_PLACE)
+
+
+def merged(records: pl.DataFrame, unique: pl.DataFrame) -> pl.DataFrame:
+    """``unique`` (the first arrivals of ``records``' keys) with each call seen at several levels in
+    ``records`` made one row, its fields chosen by :data:`~warehouse.sources.dialects.PRECEDENCE`.
+
+    A field's value is the first non-null of the call's spans ordered by level (``_level``, a source
+    without levels is the outermost) and, at one level, by start time: innermost and latest first for
+    ``"inner"`` fields, outermost and earliest first for the others. Lineage is the first arrival's.
+    Records of one span (a repeated export, a line without spans) keep the first arrival whole.
+    """
+    if unique.height == records.height:  # no key twice
+        return unique
+    several = records.filter(pl.col("_key").is_duplicated())
+    # a key published here, seen in several spans (a repeated line keeps its first arrival, as ever)
+    several = several.filter(pl.col("_first").any().over("_key") & (pl.col("_span_id").n_unique().over("_key") > 1))
+    if not several.height:
+        return unique
+    rank = pl.col("_level").replace_strict(LEVELS, range(len(LEVELS)), default=0, return_dtype=pl.Int8)
+    # Outermost and earliest first: an "outer" field's value is its first non-null, an "inner" one's its last.
+    several = several.with_row_index("_arrival").sort(["_key", rank, "ts"], nulls_last=True, maintain_order=True)
+    fields, first_arrival = set(REQUEST_FIELDS), pl.col("_arrival").arg_min()
+
+    def chosen(name: str) -> pl.Expr:
+        if name not in fields:  # lineage
+            return pl.col(name).get(first_arrival)
+        values = pl.col(name).drop_nulls()
+        return values.last() if PRECEDENCE.get(name, "outer") == "inner" else values.first()
+
+    calls = several.group_by("_key", maintain_order=True).agg(chosen(c) for c in unique.columns if c != "_key")
+    merging = pl.col("_key").is_in(calls.get_column("_key").implode())
+    return pl.concat([unique.filter(~merging), calls.select(unique.columns)])
 
 
 def _ts_columns(frame: pl.DataFrame) -> pl.DataFrame:

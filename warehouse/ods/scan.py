@@ -43,9 +43,14 @@ def ods_batches(lake: Lake, files: list[str], day: dt.date, borrowed: Sequence[s
     Each row keeps its own ``event_date`` (D - 1 for a borrowed line), which says which of
     its records are D's. Plain pyarrow (not deltalake) because the batches feed a Delta
     write that is running.
+
+    Small files share a batch (up to :data:`BATCH_ROWS` rows): the spans of one call that several
+    producers exported (an app's and its gateway's) usually meet in one batch, where DWD makes them
+    one row.
     """
     import pyarrow.parquet as pq
 
+    held: list[pl.DataFrame] = []
     for uri, own in [(f, True) for f in files] + [(f, False) for f in borrowed]:  # borrowed: D's records only
         fs, path = lake.filesystem(uri)
         with fs.open_input_file(path) as handle:
@@ -54,8 +59,14 @@ def ods_batches(lake: Lake, files: list[str], day: dt.date, borrowed: Sequence[s
                 assert isinstance(frame, pl.DataFrame)
                 if not own:
                     frame = _listing(frame, day)
-                if frame.height:
-                    yield frame.with_columns(event_date=pl.lit(day if own else day - dt.timedelta(days=1)))
+                if not frame.height:
+                    continue
+                if sum(f.height for f in held) + frame.height > BATCH_ROWS:
+                    yield pl.concat(held, how="diagonal_relaxed")
+                    held = []
+                held.append(frame.with_columns(event_date=pl.lit(day if own else day - dt.timedelta(days=1))))
+    if held:
+        yield pl.concat(held, how="diagonal_relaxed")
 
 
 def _listing(frame: pl.DataFrame, day: dt.date) -> pl.DataFrame:

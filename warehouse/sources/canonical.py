@@ -43,6 +43,10 @@ REQUEST_FIELDS: tuple[str, ...] = (
     "cache_hit",
     "attributes",
 )
+#: What a source of spans adds to a request record beside the canonical fields, so DWD counts a call seen at
+#: several levels of one trace once: the level its producer sees calls at (``dialects.LEVELS``) and the
+#: span's id and its parent's (lower-case hex). Null from other sources; never a column of DWD.
+LINK_FIELDS: tuple[str, ...] = ("_level", "_span_id", "_parent_span_id")
 FEEDBACK_FIELDS: tuple[str, ...] = ("request_id", "ts", "kind", "value", "source")
 #: Lines longer than this are not parsed (kept in ODS, quarantined in DWD as malformed).
 MAX_LINE_BYTES = 1 << 20

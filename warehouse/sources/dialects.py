@@ -72,6 +72,8 @@ class Dialect:
     holds its name, and ``call_kind`` (an attribute key and its call values) matches where given.
     ``fields`` maps canonical fields to their sources (``user_id`` the end user's, in order; an empty id
     is no user); ``child_users`` names the user on a child span, so ``forget`` finds it with its call.
+    ``level`` is where the producer sees a call (one of :data:`LEVELS`): a call seen at several levels of
+    one trace is one row, its fields chosen by :data:`PRECEDENCE`.
     """
 
     name: str
@@ -82,6 +84,11 @@ class Dialect:
     child_spans: tuple[str, ...] = ()
     child_users: tuple[Source, ...] = ()
     call_kind: tuple[str, frozenset[str]] | None = None
+    level: str = "client"
+
+    def __post_init__(self) -> None:
+        if self.level not in LEVELS:
+            raise ValueError(f"dialect {self.name!r}: level must be one of {', '.join(LEVELS)}, not {self.level!r}")
 
     def owns(self, scope: str, span_name: str, keys: frozenset[str] | set[str] | Mapping[str, object]) -> bool:
         """Whether a span (its scope name, name and attribute keys) is this dialect's."""
@@ -94,6 +101,24 @@ class Dialect:
         if span_name in self.child_spans or (self.call_spans and span_name not in self.call_spans):
             return False
         return self.call_kind is None or kind in self.call_kind[1]
+
+
+#: Where a call can be seen, outermost first: the app's client instrumentation, then a gateway (LiteLLM's
+#: proxy) it calls. One call seen at two levels sends two spans in one trace.
+LEVELS: tuple[str, ...] = ("client", "gateway")
+#: Which span's value the one row of a call seen at several levels keeps, per field: ``"inner"`` (the
+#: innermost level first and, at one level, the span that started last: the gateway's team is the tenant,
+#: the timings are the innermost span's) or ``"outer"`` (the outermost first, the span that started first:
+#: the call as the client saw it). A field not named is ``"outer"``; the first non-null value wins. Lineage
+#: (file, line, batch) is the first arrival's.
+PRECEDENCE: Mapping[str, str] = MappingProxyType(
+    {
+        "tenant_id": "inner",
+        **dict.fromkeys(
+            ("ts", "duration_ms", "ttft_ms", "queue_ms", "preprocess_ms", "inference_ms", "postprocess_ms"), "inner"
+        ),
+    }
+)
 
 
 def _marked(marker: str, keys: frozenset[str] | set[str] | Mapping[str, object]) -> bool:
@@ -241,6 +266,7 @@ LITELLM = _on(
     call_spans=("litellm_request",),
     child_spans=("raw_gen_ai_request",),
     child_users=(Source("llm.openai.user"), Source("llm.None.user")),  # ``llm.<provider>.user``, as measured
+    level="gateway",
 )
 
 #: Every dialect, in the order a span is tried against them (the GenAI conventions last).

@@ -129,7 +129,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from warehouse.sources import dialects
-from warehouse.sources.canonical import REQUEST_FIELDS
+from warehouse.sources.canonical import LINK_FIELDS, REQUEST_FIELDS
 from warehouse.sources.dialects import Dialect, Source
 from warehouse.sources.otlp_spans import (
     RESOURCE_SPANS,
@@ -190,7 +190,7 @@ _STATUS_ERRORS = {
 }
 _STATUS_NOT_ERROR = {0, 1, "0", "1", "STATUS_CODE_UNSET", "STATUS_CODE_OK"}
 
-_COLUMNS: tuple[str, ...] = ("parse_error", *REQUEST_FIELDS)
+_COLUMNS: tuple[str, ...] = ("parse_error", *REQUEST_FIELDS, *LINK_FIELDS)
 
 # AnyValue kinds (JSON keys; proto field names are accepted too, see _get).
 _VALUE_KINDS = ("stringValue", "intValue", "doubleValue", "boolValue", "arrayValue", "kvlistValue", "bytesValue")
@@ -591,6 +591,8 @@ def _span_row(
 
     row["request_id"] = reader.field("request_id") or _hex_id(_get(span, "spanId"), 8)
     row["trace_id"] = _hex_id(_get(span, "traceId"), 16)
+    row["_level"] = dialect.level
+    row["_span_id"], row["_parent_span_id"] = _hex_id(_get(span, "spanId"), 8), _hex_id(_get(span, "parentSpanId"), 8)
     if row["attempt"] is None:
         resends = look.text(_RESEND_COUNT)
         if resends is not None and _UINT.fullmatch(resends):
@@ -612,8 +614,7 @@ def _span_row(
 
     rest = {k: _text(v, f"{look.where}.{k}") for k, v in look.span.items() if k not in look.used}
     rest = {k: v for k, v in rest.items() if v is not None}
-    for key, field_name in (("otel.span_id", "spanId"), ("otel.parent_span_id", "parentSpanId")):
-        span_id = _hex_id(_get(span, field_name), 8)
+    for key, span_id in (("otel.span_id", row["_span_id"]), ("otel.parent_span_id", row["_parent_span_id"])):
         if span_id is not None and span_id != row["request_id"]:  # the request id is the span id when
             rest[key] = span_id  # the span names no response id
     row["attributes"] = json.dumps(rest, ensure_ascii=False, separators=(",", ":")) if rest else None
@@ -724,10 +725,10 @@ def parse_otlp_lines(raw: pa.Array, *, tenant: str | None = None) -> pl.DataFram
     """Spans of OTLP-JSON trace export lines mapped onto the canonical request fields.
 
     ``raw`` holds one export per element (binary, large_binary or string). The result has
-    ``_line`` (index of the input line), ``parse_error`` and every canonical request field
-    as text: one row per GenAI span, or one row with a ``parse_error`` for a line that
-    holds none (see the module docstring). ``tenant`` is the source's tenant, for spans
-    that name none.
+    ``_line`` (index of the input line), ``parse_error``, every canonical request field and the
+    call's links (``canonical.LINK_FIELDS``) as text: one row per GenAI span, or one row with a
+    ``parse_error`` for a line that holds none (see the module docstring). ``tenant`` is the
+    source's tenant, for spans that name none.
     """
     import polars as pl
     import pyarrow as pa
