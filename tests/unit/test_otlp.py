@@ -381,3 +381,19 @@ def test_empty_input() -> None:
 def test_nanos_helper_is_exact() -> None:
     ts = dt.datetime(2026, 1, 1, 2, 0, 0, 123456, tzinfo=UTC)
     assert nanos(ts) == 1767232800123456000
+
+
+def test_a_gateway_span_is_at_the_gateway_level_only_where_no_ordinary_token_stamped_it() -> None:
+    """A LiteLLM call span wins its call's tenant at the gateway level; sent under an ordinary token's stamp it is
+    a client's, so a sender cannot lend its tenant to a call of another tenant by naming its ids."""
+    span = {**_genai_span(**{"llm.request.type": "completion"}), "name": "litellm_request"}
+
+    def level(resource: list[dict[str, Any]]) -> str:
+        doc = json.loads(_line([span], resource))
+        doc["resourceSpans"][0]["scopeSpans"][0]["scope"]["name"] = "litellm"
+        return _parse([json.dumps(doc).encode()]).get_column("_level").item()
+
+    stamped = [key_value("strata.tenant_id", "acme")]
+    assert level([]) == "gateway"  # a file, or a receiver without tokens
+    assert level([*stamped, key_value("strata.gateway", "*")]) == "gateway"  # a gateway token's
+    assert level(stamped) == "client"  # an ordinary token's

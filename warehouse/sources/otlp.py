@@ -530,6 +530,15 @@ def gateway_allows(gateway: str, team: str) -> bool:
     return gateway == "*" or team in gateway.split(",")
 
 
+def _level(dialect: Dialect, resource: dict[str, Any]) -> str:
+    """The level a span sees its call at: its dialect's, except that a gateway's span sent under an ordinary
+    token's stamp (``strata.tenant_id`` without the ``strata.gateway`` mark) is a client's, so that it cannot
+    lend its tenant to another tenant's call it names (the gateway's tenant wins a call's row)."""
+    if dialect.level != dialects.LEVELS[0] and _RECEIVER_TENANT in resource and GATEWAY not in resource:
+        return dialects.LEVELS[0]
+    return dialect.level
+
+
 def _tenant(team: str | None, resource: dict[str, Any], tenant: str | None) -> str | None:
     """A span's tenant: the receiver's (a gateway's listed team before it), else its team (the dialect's
     ``tenant_id``), the source's, the service's (see the module docstring). A team attribute is no claim under
@@ -591,7 +600,7 @@ def _span_row(
 
     row["request_id"] = reader.field("request_id") or _hex_id(_get(span, "spanId"), 8)
     row["trace_id"] = _hex_id(_get(span, "traceId"), 16)
-    row["_level"] = dialect.level
+    row["_level"] = _level(dialect, resource)
     row["_span_id"], row["_parent_span_id"] = _hex_id(_get(span, "spanId"), 8), _hex_id(_get(span, "parentSpanId"), 8)
     if row["attempt"] is None:
         resends = look.text(_RESEND_COUNT)
