@@ -15,11 +15,14 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from contracts.errors import ContractError
+
+if TYPE_CHECKING:
+    import polars as pl
 
 POLICIES_DIR = Path(__file__).resolve().parent / "policies"
 #: A nested value deeper than this is dropped whole (no recursion without bound).
@@ -29,6 +32,12 @@ _LISTS = ("keep", "drop", "inner", "values")
 _QUOTED_KEY = re.compile(r"""['"]([^'"\\]{1,200})['"]\s*:""")
 #: What a nested value becomes when the policy drops it.
 _DROP = object()
+#: A JSON object of one level written compactly, of keys and values with no escape, control character,
+#: brace or bracket, numbers as integers (no sign on 0): :meth:`AttributePolicy.clean` gives such a text
+#: back unchanged unless it drops a key or a value, so it is judged by its keys alone. Most rows are such.
+_TEXT = r'"[^"\\{\[\x00-\x1f]*"'
+_MEMBER = rf"{_TEXT}:(?:{_TEXT}|0|-?[1-9][0-9]*|true|false|null)"
+_FLAT = rf"^\{{{_MEMBER}(?:,{_MEMBER})*\}}$"
 
 
 def _matcher(patterns: list[str]) -> re.Pattern[str]:
@@ -69,6 +78,36 @@ class AttributePolicy:
         """Whether the attribute ``key`` (a top-level or dotted nested path) never leaves ODS."""
         low = key.lower()
         return not self._keep.fullmatch(low) and self._drop.fullmatch(low) is not None
+
+    def clean_column(self, texts: pl.Series) -> pl.Series:
+        """:meth:`clean` of every text of a column, the same values: a flat object (``_FLAT``) that holds
+        no value the policy drops is decided by its set of keys, once per distinct set; the rest one by
+        one (a million rows of attributes cost 12 s of parsing one by one)."""
+        import polars as pl
+
+        texts = texts.cast(pl.String)
+        distinct = texts.unique()
+        if 0 < distinct.len() * 2 <= texts.len():  # a column of few values (a gateway's attributes): each once
+            return texts.replace_strict(distinct, self.clean_column(distinct), return_dtype=pl.String)
+        frame = pl.DataFrame({"text": texts})
+        try:  # the value patterns in DuckDB's and polars' (Rust) dialect, where they compile
+            suspect = frame.select(pl.col("text").str.contains(self._values.pattern).fill_null(True)).to_series()
+        except pl.exceptions.ComputeError:
+            suspect = pl.repeat(True, frame.height, eager=True)
+        keys = pl.col("text").str.extract_all(r'"[^"]*":').list.eval(pl.element().str.slice(1).str.head(-2))
+        frame = frame.with_columns(
+            flat=pl.col("text").str.contains(_FLAT).fill_null(False) & ~suspect,
+            keys=keys.list.join("\x1f"),
+            repeated=keys.list.n_unique() != keys.list.len(),
+        )
+        sets = frame.filter("flat").get_column("keys").unique().to_list()
+        whole = [k for k in sets if not any(self.dropped(key) for key in k.split("\x1f"))]
+        fast = (pl.col("flat") & ~pl.col("repeated").fill_null(True) & pl.col("keys").is_in(whole)).fill_null(False)
+        passed = frame.select(fast).to_series()
+        slow = frame.get_column("text").filter(~passed)
+        cleaned = pl.Series([self.clean(text) for text in slow.to_list()], dtype=pl.String)
+        out = frame.get_column("text").scatter(passed.not_().arg_true(), cleaned) if slow.len() else frame["text"]
+        return out.alias(texts.name)
 
     def clean(self, text: str | None) -> str | None:
         """``text`` (a JSON object of attributes) without what the policy drops; None when nothing

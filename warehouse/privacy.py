@@ -41,7 +41,5 @@ def without_private(frame: pl.DataFrame, contract: Contract) -> pl.DataFrame:
     for column in contract.columns:
         if column.attribute_policy is None or column.name not in frame.columns:
             continue
-        clean = load_policy(column.attribute_policy).clean
-        values = frame.get_column(column.name)
-        frame = frame.with_columns(pl.Series(column.name, [clean(v) for v in values.to_list()], dtype=pl.String))
+        frame = frame.with_columns(load_policy(column.attribute_policy).clean_column(frame.get_column(column.name)))
     return frame
