@@ -140,6 +140,13 @@ def test_the_daily_dag_has_a_group_per_layer_in_order_and_maps_scores_over_shard
     assert [s for s in order if s in daily] == daily
 
 
+def test_the_dags_run_every_declared_step_and_no_other(probe: dict[str, Any]) -> None:
+    """The registry declares what the DAG files run: no step left out of every DAG, none a DAG names undeclared."""
+    run = {task_id.split(".")[-1] for dag in probe["dags"].values() for task_id in dag["tasks"]}
+    run.discard("score_shards")  # the mapped scores' shard list (tasks.shards("score"))
+    assert run == set(task_steps.STEPS)
+
+
 def test_every_writing_task_declares_its_tables_as_outlets(probe: dict[str, Any]) -> None:
     registered = {t.name for t in all_tables()}
     non_tables = {"features.online_store", "models.user_risk", "reports.strata_report"}
