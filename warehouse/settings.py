@@ -94,9 +94,17 @@ class Var:
         return self.kind.show(value)
 
 
-def _var(name: str | None, default: str | None, kind: Kind[Any], help: str, **more: Any) -> dict[str, Var]:
+def _var(
+    name: str | None,
+    default: str | None,
+    kind: Kind[Any],
+    help: str,
+    *,
+    secret: bool = False,
+    also: tuple[str, ...] = (),
+) -> dict[str, Var]:
     """A dataclass field's metadata declaring its setting."""
-    return {"var": Var(name, default, kind, help, **more)}
+    return {"var": Var(name, default, kind, help, secret, also)}
 
 
 def _declared(cls: type) -> list[tuple[str, Var]]:
