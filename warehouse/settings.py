@@ -547,7 +547,7 @@ def docs_page(page: str) -> str:
     """``page`` with the text between its markers replaced by the generated tables."""
     begin, end = page.index(_BEGIN) + len(_BEGIN), page.index(_END)
     receiver = reference_table(CollectSettings)
-    tables = f"\n\n{reference_table(Settings)}\nThe OTLP receiver, `strata collect`:\n\n{receiver}\n"
+    tables = f"\n\n{reference_table(Settings)}\n## The OTLP receiver (`strata collect`)\n\n{receiver}\n"
     return page[:begin] + tables + page[end:]
 
 
