@@ -10,8 +10,6 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.strata-installed
-# Where Strata keeps derived files (warehouse.settings: STRATA_CACHE_DIR, else XDG_CACHE_HOME/strata).
-CACHE  := $(or $(STRATA_CACHE_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/strata)
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export UV_PYTHON_DOWNLOADS := never
 export UV_COMPILE_BYTECODE := 1
@@ -38,7 +36,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
-	$(BIN)/mypy --cache-dir "$(CACHE)/mypy"
+	cache=$$($(BIN)/python -m warehouse.settings cache-dir) && $(BIN)/mypy --cache-dir "$$cache/mypy"
 
 test: lint
 	$(BIN)/python -m pytest -q -m "not slow" --durations=15

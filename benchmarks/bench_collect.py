@@ -277,70 +277,86 @@ def run(workdir: Path) -> list[Measurement]:
     env = {**os.environ, "STRATA_PSEUDONYM_KEY": "bench-key-not-a-secret-0123"}
     env.pop("STRATA_LANDING_DIR", None)
     baseline_file = workdir / "baseline.bin"
-
-    def baseline() -> _Load:
-        port = _free_port()
-        server = [sys.executable, "-c", _BASELINE_APP, str(baseline_file), str(port)]
-        return _load(subprocess.Popen(server, env={**env, "STRATA_HOME": str(workdir / "base")}), port)
-
     # The baseline brackets our two runs (before and after, averaged), so a change of the machine's load
     # during the run tilts the ratios less.
-    before = baseline()
+    before = _baseline(workdir, env, baseline_file)
     # The request path alone: no segment closes in the window; it is handed over at the stop.
     deferred, _ = _ours(workdir / "deferred", env, "3600", str(8 << 30))
     # Sustained: segments close every second and are handed over (renamed) meanwhile.
     ours, conversion = _ours(workdir / "sustained", env, "1", str(64 << 20))
-    after = baseline()
+    after = _baseline(workdir, env, baseline_file)
     base = _mean(before, after)
+    baseline_share = baseline_file.stat().st_size / (before.acked_bytes + after.acked_bytes)
+    return _request_path(deferred, base) + _sustained(ours, base) + _ingest_side(conversion, ours, baseline_share)
 
-    def p99(latencies: list[float]) -> float:
-        return latencies[int(0.99 * (len(latencies) - 1))] * 1000
 
-    def spans_per_s(load: _Load) -> float:
-        return load.acked * SPANS / SECONDS
+def _baseline(workdir: Path, env: dict[str, str], baseline_file: Path) -> _Load:
+    """The senders against the bare ASGI app appending each body to ``baseline_file``."""
+    port = _free_port()
+    server = [sys.executable, "-c", _BASELINE_APP, str(baseline_file), str(port)]
+    return _load(subprocess.Popen(server, env={**env, "STRATA_HOME": str(workdir / "base")}), port)
 
-    def through(load: _Load) -> float:  # into the landing zone: the window and the stop
-        return load.acked * SPANS / (SECONDS + load.stop_s)
 
+def _p99(latencies: list[float]) -> float:
+    return latencies[int(0.99 * (len(latencies) - 1))] * 1000
+
+
+def _spans_per_s(load: _Load) -> float:
+    return load.acked * SPANS / SECONDS
+
+
+def _through(load: _Load) -> float:
+    """Spans/s into the landing zone: the window and the stop."""
+    return load.acked * SPANS / (SECONDS + load.stop_s)
+
+
+def _request_path(deferred: _Load, base: _Load) -> list[Measurement]:
+    """The run whose one segment is handed over at the stop, against the baseline."""
     label = f"{SENDERS} senders × {SECONDS:g} s, {SPANS}-span protobuf requests"
     return [
         Measurement(
             f"spans/s answered 200, request path alone: one segment, handed over at the stop ({label})",
-            spans_per_s(deferred),
+            _spans_per_s(deferred),
             "spans/s",
             BASELINE,
-            spans_per_s(base),
+            _spans_per_s(base),
             target_ratio=0.7,
         ),
         Measurement(
             "… and into the landing zone (answered ÷ window + the stop)",
-            through(deferred),
+            _through(deferred),
             "spans/s",
             BASELINE,
-            through(base),
+            _through(base),
         ),
         Measurement(
             "… p99 request latency",
-            p99(deferred.latencies),
+            _p99(deferred.latencies),
             "ms",
             BASELINE,
-            p99(base.latencies),
+            _p99(base.latencies),
             higher_is_better=False,
         ),
+    ]
+
+
+def _sustained(ours: _Load, base: _Load) -> list[Measurement]:
+    """The run rolling 1 s segments and handing them over meanwhile, against the baseline."""
+    return [
         Measurement(
             "spans/s answered 200, sustained: 1 s segments rolled and handed over meanwhile",
-            spans_per_s(ours),
+            _spans_per_s(ours),
             "spans/s",
             BASELINE,
-            spans_per_s(base),
+            _spans_per_s(base),
             target_ratio=0.7,
         ),
         Measurement(
             "… and into the landing zone (answered ÷ window + the stop)",
-            through(ours),
+            _through(ours),
             "spans/s",
             BASELINE,
-            through(base),
+            _through(base),
         ),
         Measurement(
             "… spool not yet handed over when the senders stop",
@@ -352,10 +368,10 @@ def run(workdir: Path) -> list[Measurement]:
         ),
         Measurement(
             "p99 request latency, sustained",
-            p99(ours.latencies),
+            _p99(ours.latencies),
             "ms",
             BASELINE,
-            p99(base.latencies),
+            _p99(base.latencies),
             higher_is_better=False,
         ),
         Measurement(
@@ -366,26 +382,33 @@ def run(workdir: Path) -> list[Measurement]:
             base.peak_rss / 2**20,
             higher_is_better=False,
         ),
+    ]
+
+
+def _ingest_side(conversion: _Conversion, ours: _Load, baseline_share: float) -> list[Measurement]:
+    """The conversion of the sustained run's segments: its speed against the intake, and whether every span
+    answered 200 is in its files (the baseline: the share of the bytes answered in its file)."""
+    return [
         Measurement(
             "ingest side: the sustained run's segments converted to OTLP/JSON lines, per core of CPU",
             conversion.spans / conversion.cpu_s,
             "spans/s",
             "the receiver's intake, sustained (spans/s answered 200)",
-            spans_per_s(ours),
+            _spans_per_s(ours),
         ),
         Measurement(
             "… the same, wall clock (the conversion alone, one process)",
             conversion.spans / conversion.wall_s,
             "spans/s",
             "the receiver's intake, sustained (spans/s answered 200)",
-            spans_per_s(ours),
+            _spans_per_s(ours),
         ),
         Measurement(
             "share of the spans answered 200 in the converted files, sustained",
             conversion.spans / (ours.acked * SPANS),
             "",
             BASELINE + " (bytes in its file)",
-            baseline_file.stat().st_size / (before.acked_bytes + after.acked_bytes),
+            baseline_share,
             target_ratio=1.0,
         ),
     ]

@@ -22,6 +22,7 @@ import resource
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -33,6 +34,7 @@ START = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
 END = dt.datetime(2026, 3, 4, tzinfo=dt.UTC)
 VIEW = "bench_features"
 FEATURES = 20
+RATE = "entities/s"
 SMALL, LARGE = scaled(100_000, 1_000), scaled(1_000_000, 2_000)
 #: Lookups timed in-process (each way), and sequential HTTP requests (each server).
 LOOKUPS, HTTP_REQUESTS = scaled(2_000, 20), scaled(10_000, 50)
@@ -358,26 +360,45 @@ class _Shown(list):
 
 
 def run(workdir: Path) -> list[Measurement]:
-    import redis
-
     _contract(workdir / "contracts")
-    out: list[Measurement] = _Shown()
-    rate = "entities/s"
     # 100k: one lake, read by every writer (each home has its own online store).
     small = {name: _env(workdir, name) for name in ("ours", "feast", "bare")}
     for env in small.values():
         env["STRATA_LAKE_URI"] = str(workdir / "lake-100k")
+    out: list[Measurement] = _Shown()
+    measured, ours = _materialize_sqlite(workdir, small)
+    out += measured
+    out += _materialize_redis(workdir, small)
+    out += _lookups(workdir, small["ours"])
+    out += _http(workdir, small["ours"])
+    large = _env(workdir, "ours-1m")
+    measured, big = _materialize_large(workdir, large, ours)
+    out += measured
+    out.append(_feast_large(workdir, large, big))
+    return out
+
+
+@dataclass(frozen=True)
+class _Materialized:
+    """One of our materializations: its time and its child's peak RSS."""
+
+    seconds: float
+    rss_mb: float
+
+
+def _materialize_sqlite(workdir: Path, small: dict[str, dict[str, str]]) -> tuple[list[Measurement], _Materialized]:
+    """100k × 20 into SQLite: ours against Feast's and a bare ``executemany`` of the rows ours wrote."""
     _child(workdir, small["ours"], "lake", str(SMALL))
     ours, ours_rss, _ = _child(workdir, small["ours"], "ours")
     feast, feast_rss, _ = _child(workdir, small["feast"], "feast")
     bare, _, _ = _child(workdir, small["bare"], "bare", str(workdir / "ours" / "feast" / "online_store.db"))
     assert ours["values"] == SMALL * FEATURES == bare["rows"], (ours, bare)
     assert not ours["applied_again"], "applying the same definitions again applied them"
-    out += [
+    measured = [
         Measurement(
             "materialize 100k×20 → SQLite",
             SMALL / ours["seconds"],
-            rate,
+            RATE,
             "Feast materialize",
             SMALL / feast["seconds"],
             target_ratio=2.5,
@@ -385,7 +406,7 @@ def run(workdir: Path) -> list[Measurement]:
         Measurement(
             "materialize 100k×20 → SQLite",
             SMALL / ours["seconds"],
-            rate,
+            RATE,
             "bare executemany",
             SMALL / bare["seconds"],
             target_ratio=0.8,
@@ -407,8 +428,14 @@ def run(workdir: Path) -> list[Measurement]:
             higher_is_better=False,
         ),
     ]
+    return measured, _Materialized(ours["seconds"], ours_rss)
 
-    redis_url = os.environ.get("STRATA_BENCH_REDIS_URL", "redis://127.0.0.1:6379")  # databases 8 and 9 are used
+
+def _materialize_redis(workdir: Path, small: dict[str, dict[str, str]]) -> list[Measurement]:
+    """100k × 20 into Redis (databases 8 and 9, flushed before and after): ours against Feast's."""
+    import redis
+
+    redis_url = os.environ.get("STRATA_BENCH_REDIS_URL", "redis://127.0.0.1:6379")
     urls = [f"{redis_url}/8", f"{redis_url}/9"]
     for url in urls:
         redis.Redis.from_url(url).flushdb()
@@ -426,19 +453,22 @@ def run(workdir: Path) -> list[Measurement]:
     finally:
         for url in urls:
             redis.Redis.from_url(url).flushdb()
-    out.append(
+    return [
         Measurement(
             "materialize 100k×20 → Redis",
             SMALL / ours_r["seconds"],
-            rate,
+            RATE,
             "Feast materialize",
             SMALL / feast_r["seconds"],
             target_ratio=5.0,
         )
-    )
+    ]
 
-    lookups, _, _ = _child(workdir, small["ours"], "lookups")
-    out += [
+
+def _lookups(workdir: Path, env: dict[str, str]) -> list[Measurement]:
+    """In-process lookups of 1 and 100 entities: our batched reader against the Feast SDK."""
+    lookups, _, _ = _child(workdir, env, "lookups")
+    return [
         Measurement(
             "lookup 1×20 p99 (target < 1 ms)",
             lookups["ours_1"][1],
@@ -468,19 +498,22 @@ def run(workdir: Path) -> list[Measurement]:
         ),
     ]
 
+
+def _http(workdir: Path, env: dict[str, str]) -> list[Measurement]:
+    """Sequential one-entity requests over HTTP: ``strata features serve`` against ``feast serve``."""
     from tests.services import free_port
 
     ports = {"strata": free_port(), "feast": free_port()}
-    servers = [_serve(workdir, small["ours"], name == "strata", port) for name, port in ports.items()]
+    servers = [_serve(workdir, env, name == "strata", port) for name, port in ports.items()]
     try:
-        answer, _, code = _child(workdir, small["ours"], "http", str(ports["strata"]), str(ports["feast"]))
+        answer, _, code = _child(workdir, env, "http", str(ports["strata"]), str(ports["feast"]))
         assert code == 0, (workdir / "child.log").read_text()[-3000:]
     finally:
         for server in servers:
             _stop(server)
     served = {name: answer[str(port)] for name, port in ports.items()}
     print(f"  HTTP: {served}", flush=True)
-    out += [
+    return [
         Measurement(
             "HTTP 1 entity p99, 10k requests",
             served["strata"]["p99"],
@@ -508,26 +541,33 @@ def run(workdir: Path) -> list[Measurement]:
         ),
     ]
 
-    large = _env(workdir, "ours-1m")
-    _child(workdir, large, "lake", str(LARGE))
-    big, big_rss, _ = _child(workdir, large, "ours")
+
+def _materialize_large(
+    workdir: Path, env: dict[str, str], small: _Materialized
+) -> tuple[list[Measurement], _Materialized]:
+    """Ours at 1M × 20 against ours at 100k: peak RSS (flat) and speed."""
+    _child(workdir, env, "lake", str(LARGE))
+    big, big_rss, _ = _child(workdir, env, "ours")
     assert big["entities"] == LARGE, big
-    out.append(
+    measured = [
         Measurement(
             "materialize 1M×20 peak RSS (target < 1.5 GB, flat)",
             big_rss,
             "MB",
             "ours at 100k×20",
-            ours_rss,
+            small.rss_mb,
             higher_is_better=False,
-        )
-    )
-    out.append(
+        ),
         Measurement(
-            "materialize 1M×20 → SQLite", LARGE / big["seconds"], rate, "ours at 100k×20", SMALL / ours["seconds"]
-        )
-    )
-    capped = {**large, "STRATA_HOME": str(workdir / "feast-1m")}
+            "materialize 1M×20 → SQLite", LARGE / big["seconds"], RATE, "ours at 100k×20", SMALL / small.seconds
+        ),
+    ]
+    return measured, _Materialized(big["seconds"], big_rss)
+
+
+def _feast_large(workdir: Path, env: dict[str, str], ours: _Materialized) -> Measurement:
+    """Feast's materialization at 1M × 20 under a memory cap (it may not finish): peak RSS against ours."""
+    capped = {**env, "STRATA_HOME": str(workdir / "feast-1m")}
     started = time.perf_counter()
     feast_big, feast_big_rss, code = _child(workdir, capped, "feast", cap=FEAST_CAP_BYTES)
     finished = code == 0 and "seconds" in feast_big
@@ -540,18 +580,15 @@ def run(workdir: Path) -> list[Measurement]:
         )
         + f", peak RSS {feast_big_rss:,.0f} MB"
     )
-    out.append(
-        Measurement(
-            f"materialize 1M×20 peak RSS vs Feast ({'finished' if finished else 'failed'} "
-            f"under a {FEAST_CAP_BYTES / 1024**3:.0f} GB cap)",
-            big_rss,
-            "MB",
-            "Feast materialize",
-            feast_big_rss,
-            higher_is_better=False,
-        )
+    return Measurement(
+        f"materialize 1M×20 peak RSS vs Feast ({'finished' if finished else 'failed'} "
+        f"under a {FEAST_CAP_BYTES / 1024**3:.0f} GB cap)",
+        ours.rss_mb,
+        "MB",
+        "Feast materialize",
+        feast_big_rss,
+        higher_is_better=False,
     )
-    return out
 
 
 def _high_water_mb() -> float:

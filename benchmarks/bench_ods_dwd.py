@@ -30,6 +30,7 @@ import resource
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.harness import Measurement, scaled
@@ -230,6 +231,28 @@ def _duckdb_type(parquet_type: str | None) -> str:
 def run(workdir: Path) -> list[Measurement]:
     landing = workdir / "landing"
     lines = _generate(landing, REQUESTS)
+    timings = _measure(workdir, landing)
+    results = _throughput(lines, timings) + _cpu_seconds(timings)
+    results += _lock_costs(workdir, timings.ours["dwd_s"])
+    results += suppression_cost(workdir, landing, lines)
+    if os.environ.get("STRATA_BENCH_BIG_DAY", "1") != "0":
+        results.append(_big_day_peak(workdir))
+    return results
+
+
+@dataclass(frozen=True)
+class _Timings:
+    """Ours (the child's answer) and the baselines' means, in seconds."""
+
+    ours: dict
+    baseline_s: float
+    baseline_cpu_s: float
+    archive_s: float  # the bare archive pass
+    parse_s: float  # the bare parse pass
+
+
+def _measure(workdir: Path, landing: Path) -> _Timings:
+    """Ours between two runs of each baseline."""
     # The baseline runs before and after ours, and counts as their mean: this machine's speed
     # drifts by ±15 % over minutes, and a single baseline run would tilt the ratio with it.
     before = _duckdb_baseline(landing, workdir / "baseline.parquet")
@@ -237,12 +260,16 @@ def run(workdir: Path) -> list[Measurement]:
     ours = _ours(workdir, landing)
     floor_after = _duckdb_two_passes(landing, workdir, workdir / "baseline.parquet")
     after = _duckdb_baseline(landing, workdir / "baseline.parquet")
-    baseline_s, baseline_cpu_s = (before[0] + after[0]) / 2, (before[1] + after[1]) / 2
     archive_s, parse_s = ((b + a) / 2 for b, a in zip(floor_before, floor_after))
-    floor_s = archive_s + parse_s
+    return _Timings(ours, (before[0] + after[0]) / 2, (before[1] + after[1]) / 2, archive_s, parse_s)
+
+
+def _throughput(lines: int, t: _Timings) -> list[Measurement]:
+    """Rows/s of ingest, DWD and both, against the baselines."""
+    ours, baseline_s = t.ours, t.baseline_s
+    floor_s = t.archive_s + t.parse_s
     ours_s = ours["ingest_s"] + ours["dwd_s"]
-    ours_cpu_s = ours["ingest_cpu_s"] + ours["dwd_cpu_s"] + ours["worker_cpu_s"]
-    results = [
+    return [
         Measurement(
             "ingest + DWD rows/s (1M-request day)",
             lines / ours_s,
@@ -273,7 +300,7 @@ def run(workdir: Path) -> list[Measurement]:
             lines / ours["ingest_s"],
             "rows/s",
             "DuckDB: lines → Parquet",
-            lines / archive_s,
+            lines / t.archive_s,
         ),
         Measurement(
             "DWD build rows/s", lines / ours["dwd_s"], "rows/s", "DuckDB read_json → Parquet", lines / baseline_s
@@ -283,8 +310,16 @@ def run(workdir: Path) -> list[Measurement]:
             lines / ours["dwd_s"],
             "rows/s",
             "DuckDB: parse + dedupe → Parquet",
-            lines / parse_s,
+            lines / t.parse_s,
         ),
+    ]
+
+
+def _cpu_seconds(t: _Timings) -> list[Measurement]:
+    """CPU seconds of ingest, DWD (with its GX worker's work) and both, against the baseline's."""
+    ours, baseline_cpu_s = t.ours, t.baseline_cpu_s
+    ours_cpu_s = ours["ingest_cpu_s"] + ours["dwd_cpu_s"] + ours["worker_cpu_s"]
+    return [
         Measurement(
             "CPU seconds, ingest + DWD",
             ours_cpu_s,
@@ -318,8 +353,11 @@ def run(workdir: Path) -> list[Measurement]:
             higher_is_better=False,
         ),
     ]
-    dwd_s = ours["dwd_s"]
-    results.append(
+
+
+def _lock_costs(workdir: Path, dwd_s: float) -> list[Measurement]:
+    """What the locks of a day's DWD build cost, with the file backend and (when at hand) Postgres."""
+    results = [
         Measurement(
             "locks of a day's DWD build, file backend (share of the build)",
             _lock_cost(workdir, None),
@@ -328,7 +366,7 @@ def run(workdir: Path) -> list[Measurement]:
             dwd_s,
             higher_is_better=False,
         )
-    )
+    ]
     pg = os.environ.get("STRATA_BENCH_LOCK_URL", "postgresql://postgres@127.0.0.1:5432/test")
     try:
         results.append(
@@ -343,20 +381,20 @@ def run(workdir: Path) -> list[Measurement]:
         )
     except Exception as exc:  # no Postgres at hand: the file backend's figure stands alone
         print(f"Postgres lock cost not measured ({type(exc).__name__}: {exc})")
-    results += suppression_cost(workdir, landing, lines)
-    if os.environ.get("STRATA_BENCH_BIG_DAY", "1") != "0":
-        big = workdir / "big"
-        _generate(big / "landing", BIG_DAY)
-        peak = _ours(big, big / "landing")["peak_rss_mb"]
-        results.append(
-            Measurement(
-                "peak RSS, ingest + DWD of a 5M-request day",
-                peak,
-                "MB",
-                "limit 4 GB",
-                4096.0,
-                higher_is_better=False,
-                target_ratio=1.0,
-            )
-        )
     return results
+
+
+def _big_day_peak(workdir: Path) -> Measurement:
+    """Peak RSS of ingest + DWD of a big day, against the 4 GB limit."""
+    big = workdir / "big"
+    _generate(big / "landing", BIG_DAY)
+    peak = _ours(big, big / "landing")["peak_rss_mb"]
+    return Measurement(
+        "peak RSS, ingest + DWD of a 5M-request day",
+        peak,
+        "MB",
+        "limit 4 GB",
+        4096.0,
+        higher_is_better=False,
+        target_ratio=1.0,
+    )

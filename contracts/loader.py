@@ -177,8 +177,8 @@ def _json_path(parts: Sequence[str | int]) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _json_schema_validator() -> Any:
-    """The ODCS schema's validator (jsonschema-rs: the pure-Python ``jsonschema`` took 0.7 s to
-    check the shipped contracts, at every process start; this takes 4 ms)."""
+    """The ODCS schema's validator: jsonschema-rs, fast enough to check the shipped contracts at every
+    process start (docs/design.md §8)."""
     from importlib import resources
 
     import jsonschema_rs

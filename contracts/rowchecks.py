@@ -197,32 +197,8 @@ def cast_expr(name: str, src: pl.DataType, target: pl.DataType) -> tuple[pl.Expr
         if isinstance(src, pl.Struct):
             return col.struct.json_encode(), None
         return impossible
-    if target.is_integer():
-        if src.is_integer():
-            return col.cast(target, strict=False), failed
-        if src.is_float() or src.is_decimal():
-            lossy = col.cast(pl.Float64) != original.cast(pl.Float64)
-            return col.cast(target, strict=False), present & (col.is_null() | lossy)
-        if src == pl.String:
-            return col.str.strip_chars().cast(target, strict=False), failed
-        return impossible
-    if target.is_float():
-        if src.is_numeric():
-            typed = col.cast(target, strict=False)
-        elif src == pl.String:
-            typed = col.str.strip_chars().cast(target, strict=False)
-        else:
-            return impossible
-        return typed, present & (col.is_null() | ~col.is_finite())  # NaN and ±infinity are no measurement
-    if target.is_decimal():
-        if src.is_decimal() or src.is_integer() or src.is_float():
-            typed = col.cast(target, strict=False)
-            # A value that does not survive the way back lost digits (or was a NaN or infinity).
-            lossy = typed.cast(src, strict=False) != original
-            return typed, present & (col.is_null() | lossy.fill_null(True))
-        if src == pl.String:
-            return col.str.strip_chars().cast(target, strict=False), failed
-        return impossible
+    if target.is_numeric():
+        return _to_number(col, original, present, failed, src, target) or impossible
     if target == pl.Boolean:
         if src == pl.String:
             text = col.str.strip_chars().str.to_lowercase()
@@ -254,6 +230,39 @@ def cast_expr(name: str, src: pl.DataType, target: pl.DataType) -> tuple[pl.Expr
             return col, None
         return impossible
     return impossible
+
+
+def _to_number(
+    col: pl.Expr, original: pl.Expr, present: pl.Expr, failed: pl.Expr, src: pl.DataType, target: pl.DataType
+) -> tuple[pl.Expr, pl.Expr | None] | None:
+    """:func:`cast_expr` to an integer, float or decimal type (None: ``src`` does not convert to it). A value
+    that does not convert exactly is broken."""
+    if target.is_integer():
+        if src.is_integer():
+            return col.cast(target, strict=False), failed
+        if src.is_float() or src.is_decimal():
+            lossy = col.cast(pl.Float64) != original.cast(pl.Float64)
+            return col.cast(target, strict=False), present & (col.is_null() | lossy)
+        if src == pl.String:
+            return col.str.strip_chars().cast(target, strict=False), failed
+        return None
+    if target.is_float():
+        if src.is_numeric():
+            typed = col.cast(target, strict=False)
+        elif src == pl.String:
+            typed = col.str.strip_chars().cast(target, strict=False)
+        else:
+            return None
+        return typed, present & (col.is_null() | ~col.is_finite())  # NaN and ±infinity are no measurement
+    # a decimal
+    if src.is_decimal() or src.is_integer() or src.is_float():
+        typed = col.cast(target, strict=False)
+        # A value that does not survive the way back lost digits (or was a NaN or infinity).
+        lossy = typed.cast(src, strict=False) != original
+        return typed, present & (col.is_null() | lossy.fill_null(True))
+    if src == pl.String:
+        return col.str.strip_chars().cast(target, strict=False), failed
+    return None
 
 
 def find_violations(typed: pl.DataFrame, contract: Contract, now: datetime | None = None) -> list[Violation]:

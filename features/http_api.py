@@ -10,8 +10,8 @@ asked with another method 405. Every request body has a size limit, a lookup nam
 wrong type, an unknown or missing key, key lists of different lengths, no features, a feature or
 feature service the registry does not hold, a feature asked for twice) is refused with a 4xx that
 says why. Whatever else Feast raises is answered here too (its own status for its errors, else
-500): Feast's handler answered after the fact, and the server then dropped the keep-alive
-connection unannounced, so the client's next request on it was reset. The lookups themselves are
+500): past Feast's handler the server would drop the keep-alive connection unannounced, and the
+client's next request on it would be reset. The lookups themselves are
 Feast's: the same protocol and answers.
 """
 

@@ -168,11 +168,7 @@ REPORT_ONLY = r"^report\."
 def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int, echo: Echo) -> bool:
     """Generate a week of logs and run the real DAGs through Airflow, day by day; True when every
     day's DWD requests and duplicates match the generator's manifest and every DAG run succeeded."""
-    from strata import lake_report
-    from strata.console import progress
-    from strata.orchestration.dag_runs import run_dags
-    from synthetic_workload import GENERATOR_VERSION, generate
-    from warehouse.privacy import pseudonym
+    from synthetic_workload import GENERATOR_VERSION
 
     params: dict[str, int | str] = {
         "days": days,
@@ -183,6 +179,18 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
     settings, start = demo_settings(settings, params, echo)
     settings = demo_key(settings, echo)
     generated = settings.home / "generated"
+    manifest = _generate(generated, start=start, days=days, requests_per_day=requests_per_day, seed=seed, echo=echo)
+    if not _run_dags(settings, generated, manifest, days=days, echo=echo):
+        return False
+    _show_lake(settings, manifest, echo)
+    return True
+
+
+def _generate(generated: Path, *, start: dt.date, days: int, requests_per_day: int, seed: int, echo: Echo) -> dict:
+    """Step 1: the week's files, with faults, late duplicates and late feedback; the generator's manifest."""
+    from strata.console import progress
+    from synthetic_workload import generate
+
     echo(
         f"[bold]1/3 generate[/] {days} day(s) × {requests_per_day:,} requests from {start} with faults (1% of "
         f"lines), late duplicates and late feedback → {generated}"
@@ -201,6 +209,14 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
         f"  {len(manifest['abusive_user_ids'])} planted abusive users, "
         f"{manifest['feedback']['lines']:,} feedback events arriving up to 3 days late"
     )
+    return manifest
+
+
+def _run_dags(settings: Settings, generated: Path, manifest: dict, *, days: int, echo: Echo) -> bool:
+    """Step 2: the DAG runs, day by day, each day's files arriving before its ingest; True when every
+    run succeeded and matched the manifest (else a way out is printed)."""
+    from strata.console import progress
+    from strata.orchestration.dag_runs import run_dags
 
     all_days = sorted(set(manifest["feedback"]["days"]) | set(manifest["days"]))
     # a model learns from the days before the last day of traffic
@@ -246,7 +262,13 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
             f"[red]FAILED[/]: the demo's DAG runs did not all succeed (Airflow's log: "
             f"{settings.airflow_home / 'demo.log'}); `strata demo --reset` starts it over"
         )
-        return False
+    return all_ok
+
+
+def _show_lake(settings: Settings, manifest: dict, echo: Echo) -> None:
+    """Step 3: every section of the lake, around the last day of traffic and one planted abusive user."""
+    from strata import lake_report
+    from warehouse.privacy import pseudonym
 
     echo("[bold]3/3 what the lake holds[/]")
     last = dt.date.fromisoformat(max(manifest["days"]))
@@ -261,7 +283,6 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
     lake_report.model_section(settings, echo, last, planted)
     lake_report.report_section(settings, echo, last)
     _next_commands(settings, echo, user)
-    return True
 
 
 def _landing(settings: Settings) -> Path:

@@ -21,25 +21,40 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, ParamSpec
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 
 from warehouse.progress import Progress, logged
 from warehouse.settings import Settings
 
+if TYPE_CHECKING:  # the library's reports, named in the steps' types; imported when a step runs
+    from batch_inference.registry import ModelVersion
+    from batch_inference.scoring import ScoreReport
+    from features.consistency import ConsistencyReport
+    from features.materialize import MaterializeReport
+    from warehouse.ads.build import AdsBuild
+    from warehouse.dwd.build import Kind
+    from warehouse.dwd.clean import CleanReport
+    from warehouse.ods.ingest import IngestReport
+    from warehouse.ods.unland import UnlandReport
+    from warehouse.ops.forget import ForgetReport
+    from warehouse.runner import RunResult
+
 log = logging.getLogger(__name__)
 _P = ParamSpec("_P")
+#: The library's own report of a step (:attr:`StepResult.detail`).
+D = TypeVar("D")
 
 
 @dataclass(frozen=True)
-class StepResult:
-    """What one step did: counts and the table versions it committed."""
+class StepResult(Generic[D]):
+    """What one step did: counts and the table versions it committed, and the library's report of it."""
 
     step: str
-    counts: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int]
     #: Table name → the Delta version this step committed.
-    versions: dict[str, int | None] = field(default_factory=dict)
+    versions: dict[str, int | None]
     #: The library's own report, for a caller that prints details (not for XCom).
-    detail: Any = field(default=None, compare=False, repr=False)
+    detail: D = field(compare=False, repr=False)
 
     def summary(self) -> dict[str, object]:
         """The result as plain values (what a DAG task returns)."""
@@ -71,12 +86,12 @@ def _described(name: str, arguments: dict[str, Any]) -> tuple[str, str]:
     return " ".join(label), " ".join(options)
 
 
-def _logged(step: Callable[_P, StepResult]) -> Callable[_P, StepResult]:
+def _logged(step: Callable[_P, StepResult[D]]) -> Callable[_P, StepResult[D]]:
     """Log the step's start, its progress (passed on to the caller's callback) and its counts."""
     signature = inspect.signature(step)
 
     @functools.wraps(step)
-    def run(*args: _P.args, **kwargs: _P.kwargs) -> StepResult:
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> StepResult[D]:
         bound = signature.bind(*args, **kwargs)
         given = {name: value for name, value in bound.arguments.items() if name not in ("settings", "progress")}
         label, options = _described(step.__name__, given)
@@ -101,7 +116,7 @@ def land(
     reland: bool = False,
     progress: Progress | None = None,
     tenant: str | None = None,
-) -> StepResult:
+) -> StepResult[IngestReport]:
     """Land files (or folders of them) into ODS; files landed before are skipped."""
     from warehouse.ods.ingest import ingest
 
@@ -119,7 +134,7 @@ def land(
 
 
 @_logged
-def unland(settings: Settings, files: list[Path], *, batch: str | None = None) -> StepResult:
+def unland(settings: Settings, files: list[Path], *, batch: str | None = None) -> StepResult[UnlandReport]:
     """Remove the ODS lines of files landed by mistake (or of every file of ``batch``)."""
     from warehouse.ods.unland import unland as remove
 
@@ -130,25 +145,27 @@ def unland(settings: Settings, files: list[Path], *, batch: str | None = None) -
 
 
 @_logged
-def load_prices(settings: Settings, csv_path: Path) -> StepResult:
+def load_prices(settings: Settings, csv_path: Path) -> StepResult[None]:
     """Load a model price list as a new version of ``dwd.model_price``."""
     from warehouse.dwd.prices import load_prices as load
     from warehouse.tables import DWD_MODEL_PRICE
 
-    return StepResult("load_prices", {}, {DWD_MODEL_PRICE.name: load(settings, csv_path)})
+    return StepResult("load_prices", {}, {DWD_MODEL_PRICE.name: load(settings, csv_path)}, None)
 
 
 @_logged
-def load_quotas(settings: Settings, csv_path: Path) -> StepResult:
+def load_quotas(settings: Settings, csv_path: Path) -> StepResult[None]:
     """Load tenant quotas as a new version of ``dwd.tenant_quota``."""
     from warehouse.dwd.quotas import load_quotas as load
     from warehouse.tables import DWD_TENANT_QUOTA
 
-    return StepResult("load_quotas", {}, {DWD_TENANT_QUOTA.name: load(settings, csv_path)})
+    return StepResult("load_quotas", {}, {DWD_TENANT_QUOTA.name: load(settings, csv_path)}, None)
 
 
 @_logged
-def build_dwd(settings: Settings, day: dt.date, *, progress: Progress | None = None) -> StepResult:
+def build_dwd(
+    settings: Settings, day: dt.date, *, progress: Progress | None = None
+) -> StepResult[dict[Kind, RunResult]]:
     """Publish the day's ``dwd.feedback`` (merging its labels) and ``dwd.request`` from ODS."""
     from warehouse.dwd.build import build_day
 
@@ -166,7 +183,9 @@ def build_dwd(settings: Settings, day: dt.date, *, progress: Progress | None = N
 
 
 @_logged
-def build_dws(settings: Settings, day: dt.date, *, progress: Progress | None = None) -> StepResult:
+def build_dws(
+    settings: Settings, day: dt.date, *, progress: Progress | None = None
+) -> StepResult[dict[str, RunResult]]:
     """Publish the day's DWS feature rows (user, tenant, model version) from ``dwd.request``.
 
     D's rows read DWD from D-8 23:00 to D 23:00; after a late change of D's DWD, rebuild D..D+8.
@@ -181,7 +200,7 @@ def build_dws(settings: Settings, day: dt.date, *, progress: Progress | None = N
 @_logged
 def build_ads(
     settings: Settings, day: dt.date, *, progress: Progress | None = None, storm_multiple: float | None = None
-) -> StepResult:
+) -> StepResult[AdsBuild]:
     """Publish the day's ADS marts: ``dbt build`` in-process, then each mart through the publish path.
 
     The days of the week before whose ``dwd.request`` changed since their marts were built (late
@@ -197,7 +216,7 @@ def build_ads(
 
 
 @_logged
-def generate_docs(settings: Settings, *, progress: Progress | None = None) -> StepResult:
+def generate_docs(settings: Settings, *, progress: Progress | None = None) -> StepResult[Path]:
     """Generate the ADS dbt project's documentation site (``detail``: the path of its page)."""
     from warehouse.ads.docs import generate
 
@@ -207,7 +226,7 @@ def generate_docs(settings: Settings, *, progress: Progress | None = None) -> St
 @_logged
 def write_report(
     settings: Settings, end: dt.date, *, start: dt.date | None = None, out: Path | None = None
-) -> StepResult:
+) -> StepResult[str]:
     """Render the HTML report of ``start`` … ``end`` (by default the week ending with ``end``) and write it
     into the lake (``<lake>/reports/``, where every worker and reader finds it), or to ``out`` (a local
     copy). ``detail``: where it was written."""
@@ -236,7 +255,9 @@ def write_report(
 
 
 @_logged
-def apply_retention(settings: Settings, *, days: int | None = None, today: dt.date | None = None) -> StepResult:
+def apply_retention(
+    settings: Settings, *, days: int | None = None, today: dt.date | None = None
+) -> StepResult[dict[str, int]]:
     """Delete raw-data partitions older than the retention, then vacuum."""
     from warehouse.ops.retention import apply_retention as apply
 
@@ -245,7 +266,7 @@ def apply_retention(settings: Settings, *, days: int | None = None, today: dt.da
 
 
 @_logged
-def forget(settings: Settings, user_id: str) -> StepResult:
+def forget(settings: Settings, user_id: str) -> StepResult[ForgetReport]:
     """Remove one user from every table that can hold them (then vacuum), from the landing zone's files,
     and from every online store ever materialized to."""
     from features.forget import forget_user as forget_online
@@ -264,7 +285,7 @@ def forget(settings: Settings, user_id: str) -> StepResult:
 
 
 @_logged
-def clean(settings: Settings, *, progress: Progress | None = None) -> StepResult:
+def clean(settings: Settings, *, progress: Progress | None = None) -> StepResult[CleanReport]:
     """Clean a lake built before its attribute policy: every DWD date rebuilt and the old versions of
     ``dwd.request`` vacuumed (:func:`warehouse.dwd.clean.clean_dwd`), then the DWS and ADS dates the
     lake holds rebuilt from it, and the online store (when one was materialized) brought up to DWS."""
@@ -303,7 +324,7 @@ def materialize(
     end: dt.datetime | None = None,
     full: bool = False,
     progress: Progress | None = None,
-) -> StepResult:
+) -> StepResult[MaterializeReport]:
     """Bring the online store up to the DWS tables: incremental (by their Delta versions) unless a
     ``start``/``end`` range or ``full`` is given. ``day`` is the run's date; the watermark decides what is read."""
     from features.materialize import materialize as run
@@ -318,7 +339,7 @@ def materialize(
 @_logged
 def check_consistency(
     settings: Settings, day: dt.date | None = None, *, sample: int = 1_000, progress: Progress | None = None
-) -> StepResult:
+) -> StepResult[ConsistencyReport]:
     """Compare sampled online values with Feast's offline point-in-time values; publish the rates to
     ``ads.feature_consistency``."""
     from features.consistency import TABLE
@@ -341,7 +362,7 @@ def get_online_features(settings: Settings, entity: str, raw_id: str) -> dict[st
 
 
 @_logged
-def train(settings: Settings, until: dt.date, *, name: str = "user_risk", days: int = 7) -> StepResult:
+def train(settings: Settings, until: dt.date, *, name: str = "user_risk", days: int = 7) -> StepResult[ModelVersion]:
     """Train a model on the ``days`` ending with ``until`` and register a new version."""
     from batch_inference.training import train as fit
     from features.retrieval import historical_features
@@ -361,7 +382,7 @@ def score(
     batch_rows: int = 65_536,
     provider: Literal["auto", "cuda", "cpu"] = "auto",
     progress: Progress | None = None,
-) -> StepResult:
+) -> StepResult[ScoreReport]:
     """Score the entities active on ``day`` (one shard of them) with a registered model; an
     unsharded run also writes the day's ``ads.score_daily`` row and brings the scores to the online
     store (sharded runs: :func:`summarize_scores`, once every shard is done)."""
@@ -378,7 +399,7 @@ def score(
 @_logged
 def summarize_scores(
     settings: Settings, day: dt.date, *, name: str = "user_risk", version: str | None = None
-) -> StepResult:
+) -> StepResult[dict[str, Any]]:
     """Write the day's ``ads.score_daily`` row of a model version (the latest by default), and
     materialize the scores to the online store (the ``user_risk_scores`` view, beside the features)."""
     from batch_inference.registry import get
@@ -394,6 +415,6 @@ def summarize_scores(
     )
 
 
-Step = Callable[..., StepResult]
+Step = Callable[..., StepResult[Any]]
 #: The layers of one day, in the order they are built: each step takes (settings, day, progress=…).
 DAILY: tuple[Step, ...] = (build_dwd, build_dws, materialize, check_consistency, build_ads)

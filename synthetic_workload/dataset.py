@@ -15,6 +15,7 @@ import os
 import shutil
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +27,9 @@ from synthetic_workload.encode import encode_feedback
 from synthetic_workload.faults import FAULT_KINDS, MAX_FAULT_RATE, plan_faults, round_half_up
 from synthetic_workload.feedback import DAY_US, KINDS, REVIEW, SOURCES, VALUES, FeedbackEvents, feedback_for_shard
 from synthetic_workload.manifest import GENERATOR_VERSION, DayStats, abusive_user_ids, write_manifest
-from synthetic_workload.population import build_population
+from synthetic_workload.population import Population, build_population
 from synthetic_workload.quotas import quota_rows, quotas_csv
-from synthetic_workload.requests import epoch_us, generate_shard, plan_day
+from synthetic_workload.requests import DayPlan, epoch_us, generate_shard, plan_day
 from synthetic_workload.writer import LineBuffer, WrittenFile, gzip_bytes, write_file
 from warehouse.progress import Progress
 
@@ -150,21 +151,69 @@ def generate(
     days, requests_per_day, seed, fault_rate = int(days), int(requests_per_day), int(seed), float(fault_rate)
     _prepare_out(out)
     pop = build_population(seed, requests_per_day)
+    plans = _plan_days(pop, seed=seed, start=start, days=days, requests_per_day=requests_per_day)
+    requests = _write_requests(out, pop, plans, fault_rate, progress)
+    fb_files, fb_summary = _write_feedback(out, start, days, FeedbackEvents.concat(requests.feedback))
+    prices = prices_csv(start, days)
+    prices_file = write_file(out, "prices.csv", prices, len(price_rows(start, days)))
+    quotas = quota_rows(pop, seed=seed, requests_per_day=requests_per_day, start=start, days=days)
+    quotas_file = write_file(out, "quotas.csv", quotas_csv(quotas), len(quotas))
+    manifest = {
+        "seed": seed,
+        "start": start.isoformat(),
+        "day_count": days,
+        "requests_per_day": requests_per_day,
+        "fault_rate": fault_rate,
+        "generator_version": GENERATOR_VERSION,
+        "fault_kinds": list(FAULT_KINDS),
+        "files": [
+            {"path": f.path, "lines": f.lines, "sha256": f.sha256}
+            for f in sorted(requests.files + fb_files, key=lambda f: f.path)
+        ],
+        "prices": {"path": prices_file.path, "rows": prices_file.lines, "sha256": prices_file.sha256},
+        "quotas": {"path": quotas_file.path, "rows": quotas_file.lines, "sha256": quotas_file.sha256},
+        "population": {"tenants": pop.n_tenants, "users": len(pop.user_ids), "abusive_users": len(pop.abusers)},
+        "abusive_user_ids": abusive_user_ids(pop),
+        "retry_storms": _storms(pop, plans),
+        "days": {p.date.isoformat(): s.to_json() for p, s in zip(plans, requests.stats)},
+        "feedback": fb_summary,
+    }
+    write_manifest(out, manifest)
+    return manifest
+
+
+def _plan_days(pop: Population, *, seed: int, start: dt.date, days: int, requests_per_day: int) -> list[DayPlan]:
+    """Each day's plan; the serving pipeline's upgrade falls at one hour of the run."""
     upgrade = pipeline_upgrade_at(start, days)
     upgrade_us = epoch_us(upgrade.date()) + upgrade.hour * 3_600_000_000
-    dates = [start + dt.timedelta(days=i) for i in range(days)]
-    plans = [
+    return [
         plan_day(
             pop,
             seed=seed,
             day_index=i,
             days=days,
-            date=dates[i],
+            date=start + dt.timedelta(days=i),
             requests=requests_per_day,
             pipeline_upgrade_us=upgrade_us,
         )
         for i in range(days)
     ]
+
+
+@dataclass(frozen=True)
+class _RequestFiles:
+    """What writing the request files leaves: the files, each day's stats, each shard's feedback events."""
+
+    files: list[WrittenFile]
+    stats: list[DayStats]
+    feedback: list[FeedbackEvents]
+
+
+def _write_requests(
+    out: Path, pop: Population, plans: list[DayPlan], fault_rate: float, progress: Progress | None
+) -> _RequestFiles:
+    """Write the hourly request files, shard by shard, drawing the next shard and gzipping the last meanwhile."""
+    seed, requests_per_day, days = plans[0].seed, plans[0].requests, len(plans)
     lines_per_day = requests_per_day + duplicate_count(requests_per_day) + round_half_up(fault_rate * requests_per_day)
     total = days * lines_per_day
     stats = [DayStats(pop.n_tenants, len(pop.user_ids)) for _ in range(days)]
@@ -198,7 +247,7 @@ def generate(
             shard_lines = assemble_shard(pop, plans[i], d, dup_plan, fault_plan)
             stats[i].add_shard(d, shard_lines)
             feedback.append(feedback_for_shard(d, seed=seed, day_index=i, shard=s))
-            date = dates[i]
+            date = plans[i].date
             h0, h1 = d.hours
             for j, h in enumerate(range(h0, h1)):
                 rel = f"requests/date={date.isoformat()}/hour={h:02d}/requests-{date:%Y%m%d}T{h:02d}.jsonl.gz"
@@ -208,45 +257,21 @@ def generate(
                 finish(pending.popleft())
         while pending:
             finish(pending.popleft())
+    return _RequestFiles(files, stats, feedback)
 
-    fb_files, fb_summary = _write_feedback(out, start, days, FeedbackEvents.concat(feedback))
-    prices = prices_csv(start, days)
-    prices_file = write_file(out, "prices.csv", prices, len(price_rows(start, days)))
-    quotas = quota_rows(pop, seed=seed, requests_per_day=requests_per_day, start=start, days=days)
-    quotas_file = write_file(out, "quotas.csv", quotas_csv(quotas), len(quotas))
-    storms = []
-    for p in plans:
-        if p.storm is not None:
-            storms.append(
-                {
-                    "date": p.date.isoformat(),
-                    "tenant_id": pop.tenant_ids[p.storm.tenant],
-                    "start": _iso_us(p.storm.start_us),
-                    "end": _iso_us(p.storm.end_us),
-                }
-            )
-    manifest = {
-        "seed": seed,
-        "start": start.isoformat(),
-        "day_count": days,
-        "requests_per_day": requests_per_day,
-        "fault_rate": fault_rate,
-        "generator_version": GENERATOR_VERSION,
-        "fault_kinds": list(FAULT_KINDS),
-        "files": [
-            {"path": f.path, "lines": f.lines, "sha256": f.sha256}
-            for f in sorted(files + fb_files, key=lambda f: f.path)
-        ],
-        "prices": {"path": prices_file.path, "rows": prices_file.lines, "sha256": prices_file.sha256},
-        "quotas": {"path": quotas_file.path, "rows": quotas_file.lines, "sha256": quotas_file.sha256},
-        "population": {"tenants": pop.n_tenants, "users": len(pop.user_ids), "abusive_users": len(pop.abusers)},
-        "abusive_user_ids": abusive_user_ids(pop),
-        "retry_storms": storms,
-        "days": {dates[i].isoformat(): stats[i].to_json() for i in range(days)},
-        "feedback": fb_summary,
-    }
-    write_manifest(out, manifest)
-    return manifest
+
+def _storms(pop: Population, plans: list[DayPlan]) -> list[dict]:
+    """The retry storms of the run, for the manifest."""
+    return [
+        {
+            "date": p.date.isoformat(),
+            "tenant_id": pop.tenant_ids[p.storm.tenant],
+            "start": _iso_us(p.storm.start_us),
+            "end": _iso_us(p.storm.end_us),
+        }
+        for p in plans
+        if p.storm is not None
+    ]
 
 
 def _iso_us(ts_us: int) -> str:

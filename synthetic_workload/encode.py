@@ -134,7 +134,12 @@ def encode_requests(pop: Population, d: DayRequests, src: np.ndarray, rid: np.nd
     Rows where ``plain`` is False (fault templates) are written as first attempts without
     ``retry_of``, so a fault line never points at a real request.
     """
-    st = _static_tables()
+    df = _line_parts(pop, d, src, _heads(d, src, rid, plain), _retry_ofs(d, src, plain))
+    return df.lazy().select(_line().alias("line")).collect(engine="streaming")["line"]
+
+
+def _heads(d: DayRequests, src: np.ndarray, rid: np.ndarray, plain: np.ndarray) -> pl.Series:
+    """``{"request_id":…,"trace_id":…,"attempt":N`` per row, built as one fixed-width byte block."""
     n = len(src)
     attempt = np.where(plain, d.attempt[src], 1).astype(np.uint8)
     assert n == 0 or attempt.max() <= 9, "attempt is written as one digit"
@@ -148,12 +153,23 @@ def encode_requests(pop: Population, d: DayRequests, src: np.ndarray, rid: np.nd
         b'","attempt":',
         (attempt + ord("0"))[:, None],
     )
+    return ids.ascii_rows_to_series(head, "head")
+
+
+def _retry_ofs(d: DayRequests, src: np.ndarray, plain: np.ndarray) -> pl.Series:
+    """``,"retry_of":…`` for the plain rows that retry another, null elsewhere."""
     retry_row = np.where(plain, d.retry_of[src], -1)
     retry_at = np.flatnonzero(retry_row >= 0)
-    retry = pl.repeat(None, n, dtype=pl.Utf8, eager=True)
+    retry = pl.repeat(None, len(src), dtype=pl.Utf8, eager=True)
     if retry_at.size:
         block = _ascii_block(retry_at.size, b',"retry_of":"req_', ids.hex_ascii(d.rid[retry_row[retry_at]]), b'"')
         retry = retry.scatter(retry_at, ids.ascii_rows_to_series(block, "retry"))
+    return retry
+
+
+def _line_parts(pop: Population, d: DayRequests, src: np.ndarray, head: pl.Series, retry: pl.Series) -> pl.DataFrame:
+    """One column per piece of a line: values to print, and pre-rendered text looked up by code."""
+    st = _static_tables()
     family = d.family[src]
     ts = d.ts_us[src]
     user = d.user[src]
@@ -169,9 +185,9 @@ def encode_requests(pop: Population, d: DayRequests, src: np.ndarray, rid: np.nd
         + family
     ) * len(CLIENTS) + d.client[src]
     queue = d.queue_us[src]
-    df = pl.DataFrame(
+    return pl.DataFrame(
         {
-            "head": ids.ascii_rows_to_series(head, "head"),
+            "head": head,
             "retry": retry,
             "epoch": _FAM_EPOCH[family],
             "ts_ms": ts // 1000,
@@ -195,45 +211,51 @@ def encode_requests(pop: Population, d: DayRequests, src: np.ndarray, rid: np.nd
             "tail": st["tail"].gather(tail),
         }
     )
-    text = lambda c: pl.col(c).cast(pl.Utf8)  # noqa: E731
+
+
+def _text(column: str) -> pl.Expr:
+    return pl.col(column).cast(pl.Utf8)
+
+
+def _line() -> pl.Expr:
+    """A request's JSON line from the columns of :func:`_line_parts` (absent keys are left out)."""
     rfc = pl.col("local").dt.strftime("%Y-%m-%dT%H:%M:%S%.6f").str.slice(0, pl.col("ts_len"))
-    line = pl.concat_str(
+    return pl.concat_str(
         [
             pl.col("head"),
             pl.col("retry"),
             pl.when(pl.col("epoch"))
-            .then(pl.lit(',"ts":') + text("ts_ms"))
+            .then(pl.lit(',"ts":') + _text("ts_ms"))
             .otherwise(pl.concat_str([pl.lit(',"ts":"'), rfc, pl.col("suffix")])),
             pl.lit(',"duration_ms":'),
-            text("dur"),
-            pl.when(pl.col("has_ttft")).then(pl.lit(',"ttft_ms":') + text("ttft")),
+            _text("dur"),
+            pl.when(pl.col("has_ttft")).then(pl.lit(',"ttft_ms":') + _text("ttft")),
             pl.when(pl.col("stages")).then(
                 pl.concat_str(
                     [
                         pl.lit(',"queue_ms":'),
-                        text("queue"),
+                        _text("queue"),
                         pl.lit(',"preprocess_ms":'),
-                        text("pre"),
+                        _text("pre"),
                         pl.lit(',"inference_ms":'),
-                        text("inf"),
+                        _text("inf"),
                         pl.lit(',"postprocess_ms":'),
-                        text("post"),
+                        _text("post"),
                     ]
                 )
             ),
             pl.col("who"),
             pl.col("service"),
-            text("in"),
+            _text("in"),
             pl.lit(',"output_tokens":'),
-            text("out"),
+            _text("out"),
             pl.lit(',"cached_input_tokens":'),
-            text("cached"),
-            pl.when(pl.col("batch") >= 0).then(pl.lit(',"batch_size":') + text("batch")),
+            _text("cached"),
+            pl.when(pl.col("batch") >= 0).then(pl.lit(',"batch_size":') + _text("batch")),
             pl.col("tail"),
         ],
         ignore_nulls=True,
     )
-    return df.lazy().select(line.alias("line")).collect(engine="streaming")["line"]
 
 
 def encode_feedback(

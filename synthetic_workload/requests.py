@@ -189,17 +189,51 @@ class DayRequests:
 
 
 def generate_shard(pop: Population, plan: DayPlan, shard: int) -> DayRequests:
-    """Draw the valid requests of one shard of ``plan`` (deterministic in seed, day, shard)."""
-    seed, day_index, days = plan.seed, plan.day_index, plan.days
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 2, day_index, shard]))
-    h0, h1 = plan.shard_hours[shard]
-    day_start = plan.day_start_us
-    shard_end = day_start + h1 * HOUR_US
-    m = plan.shard_requests(shard)
-    row_offset = plan.shard_offset(shard)
-    storm = plan.storm
+    """Draw the valid requests of one shard of ``plan`` (deterministic in seed, day, shard).
 
-    # ---- first-attempt candidates: when, who, what -----------------------------------
+    The steps draw from one generator in a fixed order: the order of the calls is part of the output.
+    """
+    rng = np.random.default_rng(np.random.SeedSequence([plan.seed, 2, plan.day_index, shard]))
+    cand = _draw_candidates(rng, pop, plan, shard)
+    tokens = _draw_tokens(rng, pop, cand)
+    chains = _grow_retry_chains(rng, cand.in_storm, _draw_first_errors(rng, pop, plan, cand, tokens))
+    rows = _attempt_rows(rng, plan, cand, tokens, chains)
+    latency = _draw_latency(rng, rows)
+    ts = _attempt_timestamps(rng, cand, chains, rows, latency)
+    sel = _keep_whole_chains(rng, plan, shard, chains, ts)
+    return _shard_requests(plan, shard, cand, chains, rows, latency, ts, sel)
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """First-attempt candidates of a shard (one per retry chain): when, who, what.
+
+    Normal users' candidates come first, then the abusers' (``n_norm`` of the former).
+    """
+
+    n_norm: int
+    hour: np.ndarray
+    abusive: np.ndarray
+    ts0: np.ndarray
+    tenant: np.ndarray
+    user: np.ndarray
+    key: np.ndarray
+    client: np.ndarray
+    model: np.ndarray
+    in_storm: np.ndarray
+    version: np.ndarray
+    family: np.ndarray
+    template: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ts0)
+
+
+def _draw_candidates(rng: np.random.Generator, pop: Population, plan: DayPlan, shard: int) -> _Candidates:
+    """The shard's first-attempt candidates, as many as the plan holds requests in its hours."""
+    h0, h1 = plan.shard_hours[shard]
+    m = plan.shard_requests(shard)
+    storm = plan.storm
     hours = np.arange(h0, h1, dtype=np.int64)
     n_norm = int(plan.normal_hour_counts[h0:h1].sum())
     n_ab = m - n_norm
@@ -209,7 +243,7 @@ def generate_shard(pop: Population, plan: DayPlan, shard: int) -> DayRequests:
     abusive = np.zeros(m, dtype=bool)
     abusive[n_norm:] = True
     # sorted within each block (values only: no other column depends on the order yet)
-    ts0 = day_start + hour * HOUR_US + rng.integers(0, HOUR_US, m)
+    ts0 = plan.day_start_us + hour * HOUR_US + rng.integers(0, HOUR_US, m)
     ts0[:n_norm].sort()
     ts0[n_norm:].sort()
     tenant = np.empty(m, dtype=np.int32)
@@ -227,15 +261,33 @@ def generate_shard(pop: Population, plan: DayPlan, shard: int) -> DayRequests:
     if storm is not None:
         in_storm = (tenant == storm.tenant) & (ts0 >= storm.start_us) & (ts0 < storm.end_us)
 
-    version = (VERSION_OFFSET[model] + (rng.random(m) < _new_version_share(day_index, days)[model])).astype(np.int16)
+    new_share = _new_version_share(plan.day_index, plan.days)
+    version = (VERSION_OFFSET[model] + (rng.random(m) < new_share[model])).astype(np.int16)
     family = _FAMILY_OF_MODEL.sample(rng, model, m).astype(np.int8)
     newer = _MODEL_TWO_TEMPLATES[model] & (rng.random(m) < pop.tenant_new_template_p[tenant])
     template = np.where(_MODEL_TEMPLATE[model] >= 0, _MODEL_TEMPLATE[model] + newer, -1).astype(np.int8)
+    return _Candidates(
+        n_norm, hour, abusive, ts0, tenant, user, key, client, model, in_storm, version, family, template
+    )
 
-    # ---- token shapes (shared by a request's retries) --------------------------------
+
+@dataclass(frozen=True)
+class _Tokens:
+    """Token shapes of each candidate, shared by its retries."""
+
+    in_tok: np.ndarray
+    out: np.ndarray
+    finish: np.ndarray
+    cache_hit: np.ndarray
+    cached: np.ndarray
+
+
+def _draw_tokens(rng: np.random.Generator, pop: Population, cand: _Candidates) -> _Tokens:
+    """Prompt and answer lengths, finish reasons and prompt-cache hits of each candidate."""
+    m, n_norm, model, abusive = len(cand), cand.n_norm, cand.model, cand.abusive
     ctx = _CTX[model]
     lin = np.log(_IN_MED[model]) + _IN_SIG[model] * rng.standard_normal(m)
-    lin[n_norm:] += np.log(8.0) + 0.5 * rng.standard_normal(n_ab)  # abusers: huge prompts
+    lin[n_norm:] += np.log(8.0) + 0.5 * rng.standard_normal(m - n_norm)  # abusers: huge prompts
     in_tok = np.maximum(1, np.minimum(np.exp(lin), np.where(abusive, 1.3 * ctx, ctx))).astype(np.int64)
     has_out = _OUT_MED[model] > 0
     out = np.exp(np.log(np.maximum(_OUT_MED[model], 1)) + _OUT_SIG[model] * rng.standard_normal(m))
@@ -245,12 +297,19 @@ def generate_shard(pop: Population, plan: DayPlan, shard: int) -> DayRequests:
     filtered = rng.random(m) < np.where(abusive, 0.05, 0.002)
     finish[filtered & _GEN[model]] = FINISH_FILTER
     out = np.where(filtered & _GEN[model], np.minimum(out, rng.integers(1, 30, m)), out)
-    cache_p = _CACHE[model] * pop.tenant_cache_rate[tenant] * np.where(abusive, 0.1, 1.0)
+    cache_p = _CACHE[model] * pop.tenant_cache_rate[cand.tenant] * np.where(abusive, 0.1, 1.0)
     cache_hit = rng.random(m) < cache_p
     part = np.maximum(1, (in_tok * rng.uniform(0.3, 0.95, m)).astype(np.int64))
     cached = np.where(cache_hit, np.where(_EMB[model], in_tok, part), 0)
+    return _Tokens(in_tok, out, finish, cache_hit, cached)
 
-    # ---- first-attempt outcome: load-driven timeouts, tenant rate limits, ... ----------
+
+def _draw_first_errors(
+    rng: np.random.Generator, pop: Population, plan: DayPlan, cand: _Candidates, tokens: _Tokens
+) -> np.ndarray:
+    """Each first attempt's error code: load-driven timeouts, tenant rate limits, oversized prompts, ..."""
+    m, model, tenant, hour, abusive, in_tok = len(cand), cand.model, cand.tenant, cand.hour, cand.abusive, tokens.in_tok
+    ctx = _CTX[model]
     load = plan.load[hour]
     nt = pop.n_tenants
     tenant_hour = np.bincount(tenant * 24 + hour, minlength=nt * 24)
@@ -260,7 +319,7 @@ def generate_shard(pop: Population, plan: DayPlan, shard: int) -> DayRequests:
     p_invalid = np.where(in_tok > ctx, 1.0, np.where(abusive, 0.06, 0.004))
     p_oom = _OOM[model] * 0.5 * np.clip((in_tok / ctx - 0.6) / 0.4, 0, 1) ** 2
     p_timeout = np.where(_GEN[model], 0.0025, 0.0008) * load**4
-    p_upstream = np.where(in_storm, 0.7, _UPSTREAM[model])
+    p_upstream = np.where(cand.in_storm, 0.7, _UPSTREAM[model])
     err = np.zeros(m, dtype=np.int8)
     for code, p in (
         (ERR_INVALID, p_invalid),
@@ -270,11 +329,25 @@ def generate_shard(pop: Population, plan: DayPlan, shard: int) -> DayRequests:
         (ERR_UPSTREAM, p_upstream),
     ):
         err[(err == ERR_NONE) & (rng.random(m) < p)] = code
+    return err
 
-    # ---- retry chains -----------------------------------------------------------------
-    p_retry = np.array([0.0, 0.0, 0.7, 0.3, 0.5, 0.8])[err]
-    p_retry = np.where(in_storm & (err != ERR_INVALID) & (err != ERR_NONE), 0.97, p_retry)
-    fail_again = np.where(in_storm, 0.75, np.where(err == ERR_RATE, 0.4, 0.25))
+
+@dataclass(frozen=True)
+class _Chains:
+    """Attempt rows grouped by chain (= candidate), attempts in order."""
+
+    chain: np.ndarray  # the candidate of each row
+    first_row: np.ndarray  # per candidate, the row of its first attempt
+    attempt: np.ndarray  # 1 for a first attempt
+    err: np.ndarray  # each attempt's error code
+
+
+def _grow_retry_chains(rng: np.random.Generator, in_storm: np.ndarray, first_err: np.ndarray) -> _Chains:
+    """Retry failed first attempts, each retry failing again (and retried) with some probability."""
+    m = len(first_err)
+    p_retry = np.array([0.0, 0.0, 0.7, 0.3, 0.5, 0.8])[first_err]
+    p_retry = np.where(in_storm & (first_err != ERR_INVALID) & (first_err != ERR_NONE), 0.97, p_retry)
+    fail_again = np.where(in_storm, 0.75, np.where(first_err == ERR_RATE, 0.4, 0.25))
     p_continue = np.where(in_storm, 0.95, 0.6)
     max_attempt = np.where(in_storm, 7, 4)
     retries: list[tuple[np.ndarray, int, np.ndarray]] = []  # (chains, attempt, error) per level
@@ -283,46 +356,105 @@ def generate_shard(pop: Population, plan: DayPlan, shard: int) -> DayRequests:
     a = 2
     while idx.size:
         fails = rng.random(idx.size) < fail_again[idx]
-        retries.append((idx, a, np.where(fails, err[idx], ERR_NONE).astype(np.int8)))
+        retries.append((idx, a, np.where(fails, first_err[idx], ERR_NONE).astype(np.int8)))
         n_retries[idx] += 1
         idx = idx[fails & (rng.random(idx.size) < p_continue[idx])]
         idx = idx[a < max_attempt[idx]]
         a += 1
-    # rows grouped by chain (= candidate), attempts in order
     length = 1 + n_retries
     first_row = np.cumsum(length) - length
     r = int(length.sum())
     chain = np.repeat(np.arange(m), length)
     attempt = (np.arange(r) - first_row[chain] + 1).astype(np.int16)
-    first_err = err
     err = np.empty(r, dtype=np.int8)
     err[first_row] = first_err
     for idx, a, e in retries:
         err[first_row[idx] + a - 1] = e
+    return _Chains(chain, first_row, attempt, err)
 
-    # row-level columns: the request content repeats, the outcome is per attempt
-    model_r, family_r, load_r, storm_r = model[chain], family[chain], load[chain], in_storm[chain]
-    in_r, abusive_r = in_tok[chain], abusive[chain]
+
+@dataclass(frozen=True)
+class _Rows:
+    """Row-level columns: the request content repeats along a chain, the outcome is per attempt."""
+
+    model: np.ndarray
+    family: np.ndarray
+    load: np.ndarray
+    in_storm: np.ndarray
+    in_tok: np.ndarray
+    abusive: np.ndarray
+    err: np.ndarray
+    ok: np.ndarray
+    out_tok: np.ndarray
+    cached_tok: np.ndarray
+    cache_hit: np.ndarray
+    finish: np.ndarray
+    server: np.ndarray
+    status: np.ndarray
+
+
+def _attempt_rows(
+    rng: np.random.Generator, plan: DayPlan, cand: _Candidates, tokens: _Tokens, chains: _Chains
+) -> _Rows:
+    """Spread the candidates' content over their attempts; draw each attempt's server and HTTP status."""
+    chain, err = chains.chain, chains.err
+    r = len(chain)
+    model_r, family_r, storm_r = cand.model[chain], cand.family[chain], cand.in_storm[chain]
     ok = err == ERR_NONE
-    out_r = np.where(ok, out[chain], 0)
-    cached_r = np.where(ok, cached[chain], 0)
-    cache_r = ok & cache_hit[chain]
-    finish_r = np.where(ok & _GEN[model_r], finish[chain], -1).astype(np.int8)
     server = (SERVER_OFFSET[family_r] + (rng.random(r) * _FAM_SERVERS[family_r]).astype(np.int16)).astype(np.int16)
     status = STATUS_OF_ERR[err]
     status = np.where((err == ERR_UPSTREAM) & (storm_r | (rng.random(r) < 0.5)), 503, status).astype(np.int16)
+    return _Rows(
+        model=model_r,
+        family=family_r,
+        load=plan.load[cand.hour][chain],
+        in_storm=storm_r,
+        in_tok=tokens.in_tok[chain],
+        abusive=cand.abusive[chain],
+        err=err,
+        ok=ok,
+        out_tok=np.where(ok, tokens.out[chain], 0),
+        cached_tok=np.where(ok, tokens.cached[chain], 0),
+        cache_hit=ok & tokens.cache_hit[chain],
+        finish=np.where(ok & _GEN[model_r], tokens.finish[chain], -1).astype(np.int8),
+        server=server,
+        status=status,
+    )
 
-    # ---- latency (µs): queue + preprocess + inference + postprocess + overhead ----------
+
+def _us(ms: np.ndarray) -> np.ndarray:
+    """Milliseconds as whole microseconds."""
+    return np.rint(ms * 1000).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class _Latency:
+    """Per attempt, in µs: the total, the time to first token and the logged stages (-1: absent)."""
+
+    duration_us: np.ndarray
+    ttft_us: np.ndarray
+    queue_us: np.ndarray
+    pre_us: np.ndarray
+    inf_us: np.ndarray
+    post_us: np.ndarray
+    batch: np.ndarray  # dynamic batch size, -1 where the family does not batch or the request was rejected
+
+
+def _draw_latency(rng: np.random.Generator, rows: _Rows) -> _Latency:
+    """Each attempt's latency: queue + preprocess + inference + postprocess + overhead."""
+    r, model_r, err, ok, load_r = len(rows.err), rows.model, rows.err, rows.ok, rows.load
     gen = _GEN[model_r]
     queue = rng.exponential(1.0, r) * _QUEUE[model_r] * load_r**2
     pre = _PRE[model_r] * rng.lognormal(0, 0.4, r)
     lam = np.where(gen, 6.0, 12.0) * load_r  # dynamic batch size ~ Poisson(lam), normal approximation
     batch = np.rint(lam + np.sqrt(lam) * rng.standard_normal(r)).astype(np.int64)
-    batch = np.where(_FAM_BATCH[family_r], np.clip(batch, 0, 63) + 1, -1)
-    prefill = np.where(gen, (in_r - cached_r) * _PREFILL[model_r] / 1000 * rng.lognormal(0, 0.2, r) + 5, 0)
-    decode = out_r * _DECODE[model_r] / 1000 * rng.lognormal(0, 0.25, r) * (1 + 0.02 * np.maximum(batch, 1))
-    nongen = _BASE[model_r] * (in_r / _IN_MED[model_r]) ** 0.6 * rng.lognormal(0, 0.35, r)
-    nongen = np.where(_EMB[model_r] & cache_r, nongen * 0.02, nongen)
+    batch = np.where(_FAM_BATCH[rows.family], np.clip(batch, 0, 63) + 1, -1)
+    prefill = np.where(
+        gen, (rows.in_tok - rows.cached_tok) * _PREFILL[model_r] / 1000 * rng.lognormal(0, 0.2, r) + 5, 0
+    )
+    decode = rows.out_tok * _DECODE[model_r] / 1000 * rng.lognormal(0, 0.25, r) * (1 + 0.02 * np.maximum(batch, 1))
+    nongen = _BASE[model_r] * (rows.in_tok / _IN_MED[model_r]) ** 0.6 * rng.lognormal(0, 0.35, r)
+    nongen = np.where(_EMB[model_r] & rows.cache_hit, nongen * 0.02, nongen)
     post = _POST[model_r] * rng.lognormal(0, 0.5, r)
     over = 0.05 + 2.0 * rng.lognormal(0, 0.5, r)
     first_token = _DECODE[model_r] / 1000 * rng.lognormal(0, 0.3, r)
@@ -341,29 +473,44 @@ def generate_shard(pop: Population, plan: DayPlan, shard: int) -> DayRequests:
     inf_ms = np.where(timeout, np.maximum(target - queue - pre - over, 0), inf_ms)
     inf_ms = np.where(err == ERR_UPSTREAM, np.minimum(300 * rng.lognormal(0, 1, r), 0.5 * _TIMEOUT[model_r]), inf_ms)
 
-    us = lambda x: np.rint(x * 1000).astype(np.int64)  # noqa: E731
-    q_us, pre_us, post_us, over_us = us(queue), us(pre), us(post), us(over)
-    prefill_us, decode_us = us(prefill), us(decode)
-    inf_us = np.where(gen & ok, prefill_us + decode_us, us(inf_ms))
+    q_us, pre_us, post_us, over_us = _us(queue), _us(pre), _us(post), _us(over)
+    prefill_us, decode_us = _us(prefill), _us(decode)
+    inf_us = np.where(gen & ok, prefill_us + decode_us, _us(inf_ms))
     duration_us = q_us + pre_us + inf_us + post_us + over_us
     chat_ok = _CHAT[model_r] & ok
-    ttft_us = np.where(chat_ok, q_us + pre_us + prefill_us + np.minimum(us(first_token), decode_us), -1)
-    logged = _FAM_STAGES[family_r]
+    ttft_us = np.where(chat_ok, q_us + pre_us + prefill_us + np.minimum(_us(first_token), decode_us), -1)
+    logged = _FAM_STAGES[rows.family]
     q_us, pre_us, inf_us, post_us = (np.where(logged, x, -1) for x in (q_us, pre_us, inf_us, post_us))
+    return _Latency(duration_us, ttft_us, q_us, pre_us, inf_us, post_us, batch)
 
-    # ---- timestamps of retries: previous attempt + its duration + client backoff --------
+
+def _attempt_timestamps(
+    rng: np.random.Generator, cand: _Candidates, chains: _Chains, rows: _Rows, latency: _Latency
+) -> np.ndarray:
+    """Each attempt's start: a retry starts after the previous attempt's duration and the client's backoff."""
+    r, err, attempt = len(chains.chain), rows.err, chains.attempt
     backoff_ms = np.where(
-        storm_r,
+        rows.in_storm,
         rng.uniform(20, 400, r),
         np.where(err == ERR_RATE, rng.uniform(1000, 5000, r), 500.0 * 2.0 ** (attempt - 1) * rng.uniform(0.5, 1.5, r)),
     )
-    inc = duration_us + us(backoff_ms)
+    inc = latency.duration_us + _us(backoff_ms)
     excl = np.cumsum(inc) - inc
-    ts = ts0[chain] + excl - excl[first_row][chain]
-    ts -= ts % _FAM_QUANTUM[family_r]
+    ts = cand.ts0[chains.chain] + excl - excl[chains.first_row][chains.chain]
+    ts -= ts % _FAM_QUANTUM[rows.family]
+    return ts
 
-    # ---- keep whole chains (random order) until exactly `requests` rows ----------------
-    keep = ts < shard_end
+
+def _keep_whole_chains(
+    rng: np.random.Generator, plan: DayPlan, shard: int, chains: _Chains, ts: np.ndarray
+) -> np.ndarray:
+    """The rows kept, in time order: whole chains (random order) until exactly the planned count.
+
+    The last chain kept may be cut short (a client giving up); rows past the shard's end are dropped.
+    """
+    m = plan.shard_requests(shard)
+    chain, attempt = chains.chain, chains.attempt
+    keep = ts < plan.day_start_us + plan.shard_hours[shard][1] * HOUR_US
     kept_length = np.bincount(chain[keep], minlength=m)
     perm = rng.permutation(m)
     cum = np.cumsum(kept_length[perm])
@@ -377,50 +524,65 @@ def generate_shard(pop: Population, plan: DayPlan, shard: int) -> DayRequests:
     # rows are in (chain, attempt) order and chains in ts order per block: a stable sort is cheap
     sel = sel[np.argsort(ts[sel], kind="stable")]
     assert len(sel) == m, (len(sel), m)
+    return sel
 
-    chain_s, attempt_s = chain[sel], attempt[sel]
+
+def _shard_requests(
+    plan: DayPlan,
+    shard: int,
+    cand: _Candidates,
+    chains: _Chains,
+    rows: _Rows,
+    latency: _Latency,
+    ts: np.ndarray,
+    sel: np.ndarray,
+) -> DayRequests:
+    """The kept rows as the shard's columns, with their ids and each retry's first attempt."""
+    seed, day_index = plan.seed, plan.day_index
+    m = len(sel)
+    row_offset = plan.shard_offset(shard)
+    chain_s, attempt_s = chains.chain[sel], chains.attempt[sel]
     first_pos = np.full(m, -1, dtype=np.int64)
     firsts = np.flatnonzero(attempt_s == 1)
     first_pos[chain_s[firsts]] = firsts
     retry_of = np.where(attempt_s > 1, first_pos[chain_s], -1)
     ts_s = ts[sel]
-    fam_s = family_r[sel]
+    fam_s = rows.family[sel]
     pipe = np.where(ts_s >= plan.pipeline_upgrade_us, _FAM_PIPE[fam_s, 1], _FAM_PIPE[fam_s, 0]).astype(np.int8)
-    user_r = user[chain_s]
     return DayRequests(
         date=plan.date,
-        hours=(h0, h1),
+        hours=plan.shard_hours[shard],
         row_offset=row_offset,
         ts_us=ts_s,
-        hour=((ts_s - day_start) // HOUR_US).astype(np.int8),
+        hour=((ts_s - plan.day_start_us) // HOUR_US).astype(np.int8),
         rid=ids.structured_ids(seed, ids.NS_REQUEST, day_index, row_offset + np.arange(m)),
         trace_hi=ids.structured_ids(seed, ids.NS_TRACE, day_index, row_offset + chain_s),
         trace_lo=ids.structured_ids(seed, ids.NS_TRACE + 8, day_index, row_offset + chain_s),
         retry_of=retry_of,
         attempt=attempt_s,
-        tenant=tenant[chain_s],
-        user=user_r,
-        key=key[chain_s],
-        model=model_r[sel],
-        version=version[chain_s],
+        tenant=cand.tenant[chain_s],
+        user=cand.user[chain_s],
+        key=cand.key[chain_s],
+        model=rows.model[sel],
+        version=cand.version[chain_s],
         family=fam_s,
-        server=server[sel],
-        template=template[chain_s],
+        server=rows.server[sel],
+        template=cand.template[chain_s],
         pipeline=pipe,
-        client=client[chain_s],
-        in_tok=in_r[sel],
-        out_tok=out_r[sel],
-        cached_tok=cached_r[sel],
-        cache_hit=cache_r[sel],
-        batch=batch[sel].astype(np.int16),
-        status=status[sel],
-        err=err[sel],
-        finish=finish_r[sel],
-        duration_us=duration_us[sel],
-        ttft_us=ttft_us[sel],
-        queue_us=q_us[sel],
-        pre_us=pre_us[sel],
-        inf_us=inf_us[sel],
-        post_us=post_us[sel],
-        abusive=abusive_r[sel],
+        client=cand.client[chain_s],
+        in_tok=rows.in_tok[sel],
+        out_tok=rows.out_tok[sel],
+        cached_tok=rows.cached_tok[sel],
+        cache_hit=rows.cache_hit[sel],
+        batch=latency.batch[sel].astype(np.int16),
+        status=rows.status[sel],
+        err=rows.err[sel],
+        finish=rows.finish[sel],
+        duration_us=latency.duration_us[sel],
+        ttft_us=latency.ttft_us[sel],
+        queue_us=latency.queue_us[sel],
+        pre_us=latency.pre_us[sel],
+        inf_us=latency.inf_us[sel],
+        post_us=latency.post_us[sel],
+        abusive=rows.abusive[sel],
     )

@@ -23,6 +23,7 @@ def build_dwd_cmd(days: list[str] = DATES, wait: float | None = WAIT) -> None:
             result = pipeline.build_dwd(settings, day, progress=step)
         for run in result.detail.values():
             b = run.books
+            assert b is not None, "a DWD run keeps its books"
             out.print(
                 f"{b.table} [{day}] v{run.version}: ODS {b.ods_rows:,} = DWD {b.dwd_rows:,} + duplicates "
                 f"{b.duplicates:,} + quarantined {b.quarantined:,} + malformed {b.malformed:,}"

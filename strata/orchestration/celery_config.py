@@ -4,7 +4,7 @@ Airflow's own, read after the worker process has imported the lake's libraries (
 deltalake, DuckDB): every task runs in a process forked from the worker, which then starts with
 them instead of spending ~1 s importing them (a daily run is nine tasks). Importing them starts no
 thread, so forking afterwards is safe — but *using* polars starts its thread pool, which a forked
-child does not have: its first parallel query then waits forever (an ingest task hung so). So
+child does not have: its first parallel query then waits forever (docs/design.md §8). So
 nothing here computes: the contracts, whose loading compiles patterns with polars, are loaded by
 each task (~0.5 s); ``tests/unit/test_dags.py`` forks after this import and runs polars. Only Airflow's own
 processes read this module (the scheduler's Celery executor imports it too). Importing it imports

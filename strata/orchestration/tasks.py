@@ -140,7 +140,7 @@ def first_day_unless_moved_on(settings: Settings, interval: Interval) -> Argumen
 class TaskStep:
     """A pipeline step a DAG task may run, and what it takes from the run."""
 
-    function: Callable[..., StepResult]
+    function: Callable[..., StepResult[Any]]
     #: The step's arguments after the settings, from the run's data interval; raises :class:`Skip`
     #: when the run holds nothing for the step to do.
     given: Given = first_day

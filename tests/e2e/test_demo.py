@@ -76,7 +76,7 @@ def test_demo_runs_the_dags_end_to_end_and_prints_the_lake(tmp_path: Path) -> No
     reports = run_dags(settings, [*plan, Run("strata_daily", later=1)], log=settings.airflow_home / "scheduled.log")
     assert [r.ok for r in reports] == [True] * 5, [(r.dag_id, r.interval, r.errors) for r in reports]
     assert {name: lake.read(settings, table(name)).num_rows for name in ods} == rows and all(rows.values())
-    train = [dt.datetime.fromisoformat(moment) for moment in reports[2].interval]  # as the README says
+    train = [dt.datetime.fromisoformat(moment) for moment in reports[2].interval]  # as docs/airflow.md says
     assert train[0].weekday() == 3 and train[1] - train[0] == dt.timedelta(weeks=1) and train[0].hour == 0
     empty = reports[-1]
     assert empty.interval[0][:10] == str(today) and empty.tasks["dwd.build_dwd"] == "skipped"

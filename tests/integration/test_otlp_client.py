@@ -86,7 +86,7 @@ def test_an_instrumented_openai_client_equals_dwd_request(tmp_path: Path, strata
         dwd.filter(pl.col("status_code") >= 400).group_by("status_code").agg(pl.col("error_type").unique()).iter_rows()
     )
     assert errors == {400: ["invalid_request"], 429: ["rate_limited"], 500: ["upstream_error"]}
-    # calls without usage whose cost is unknown: 5xx failures, a stream without usage (a 4xx costs 0, README Billing)
+    # calls without usage whose cost is unknown: 5xx failures, a stream without usage (a 4xx costs 0: docs/pipeline.md)
     no_usage = sum(1 for c in truth if c["input_tokens"] is None and not 400 <= c["status"] < 500)
     assert sum(r.counts.no_usage for r in runs) == no_usage and sum(r.counts.incomplete for r in runs) == 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import re
 import time
 from pathlib import Path
 
@@ -340,12 +341,16 @@ def test_what_an_analyst_runs_passes(session: Session) -> None:
         assert session.query(sql).num_rows >= 1, sql
 
 
-def test_the_readme_analyst_queries_pass_the_check(session: Session) -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    block = readme.split("## SQL for analysts", 1)[1].split("```sql", 1)[1].split("```", 1)[0]
+def test_the_documented_analyst_queries_pass_the_check(session: Session) -> None:
+    """The analyst's first questions (docs/ads.md) and the README's first hour's ``strata sql "…"`` lines."""
+    repo = Path(__file__).parents[2]
+    page = (repo / "docs" / "ads.md").read_text()
+    block = page.split("## SQL for analysts", 1)[1].split("```sql", 1)[1].split("```", 1)[0]
     views = [(t.layer, t.name.split(".", 1)[1]) for t in all_tables()]
     queries = [q for q in block.split(";") if q.strip()]
-    assert len(queries) >= 4
+    first_hour = re.findall(r'^strata sql "([^"]+)"', (repo / "README.md").read_text(), re.MULTILINE)
+    assert len(queries) >= 4 and len(first_hour) >= 2
+    queries += first_hour
     for sql in queries:
         check(session.con, sql, views, denied_functions(session.con))
 

@@ -7,10 +7,15 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-#: Markdown links to files of the repository (not URLs, not anchors of the same page).
-LINK = re.compile(r"\]\((?!https?://|#)([^)#\s]+)(?:#[^)]*)?\)")
 #: A section of the design named in code or prose: ``docs/design.md §n``.
 SECTION = re.compile(r"docs/design\.md §(\d+)")
+#: Every Markdown link's target, the anchor included: ``[text](path#anchor)``.
+TARGET = re.compile(r"\]\(([^)\s]+)\)")
+#: What Markdown reads as code, not as links or headings: fenced blocks, inline code.
+FENCED = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+INLINE = re.compile(r"`[^`\n]*`")
+#: A heading's text, which GitHub turns into the anchor ``#…`` other pages link to.
+HEADING = re.compile(r"^#{1,6} +(.+?) *$", re.MULTILINE)
 
 
 def _tracked(*patterns: str) -> list[Path]:
@@ -18,14 +23,31 @@ def _tracked(*patterns: str) -> list[Path]:
     return [REPO / line for line in out.stdout.splitlines()]
 
 
-def test_markdown_links_resolve_inside_the_repository() -> None:
-    missing = [
-        f"{doc.relative_to(REPO)} → {target}"
-        for doc in _tracked("*.md")
-        for target in LINK.findall(doc.read_text())
-        if not (doc.parent / target).resolve().is_relative_to(REPO) or not (doc.parent / target).exists()
-    ]
-    assert not missing, missing
+def _anchors(doc: Path) -> set[str]:
+    """The ids GitHub gives a page's headings: lower case, punctuation dropped, spaces as hyphens, ``-n`` on repeats."""
+    ids: set[str] = set()
+    seen: dict[str, int] = {}
+    for heading in HEADING.findall(FENCED.sub("", doc.read_text())):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        ids.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+        seen[slug] = seen.get(slug, 0) + 1
+    return ids
+
+
+def test_markdown_links_and_anchors_resolve_inside_the_repository() -> None:
+    """The README is the way in and docs/ the reference: every link between pages, down to the heading, lands."""
+    broken = []
+    for doc in _tracked("*.md"):
+        for target in TARGET.findall(INLINE.sub("", FENCED.sub("", doc.read_text()))):
+            if re.match(r"[a-z]+:", target):
+                continue  # a URL
+            path, _, anchor = target.partition("#")
+            file = (doc.parent / path).resolve() if path else doc
+            if not file.is_relative_to(REPO) or not file.exists():
+                broken.append(f"{doc.relative_to(REPO)} → {target}: no such file")
+            elif anchor and (file.suffix != ".md" or anchor not in _anchors(file)):
+                broken.append(f"{doc.relative_to(REPO)} → {target}: no such heading")
+    assert not broken, broken
 
 
 def test_nothing_points_outside_the_clone() -> None:

@@ -38,7 +38,7 @@ def calls(monkeypatch: pytest.MonkeyPatch, strata_env: Path) -> list[tuple[tuple
 
     def step(*args: Any, **kwargs: Any) -> StepResult:
         seen.append((args[1:], kwargs))
-        return StepResult("recorded", {"rows": 3}, {"dwd.request": 7})
+        return StepResult("recorded", {"rows": 3}, {"dwd.request": 7}, None)
 
     for name in ("train", "score", "build_dws", "apply_retention", "land"):
         stand_in(monkeypatch, name, step)

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from contracts import ContractError
-from warehouse.settings import ConfigError, load_settings
+from warehouse.settings import (
+    DOCS_PAGE,
+    CollectSettings,
+    ConfigError,
+    Settings,
+    docs_page,
+    load_collect_settings,
+    load_settings,
+    reference_table,
+)
 from warehouse.tables import DWD_REQUEST, ODS_REQUESTS, all_tables, table
 
 
@@ -91,3 +102,77 @@ def test_one_setting_moves_the_online_store_to_redis(tmp_path: Path) -> None:
     assert online_store_config(load_settings({"STRATA_HOME": str(tmp_path)}))["path"] == str(
         tmp_path / "feast" / "online_store.db"
     )
+
+
+#: A value other than the default for every variable the settings read.
+_EVERY = {
+    "STRATA_LAKE_URI": "s3://bucket/lake",
+    "STRATA_LANDING_DIR": "/srv/landing",
+    "AIRFLOW_HOME": "/srv/airflow",
+    "STRATA_PSEUDONYM_KEY": "a-key-of-sixteen-chars",
+    "STRATA_ONLINE_STORE": "redis",
+    "STRATA_REDIS_URL": "redis://:pw@10.0.0.5:6380/3",
+    "STRATA_ODS_RETENTION_DAYS": "30",
+    "STRATA_LOCK_URL": "postgresql://u:pw@db/locks",
+    "STRATA_LOCK_WAIT": "2.5",
+    "STRATA_TS_FLOOR": "2010-06-01",
+    "STRATA_DEFAULT_TENANT": "acme",
+    "STRATA_SCORE_SHARDS": "8",
+    "STRATA_S3_ENDPOINT_URL": "http://127.0.0.1:9000",
+    "STRATA_S3_REGION": "eu-west-1",
+    "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+    "AWS_SECRET_ACCESS_KEY": "not-a-secret",
+    "STRATA_CACHE_DIR": "/srv/cache",
+    "STRATA_SQL_TIMEOUT_S": "0.1234567891",
+    "STRATA_SQL_MEMORY_LIMIT": "512MiB",
+    "STRATA_SQL_SPILL_LIMIT": "1.5GB",
+    "STRATA_LAKE_READER_MEMORY": "64MiB",
+}
+
+
+def test_every_variable_is_read_shown_masked_and_travels_to_a_child(tmp_path: Path) -> None:
+    s = load_settings({"STRATA_HOME": str(tmp_path), **_EVERY})
+    defaults = load_settings({"STRATA_HOME": str(tmp_path)})
+    unchanged = [k for k, v in s.masked().items() if v == defaults.masked()[k]]
+    assert unchanged == ["home", "feast_dir", "registry_dir"]  # the home's, and derived from it
+    assert set(s.to_env()) == {"STRATA_HOME", *_EVERY}
+    assert load_settings(s.to_env()) == s
+    shown = str(s.masked())
+    assert not any(secret in shown for secret in ("a-key-of-sixteen", "pw@", "AKIDEXAMPLE", "not-a-secret"))
+
+
+def test_an_empty_variable_counts_as_unset_where_the_default_is_derived_or_none(tmp_path: Path) -> None:
+    empty = dict.fromkeys(["STRATA_LAKE_URI", "STRATA_LANDING_DIR", "STRATA_PSEUDONYM_KEY", "STRATA_CACHE_DIR"], "")
+    s = load_settings({"STRATA_HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "xdg"), **empty})
+    assert (s.lake_uri, s.landing_dir, s.pseudonym_key) == (str(tmp_path / "lake"), tmp_path / "landing", None)
+    assert s.cache_dir == tmp_path / "xdg" / "strata"
+    with pytest.raises(ConfigError, match="STRATA_SCORE_SHARDS must be a whole number >= 1, not ''"):
+        load_settings({"STRATA_HOME": str(tmp_path), "STRATA_SCORE_SHARDS": ""})
+
+
+def test_the_receiver_settings_check_the_port_and_the_tls_pair() -> None:
+    assert load_collect_settings({}).max_body_bytes == 32 << 20
+    with pytest.raises(ConfigError, match="STRATA_COLLECT_PORT must be a TCP port"):
+        load_collect_settings({"STRATA_COLLECT_PORT": "70000"})
+    with pytest.raises(ConfigError, match="go together"):
+        load_collect_settings({"STRATA_COLLECT_TLS_CERT": "cert.pem"})
+
+
+def test_the_docs_tables_are_the_ones_the_declarations_generate() -> None:
+    page = DOCS_PAGE.read_text(encoding="utf-8")
+    assert page == docs_page(page), "run `python -m warehouse.settings docs`"
+    assert "| `STRATA_CACHE_DIR` | `$XDG_CACHE_HOME/strata`" in reference_table(Settings)
+    assert "| `STRATA_COLLECT_MAX_BODY_BYTES` | `33554432` (32 MiB) |" in reference_table(CollectSettings)
+    assert "feast_dir" not in page  # derived from the home, no variable of its own
+
+
+def test_the_makefile_asks_the_package_for_the_cache_folder(tmp_path: Path) -> None:
+    def cache_dir(**env: str) -> str:
+        command = [sys.executable, "-m", "warehouse.settings", "cache-dir"]
+        return subprocess.run(command, env={"HOME": str(tmp_path), **env}, capture_output=True, text=True).stdout
+
+    assert cache_dir() == f"{tmp_path}/.cache/strata\n"
+    assert cache_dir(XDG_CACHE_HOME=str(tmp_path / "xdg")) == f"{tmp_path}/xdg/strata\n"
+    assert cache_dir(STRATA_CACHE_DIR=str(tmp_path / "c"), XDG_CACHE_HOME="/elsewhere") == f"{tmp_path}/c\n"
+    makefile = (DOCS_PAGE.parents[1] / "Makefile").read_text()
+    assert "python -m warehouse.settings cache-dir" in makefile and "XDG_CACHE_HOME" not in makefile

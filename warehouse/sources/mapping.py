@@ -384,6 +384,30 @@ def parse_mapping(text: str, origin: str = "<mapping>") -> Mapping:
     if "ts" not in fields_:
         raise fail("fields.ts", "missing: every record needs its time")
     ts = section("timestamp", _TS_KEYS)
+    ts_format, timezone, offset = _timestamp_rule(ts, fail, text_of)
+    columns, header, delimiter = _csv_options(section("csv", _CSV_KEYS), fmt, fields_, fail, text_of)
+    return Mapping(
+        name=name,
+        kind=kind,
+        format=fmt,
+        fields=fields_,
+        constants=constants,
+        csv_columns=columns,
+        csv_header=header,
+        csv_delimiter=delimiter,
+        ts_format=ts_format,
+        ts_timezone=timezone,
+        ts_unit=ts.get("unit"),
+        ts_epoch_offset_s=offset,
+        derive_request_id=request_id == "derive",
+        text=text,
+    )
+
+
+def _timestamp_rule(
+    ts: dict, fail: Callable[[str, str], MappingError], text_of: Callable[[str, object], str]
+) -> tuple[str | None, str, float]:
+    """The ``timestamp`` section checked: (its format, its time zone, its epoch offset in seconds)."""
     if ("format" in ts) == ("unit" in ts):
         raise fail("timestamp", "needs exactly one of 'format' (text times) or 'unit' (epoch numbers)")
     if "unit" in ts and ts["unit"] not in _UNITS:
@@ -399,7 +423,17 @@ def parse_mapping(text: str, origin: str = "<mapping>") -> Mapping:
     except (ZoneInfoNotFoundError, ValueError):
         raise fail("timestamp.timezone", f"{timezone!r} is not a time zone (e.g. UTC, Europe/Berlin)") from None
     ts_format = text_of("timestamp.format", ts["format"]) if "format" in ts else None
-    csv_opts = section("csv", _CSV_KEYS)
+    return ts_format, timezone, float(offset)
+
+
+def _csv_options(
+    csv_opts: dict,
+    fmt: str,
+    fields_: dict[str, Field],
+    fail: Callable[[str, str], MappingError],
+    text_of: Callable[[str, object], str],
+) -> tuple[tuple[str, ...], bool, str]:
+    """The ``csv`` section checked against the format and the fields: (columns, header, delimiter)."""
     columns_raw = csv_opts.get("columns", [])
     if not isinstance(columns_raw, list):
         raise fail("csv.columns", "must be a list of the file's column names")
@@ -421,22 +455,7 @@ def parse_mapping(text: str, origin: str = "<mapping>") -> Mapping:
                     raise fail("fields", f"name columns {[path[0]]} that csv.columns does not list")
     elif csv_opts:
         raise fail("csv", "applies to format: csv only")
-    return Mapping(
-        name=name,
-        kind=kind,
-        format=fmt,
-        fields=fields_,
-        constants=constants,
-        csv_columns=columns,
-        csv_header=header,
-        csv_delimiter=delimiter,
-        ts_format=ts_format,
-        ts_timezone=timezone,
-        ts_unit=ts.get("unit"),
-        ts_epoch_offset_s=float(offset),
-        derive_request_id=request_id == "derive",
-        text=text,
-    )
+    return columns, header, delimiter
 
 
 def _parse_csv_lines(raw: pa.Array, mapping: Mapping) -> pl.DataFrame:

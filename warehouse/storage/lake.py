@@ -59,7 +59,7 @@ def writer_properties(schema: pa.Schema) -> WriterProperties:
 class Lake:
     """One step's handle on the lake, built once from the settings and handed down.
 
-    It owns what every module used to derive again from the settings: the tables' locations, the
+    It owns what a step derives from the settings, once: the tables' locations, the
     storage options and filesystem, the tables opened so far, the locks this step holds, and whether
     the attempts a crash cut short were recorded (:attr:`recovered`). A step opens each table it
     has locked once: from its first open under the lock it reads the table as it was then, plus its
@@ -174,7 +174,7 @@ class Lake:
 
         deltalake's default filesystem is written in Python, so pyarrow's I/O threads call into
         Python; one still doing so when the interpreter exits aborts the process ("terminate called
-        without an active exception": 31 of 40 processes that read a table and exited at once).
+        without an active exception"; docs/design.md §8).
         """
         fs, root = self.filesystem(delta.table_uri)
         return delta.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(root.rstrip("/"), fs))
