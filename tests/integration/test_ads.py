@@ -243,6 +243,8 @@ def test_quota_use_is_against_the_quota_in_effect(built: tuple[Settings, dict, P
 def test_version_mix_flags_the_gray_release_and_the_pipeline_upgrade(built: tuple[Settings, dict, Path]) -> None:
     settings, manifest, _ = built
     mix = ads(settings, "version_mix")
+    days_models = [(day, model) for day, truth in manifest["days"].items() for model in truth["models"]]
+    assert sorted((r["event_date"].isoformat(), r["model"]) for r in mix.iter_rows(named=True)) == sorted(days_models)
     for row in mix.iter_rows(named=True):
         truth = manifest["days"][row["event_date"].isoformat()]["models"][row["model"]]["versions"]
         assert dict(zip(row["versions"], row["version_requests"])) == truth

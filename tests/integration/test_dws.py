@@ -189,6 +189,9 @@ def test_every_row_equals_the_brute_force(built: Lake, name: str) -> None:
 
 def test_the_model_key_joins_model_and_version(built: Lake) -> None:
     rows = dws(built.settings, "dws.model_features")
+    # One key per model and version of dwd.request (a request without a version: "unknown").
+    assert sorted(set(rows["model_key"])) == sorted(built.requests["dws.model_features"])
+    assert len(built.requests["dws.model_features"]) > 1
     assert (rows["model"] + "@" + rows["model_version"]).to_list() == rows["model_key"].to_list()
 
 

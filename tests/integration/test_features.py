@@ -31,7 +31,15 @@ from features.http_api import READ_ROUTES, WRITE_ROUTES, Limits, build_app
 from features.materialize import materialize, watermarks
 from features.online import get_online_features, reader, views_of
 from features.repo.definitions import feature_names, feature_tables, join_key, view_name
-from features.store import PROJECT, REDIS_PASSWORD_VARIABLE, applied_store, open_store, sqlite_path, write_config
+from features.store import (
+    PROJECT,
+    REDIS_PASSWORD_VARIABLE,
+    applied_store,
+    feast_dir,
+    open_store,
+    sqlite_path,
+    write_config,
+)
 from tests import feature_lake
 from tests.feature_lake import DAY1, DAY2
 from tests.services import Redis, free_port, stop_tree
@@ -89,9 +97,12 @@ def test_our_sqlite_rows_are_byte_identical_to_feasts(world: dict) -> None:
 
 
 def test_applying_again_is_a_no_op(world: dict) -> None:
-    started = time.perf_counter()
-    _, applied = applied_store(world["ours"])
-    assert not applied and time.perf_counter() - started < 1
+    """The registry materialize applied is left as it is (its time is measured by ``make bench BENCH=features``)."""
+    registry = feast_dir(world["ours"]) / "registry.db"
+    before = registry.read_bytes()
+    store, applied = applied_store(world["ours"])
+    assert not applied and registry.read_bytes() == before
+    assert sorted(v.name for v in store.list_feature_views()) == sorted(view_name(s) for s in feature_tables())
 
 
 def test_batched_reader_returns_what_the_sdk_returns(world: dict) -> None:

@@ -248,7 +248,8 @@ def test_privacy_clean_rebuilds_a_lake_built_before_the_policy(
     pinned = CliRunner().invoke(
         app, [*query, "--as-of", f"dwd.request={old}"], env={**settings.to_env(), "COLUMNS": "200"}
     )
-    assert pinned.exit_code != 0 or not _leaks(pinned.output, needles), pinned.output  # vacuumed
+    # The old version's files and log entries are vacuumed: it cannot be read, and nothing of it is shown.
+    assert pinned.exit_code != 0 and not _leaks(pinned.output, needles), pinned.output
     for before, after in ((dws, _layer_rows(settings, "dws")), (ads, _layer_rows(settings, "ads"))):
         rebuilt = [name for name in before if after[name][0] != before[name][0]]
         # (ads.data_quality reports the builds themselves: their attempts and versions grew.)

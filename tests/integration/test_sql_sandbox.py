@@ -266,9 +266,10 @@ def test_every_macro_allowed_calls_only_allowed_functions(session: Session) -> N
         "select function_name, macro_definition from duckdb_functions() where function_type = 'macro'"
     ).fetchall()
     denied = denied_functions(session.con)
-    for name, definition in macros:
-        if name not in denied:
-            check(session.con, f"select {definition}", [], denied)
+    allowed = [(name, definition) for name, definition in macros if name not in denied]
+    for _, definition in allowed:
+        check(session.con, f"select {definition}", [], denied)
+    assert {"list_sum", "split_part", "nullif"} <= {name for name, _ in allowed}  # the macros were found and checked
 
 
 #: Functions whose names look like I/O that were read and found pure (DuckDB 1.5).

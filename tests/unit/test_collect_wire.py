@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from warehouse.sources.collector import wire
-from warehouse.sources.collector.encoding import PROTOBUF, accept, decode, line_of, receiver_attributes
+from warehouse.sources.collector.encoding import PROTOBUF, BadData, accept, decode, line_of, receiver_attributes
 
 
 def _sdk_body(resource: dict[str, Any]) -> bytes:
@@ -158,10 +158,12 @@ def test_a_wire_form_the_writer_does_not_cover_is_converted_from_the_parsed_mess
     with pytest.raises((LookupError, ValueError)):  # wire.NotCanonical, or an unknown field's tag
         wire.otlp_json(body, receiver_attributes(None))
     try:
-        record = accept(body, PROTOBUF, None).record
-    except ValueError:  # refused on the request path, as protobuf refuses it (invalid UTF-8)
+        expected = decode(body, PROTOBUF, None).line
+    except BadData:  # protobuf refuses it (invalid UTF-8): the request path must refuse it too
+        with pytest.raises(BadData):
+            accept(body, PROTOBUF, None)
         return
-    assert line_of(record or b"") == decode(body, PROTOBUF, None).line
+    assert line_of(accept(body, PROTOBUF, None).record or b"") == expected
 
 
 def test_resources_and_scopes_without_spans_are_left_out_and_a_missing_resource_is_made() -> None:

@@ -1,4 +1,4 @@
-"""The DAG files: they load, parse fast, import nothing heavy, and follow the house's rules.
+"""The DAG files: they load, import nothing heavy, and follow the house's rules.
 
 Airflow is imported in a child process (importing it reconfigures logging), which reports
 what it found as JSON; the assertions run here.
@@ -41,19 +41,16 @@ HEAVY = (
 )
 
 _PROBE = r"""
-import importlib, json, sys, time
+import importlib, json, sys
 from pathlib import Path
 dags = sys.argv[1]
 import airflow.sdk as sdk
-# Airflow's own definitions load lazily on first use: load them first, so only the files are timed.
+# Airflow's own definitions load lazily on first use: load them first, so only what the files import is counted.
 sdk.dag, sdk.task, sdk.task_group, sdk.Asset, sdk.CronDataIntervalTimetable, sdk.DeltaDataIntervalTimetable
 before = set(sys.modules)
 sys.path.insert(0, dags)
-timings = {}
 for name in sys.argv[2:]:
-    started = time.perf_counter()
     importlib.import_module(name[:-3])
-    timings[name] = time.perf_counter() - started
 imported = sorted(set(sys.modules) - before)
 from airflow.dag_processing.dagbag import BundleDagBag
 from airflow.sdk.definitions.mappedoperator import MappedOperator
@@ -74,8 +71,8 @@ for dag_id, dag in bag.dags.items():
                               "trigger_rule": getattr(t.trigger_rule, "value", t.trigger_rule)}
                   for t in dag.tasks},
     }
-print("FACTS " + json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "timings": timings,
-                             "imported": imported, "dags": facts}))
+print("FACTS " + json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "imported": imported,
+                             "dags": facts}))
 """
 
 
@@ -95,10 +92,8 @@ def test_the_dagbag_loads_every_dag_with_no_import_errors(probe: dict[str, Any])
     assert {d["fileloc"] for d in probe["dags"].values()} == set(DAG_FILES)  # one DAG per file, named for it
 
 
-def test_every_dag_file_parses_in_well_under_a_second_and_imports_nothing_heavy(probe: dict[str, Any]) -> None:
-    assert set(probe["timings"]) == set(DAG_FILES)
-    slow = {name: round(t, 3) for name, t in probe["timings"].items() if t > 0.3}
-    assert not slow, f"DAG files slower than 0.3 s to import: {slow}"
+def test_no_dag_file_imports_anything_heavy_at_parse_time(probe: dict[str, Any]) -> None:
+    """What keeps a parse fast (its time is measured by ``make bench BENCH=cli``: under 0.3 s a file)."""
     heavy = [m for m in probe["imported"] if m.split(".")[0] in HEAVY]
     assert not heavy, f"DAG files imported heavy or project modules at parse time: {heavy[:10]}"
 
@@ -123,7 +118,7 @@ def test_every_dag_is_periodic_backfillable_and_bounded(probe: dict[str, Any]) -
 
 
 def test_the_daily_dag_has_a_group_per_layer_in_order_and_maps_scores_over_shards(probe: dict[str, Any]) -> None:
-    tasks = probe["dags"]["strata_daily"]["tasks"]
+    tasks = dict(probe["dags"]["strata_daily"]["tasks"])  # a copy: the pop below leaves the shared probe whole
     assert tasks["dws.build_dws"]["upstream"] == ["dwd.build_dwd"]
     assert tasks["features.materialize"]["upstream"] == ["dws.build_dws"]
     assert tasks["ads.build_ads"]["upstream"] == ["features.check_consistency"]
@@ -138,6 +133,13 @@ def test_the_daily_dag_has_a_group_per_layer_in_order_and_maps_scores_over_shard
     order = [task_id.split(".")[-1] for task_id in tasks]
     daily = [step.__name__ for step in pipeline.DAILY]
     assert [s for s in order if s in daily] == daily
+
+
+def test_the_dags_run_every_declared_step_and_no_other(probe: dict[str, Any]) -> None:
+    """The registry declares what the DAG files run: no step left out of every DAG, none a DAG names undeclared."""
+    run = {task_id.split(".")[-1] for dag in probe["dags"].values() for task_id in dag["tasks"]}
+    run.discard("score_shards")  # the mapped scores' shard list (tasks.shards("score"))
+    assert run == set(task_steps.STEPS)
 
 
 def test_every_writing_task_declares_its_tables_as_outlets(probe: dict[str, Any]) -> None:
