@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -22,7 +22,7 @@ def to_onnx(pipeline: Any, n_features: int) -> bytes:
         initial_types=[("features", FloatTensorType([None, n_features]))],
         options={id(classifier): {"zipmap": False}},
     )
-    return model.SerializeToString()
+    return cast(bytes, model.SerializeToString())
 
 
 def parity(pipeline: Any, model: bytes, rows: np.ndarray) -> float:

@@ -41,12 +41,12 @@ class Session:
         binding.bind_cpu_input(self.input_name, np.ascontiguousarray(rows, dtype=np.float32))
         binding.bind_output(self.output_name, "cuda" if self.provider == _CUDA else "cpu")
         self.session.run_with_iobinding(binding)
-        probabilities = binding.copy_outputs_to_cpu()[0]
+        probabilities: np.ndarray = binding.copy_outputs_to_cpu()[0]
         return probabilities[:, 1] if probabilities.ndim == 2 else probabilities
 
     def run_plain(self, rows: np.ndarray) -> np.ndarray:
         """The same scores through ``InferenceSession.run`` (no binding): the reference."""
-        probabilities = self.session.run([self.output_name], {self.input_name: rows.astype(np.float32)})[0]
+        probabilities: np.ndarray = self.session.run([self.output_name], {self.input_name: rows.astype(np.float32)})[0]
         return probabilities[:, 1] if probabilities.ndim == 2 else probabilities
 
 

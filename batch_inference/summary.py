@@ -4,7 +4,7 @@ the share above the model's alert threshold, and the drift against the previous 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
@@ -29,7 +29,8 @@ def psi(today: np.ndarray, before: np.ndarray) -> float | None:
 
 
 def _scores(settings: Settings, day: dt.date, name: str, version: str) -> np.ndarray:
-    return (
+    return cast(
+        np.ndarray,
         lake.read(
             settings,
             ADS_USER_RISK_SCORES,
@@ -37,7 +38,7 @@ def _scores(settings: Settings, day: dt.date, name: str, version: str) -> np.nda
             filters=[("event_date", "=", day), ("model_name", "=", name), ("model_version", "=", version)],
         )
         .column(0)
-        .to_numpy()
+        .to_numpy(),
     )
 
 

@@ -9,8 +9,9 @@ A string is never parsed into a number or time here — that is the row checks' 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, cast
 
 import polars as pl
 import pyarrow as pa
@@ -101,9 +102,15 @@ def _cast(arr: pa.ChunkedArray, c: Column) -> tuple[pa.ChunkedArray, Violation |
         )
 
 
+class _TypePredicates(Protocol):
+    """``pyarrow.types`` as used here (pyarrow is untyped): its ``is_*`` functions answer a bool."""
+
+    def __getattr__(self, name: str) -> Callable[[pa.DataType], bool]: ...
+
+
 def _castable(src: pa.DataType, target: pa.DataType) -> bool:
     """Whether a value-checked cast from ``src`` to ``target`` is allowed at all."""
-    t = pa.types
+    t: _TypePredicates = pa.types
     if t.is_string(target) or t.is_large_string(target):
         return t.is_string(src) or t.is_large_string(src) or t.is_string_view(src)
     if t.is_binary(target) or t.is_large_binary(target):
@@ -132,6 +139,6 @@ def _lossy_examples(arr: pa.ChunkedArray, target: pa.DataType) -> list[Any]:
         back = there.cast(arr.type, safe=False)
         differs = pc.fill_null(pc.not_equal(arr, back), True)
         bad = pc.and_(pc.is_valid(arr), differs)
-        return arr.filter(bad).to_pylist()
+        return cast(list[Any], arr.filter(bad).to_pylist())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return []

@@ -22,7 +22,7 @@ import os
 import sys
 import threading
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 _lock = threading.Lock()
 
@@ -46,7 +46,7 @@ def load_feast() -> ModuleType:
             typeguard.typechecked = typechecked
             for name in placeholders:
                 os.environ.pop(name, None)
-        return feast
+        return cast(ModuleType, feast)
 
 
 _METRICS_DIRS = ("PROMETHEUS_MULTIPROCESS_DIR", "PROMETHEUS_MULTIPROC_DIR")

@@ -13,7 +13,7 @@ import functools
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 import pyarrow as pa
@@ -151,7 +151,7 @@ def audit(
 
 def _rule(result: dict[str, Any]) -> str:
     config = result["expectation_config"]
-    return (config.get("meta") or {}).get("rule", config["type"])
+    return cast(str, (config.get("meta") or {}).get("rule", config["type"]))
 
 
 def to_pandas(data: pa.Table | pl.DataFrame | pd.DataFrame) -> pd.DataFrame:

@@ -47,7 +47,7 @@ def read_lock(path: Path = LOCK_PATH) -> dict[str, dict[str, Any]]:
     """The locked shapes by table (empty when there is no lock file yet)."""
     if not Path(path).exists():
         return {}
-    tables = json.loads(Path(path).read_text(encoding="utf-8"))["tables"]
+    tables: dict[str, dict[str, Any]] = json.loads(Path(path).read_text(encoding="utf-8"))["tables"]
     defaults = _defaults()
     for shape in tables.values():
         shape["columns"] = {name: {**defaults, **col} for name, col in shape["columns"].items()}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -47,7 +47,8 @@ class Column:
                 return value
         return None
 
-    # Typed shortcuts to the shipped rules' parameters (any rule's is ``rule(name)``).
+    # Typed shortcuts to the shipped rules' parameters (any rule's is ``rule(name)``), of the type each
+    # rule's ``read`` (contracts.rules) makes of it.
 
     @property
     def required(self) -> bool:
@@ -59,7 +60,7 @@ class Column:
 
     @property
     def allowed_values(self) -> tuple[Any, ...] | None:
-        return self.rule("allowed_values")
+        return cast("tuple[Any, ...] | None", self.rule("allowed_values"))
 
     @property
     def minimum(self) -> Any:
@@ -71,15 +72,15 @@ class Column:
 
     @property
     def pattern(self) -> str | None:
-        return self.rule("pattern")
+        return cast("str | None", self.rule("pattern"))
 
     @property
     def min_items(self) -> int | None:
-        return self.rule("min_items")
+        return cast("int | None", self.rule("min_items"))
 
     @property
     def max_future(self) -> timedelta | None:
-        return self.rule("future")
+        return cast("timedelta | None", self.rule("future"))
 
     @property
     def physical_type(self) -> str:

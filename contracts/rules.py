@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import polars as pl
 import pyarrow as pa
@@ -432,7 +432,8 @@ class MaxLength(Rule):
         return value
 
     def row_check(self, col: pl.Expr, column: Column, now: datetime) -> pl.Expr | None:
-        return col.str.len_chars() > column.rule(self.name)
+        longest: int = column.rule(self.name)
+        return col.str.len_chars() > longest
 
     def violation(self, column: Column) -> str:
         return f"strings longer than {column.rule(self.name)} characters"
@@ -462,7 +463,8 @@ class MinItems(Rule):
         return int(value)
 
     def row_check(self, col: pl.Expr, column: Column, now: datetime) -> pl.Expr | None:
-        return col.list.len() < column.rule(self.name)
+        shortest: int = column.rule(self.name)
+        return col.list.len() < shortest
 
     def violation(self, column: Column) -> str:
         return f"lists with fewer than {column.rule(self.name)} items"
@@ -484,7 +486,7 @@ class MaxFuture(Bound):
     lower = False
 
     def fits(self, t: pa.DataType) -> bool:
-        return pa.types.is_timestamp(t)
+        return cast(bool, pa.types.is_timestamp(t))
 
     def read(self, value: Any, t: pa.DataType) -> Any:
         m = _DURATION.match(str(value))

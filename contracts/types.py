@@ -11,6 +11,7 @@ Arrow type here, in one place.
 from __future__ import annotations
 
 import re
+from typing import cast
 
 import polars as pl
 import pyarrow as pa
@@ -114,7 +115,7 @@ def is_widening(old: pa.DataType, new: pa.DataType) -> bool:
     if pa.types.is_float32(old) and pa.types.is_float64(new):
         return True
     if pa.types.is_decimal(old) and pa.types.is_decimal(new):  # no fewer digits on either side of the point
-        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
+        return cast(bool, new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale)
     if pa.types.is_list(old) and pa.types.is_list(new):
         return is_widening(old.value_type, new.value_type)
     return False

@@ -109,7 +109,7 @@ def lookup_problem(request: Any, catalog: Catalog, max_entities: int) -> tuple[i
     return _features_problem(request, catalog, set(entities))
 
 
-def _features_problem(request: dict, catalog: Catalog, given: set[str]) -> tuple[int, str] | None:
+def _features_problem(request: dict[str, Any], catalog: Catalog, given: set[str]) -> tuple[int, str] | None:
     features, service = request.get("features"), request.get("feature_service")
     if not features and not service:
         return 422, 'name the features ("view:feature", …) or a feature_service'

@@ -18,7 +18,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -128,7 +128,7 @@ def redis_timestamp(ts: dt.datetime) -> bytes:
 
     stamp = Timestamp()
     stamp.FromDatetime(ts if ts.tzinfo else ts.replace(tzinfo=dt.UTC))
-    return stamp.SerializeToString()
+    return cast(bytes, stamp.SerializeToString())
 
 
 def _nanos(stored: bytes | None) -> int:
@@ -138,7 +138,7 @@ def _nanos(stored: bytes | None) -> int:
         return -1
     stamp = Timestamp()
     stamp.ParseFromString(stored)
-    return stamp.seconds * 1_000_000_000 + stamp.nanos
+    return cast(int, stamp.seconds * 1_000_000_000 + stamp.nanos)
 
 
 def redis_client(url: str) -> Any:

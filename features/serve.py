@@ -65,7 +65,7 @@ def _gunicorn(app: Any, options: dict[str, Any]) -> Any:
     """A gunicorn application serving ``app`` with exactly ``options`` (no command line, no config file)."""
     import gunicorn.app.base
 
-    class Server(gunicorn.app.base.BaseApplication):
+    class Server(gunicorn.app.base.BaseApplication):  # type: ignore[misc]  # gunicorn is untyped: its base is Any
         def load_config(self) -> None:
             for key, value in options.items():
                 self.cfg.set(key, value)

@@ -32,12 +32,12 @@ if TYPE_CHECKING:  # the library's reports, named in the steps' types; imported 
     from features.consistency import ConsistencyReport
     from features.materialize import MaterializeReport
     from warehouse.ads.build import AdsBuild
-    from warehouse.dwd.build import Kind
     from warehouse.dwd.clean import CleanReport
     from warehouse.ods.ingest import IngestReport
     from warehouse.ods.unland import UnlandReport
     from warehouse.ops.forget import ForgetReport
     from warehouse.runner import RunResult
+    from warehouse.sources.canonical import Kind
 
 log = logging.getLogger(__name__)
 _P = ParamSpec("_P")

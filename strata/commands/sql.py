@@ -164,7 +164,8 @@ def _prompt(session: Session, settings: Settings, max_rows: int, vertical: bool)
 
     import duckdb
 
-    from warehouse.sql.sandbox import QueryCancelled, QueryRefused
+    from warehouse.sql.guard import QueryRefused
+    from warehouse.sql.sandbox import QueryCancelled
 
     history = settings.home / "sql_history"
     with contextlib.suppress(OSError):  # no history yet, or one it cannot read

@@ -42,7 +42,7 @@ def using(settings: Settings, tables: Sequence[Table] = ()) -> Iterator[None]:
         _current.pop()
 
 
-class Plugin(BasePlugin):
+class Plugin(BasePlugin):  # type: ignore[misc]  # dbt is skipped by mypy here: its base is Any
     """Configures every connection dbt-duckdb opens (named in ``profiles.yml``)."""
 
     def configure_connection(self, conn: Any) -> None:

@@ -13,7 +13,7 @@ fails while the file and the contracts differ).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from contracts import Contract, all_contracts
 from contracts.dbt_models import dbt_model
@@ -71,12 +71,12 @@ def render() -> str:
     """The whole ``_marts__models.yml`` text."""
     import yaml
 
-    class Indented(yaml.SafeDumper):
+    class Indented(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML is untyped here: its base is Any
         def increase_indent(self, flow: bool = False, indentless: bool = False) -> Any:
             return super().increase_indent(flow, False)
 
     doc = {"version": 2, "models": [model_properties(c) for c in dbt_contracts()]}
-    return _HEADER + yaml.dump(doc, Dumper=Indented, sort_keys=False, allow_unicode=True, width=100)
+    return _HEADER + cast(str, yaml.dump(doc, Dumper=Indented, sort_keys=False, allow_unicode=True, width=100))
 
 
 def write(path: Path = MARTS_YML) -> Path:

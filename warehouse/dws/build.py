@@ -17,6 +17,7 @@ import datetime as dt
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -29,6 +30,9 @@ from warehouse.settings import Settings
 from warehouse.storage import boundaries
 from warehouse.storage.lake import Lake
 from warehouse.tables import DWD_REQUEST
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(f"strata.{__name__}")
 #: Requests per transform batch (whole entities per batch, a bucket of the key's hash): bounds memory.
@@ -154,7 +158,7 @@ class _Buckets:
             raise
         return self
 
-    def _spill(self, batches: Iterator) -> None:
+    def _spill(self, batches: Iterator[pa.RecordBatch]) -> None:
         import uuid
 
         import pyarrow.ipc as ipc

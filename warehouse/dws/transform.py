@@ -29,7 +29,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
@@ -195,7 +195,7 @@ def _before(running: np.ndarray, index: np.ndarray, first: np.ndarray) -> np.nda
 
 
 def _key(kid: np.ndarray, hour: np.ndarray) -> np.ndarray:
-    return kid.astype(np.int64) * 4096 + hour
+    return cast(np.ndarray, kid.astype(np.int64) * 4096 + hour)
 
 
 def _hourly(r: pl.DataFrame) -> pl.DataFrame:
@@ -347,7 +347,7 @@ def _interpolate(ordered: np.ndarray, starts: np.ndarray, lengths: np.ndarray, q
     hi = np.minimum(lo + 1, lengths - 1)
     frac = pos - lo
     low, high = ordered[starts + lo], ordered[starts + hi]
-    return low + (high - low) * frac
+    return cast(np.ndarray, low + (high - low) * frac)
 
 
 def _model_hours(r: pl.DataFrame) -> pl.DataFrame:

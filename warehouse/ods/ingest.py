@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
 import polars as pl
@@ -292,7 +292,7 @@ class _Landing:
             if plan:
                 self._commit(table, plan)
 
-    def _commit(self, table: Table, plan: list[tuple[_Found, dict | None]]) -> None:
+    def _commit(self, table: Table, plan: list[tuple[_Found, dict[str, Any] | None]]) -> None:
         if self.mapping is not None:  # kept beside ODS only when something lands with it
             register_mapping(self.settings, self.mapping)
         relanding = any(earlier is not None for _, earlier in plan)

@@ -127,7 +127,7 @@ def _line_as_kept(lines: Lines, i: int, replaced: dict[int, bytes | None]) -> by
     """Line ``i`` (0-based) as the file holds it, or its new text ended as it was ended."""
     block = lines.block(i, i + 1)
     new = replaced.get(i + 1)
-    return block if new is None else new + (b"\n" if block[-1:] == b"\n" else b"")
+    return block if new is None else new + (b"\n" if block[-1:].tobytes() == b"\n" else b"")
 
 
 def _record_rewrite(settings: Settings, table: Table, old: str, new: str, lines: int) -> None:

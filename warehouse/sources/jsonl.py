@@ -131,7 +131,7 @@ def _read_objects(con: DuckDBPyConnection, lines: pa.Array, fields: Sequence[str
 
 def _blank(offsets: np.ndarray, data: pa.Buffer) -> np.ndarray:
     """Which lines are empty or only whitespace (the NDJSON reader skips them)."""
-    blank = np.diff(offsets) == 0
+    blank: np.ndarray = np.diff(offsets) == 0
     if len(data):
         first = np.frombuffer(data, np.uint8)[np.minimum(offsets[:-1], len(data) - 1)]
         for i in np.flatnonzero(np.isin(first, np.frombuffer(_BLANK, np.uint8)) & ~blank):

@@ -68,7 +68,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import polars as pl
@@ -339,7 +339,7 @@ def parse_mapping(text: str, origin: str = "<mapping>") -> Mapping:
     def fail(key: str, message: str) -> MappingError:
         return MappingError(f"{origin}: {key}: {message}")
 
-    def section(key: str, known: set[str] | None = None) -> dict:
+    def section(key: str, known: set[str] | None = None) -> dict[Any, Any]:
         value = doc.get(key) or {}
         if not isinstance(value, dict):
             raise fail(key, "must be an object")
@@ -405,7 +405,7 @@ def parse_mapping(text: str, origin: str = "<mapping>") -> Mapping:
 
 
 def _timestamp_rule(
-    ts: dict, fail: Callable[[str, str], MappingError], text_of: Callable[[str, object], str]
+    ts: dict[Any, Any], fail: Callable[[str, str], MappingError], text_of: Callable[[str, object], str]
 ) -> tuple[str | None, str, float]:
     """The ``timestamp`` section checked: (its format, its time zone, its epoch offset in seconds)."""
     if ("format" in ts) == ("unit" in ts):
@@ -427,7 +427,7 @@ def _timestamp_rule(
 
 
 def _csv_options(
-    csv_opts: dict,
+    csv_opts: dict[Any, Any],
     fmt: str,
     fields_: dict[str, Field],
     fail: Callable[[str, str], MappingError],

@@ -294,7 +294,7 @@ def _pinned_version(t: Table, delta: Any, when: int | dt.datetime) -> int:
         return when
     history = sorted((h["version"], h["timestamp"]) for h in delta.history())
     at_ms = when.timestamp() * 1000
-    versions = [version for version, stamp in history if stamp <= at_ms]
+    versions: list[int] = [version for version, stamp in history if stamp <= at_ms]
     if not versions:
         first = dt.datetime.fromtimestamp(history[0][1] / 1000, dt.UTC)
         raise LookupError(f"{t} did not exist at {when.isoformat()} (its first version is from {first.isoformat()})")

@@ -20,6 +20,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import TypedDict, cast
 
 import polars as pl
 import pyarrow.compute as pc
@@ -34,6 +35,17 @@ from warehouse.tables import OPS_AUDIT_LOG, Table, table
 ABANDONED_AFTER = dt.timedelta(hours=6)
 #: The suffix of a local note while it is being written (never read as a note).
 _STAGED = ".part"
+
+
+class _Note(TypedDict):
+    """What an attempt's note holds (JSON): enough for a later run to tell it died and record it."""
+
+    id: str
+    table: str
+    partition: str
+    pid: int
+    host: str
+    started_at: str  # ISO 8601
 
 
 @dataclass
@@ -55,7 +67,7 @@ class Attempt:
         """Leave the note, before anything is written."""
         fs, folder = _folder(self.lake)
         fs.create_dir(folder, recursive=True)
-        note = {
+        note: _Note = {
             "id": self.id,
             "table": self.table.name,
             "partition": self.partition,
@@ -185,7 +197,7 @@ def recover(where: Lake | Settings) -> int:
             continue
         try:
             with fs.open_input_stream(info.path) as stream:
-                note = json.loads(stream.read())
+                note: _Note = json.loads(stream.read())
         except FileNotFoundError:
             continue  # its attempt ended since the listing: the note went with its row
         if not _abandoned(note):
@@ -219,7 +231,7 @@ def _drop(fs: pafs.FileSystem, path: str) -> None:
         fs.delete_file(path)
 
 
-def _abandoned(note: dict) -> bool:
+def _abandoned(note: _Note) -> bool:
     if note["host"] != socket.gethostname():
         return dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(note["started_at"]) > ABANDONED_AFTER
     try:
@@ -234,7 +246,7 @@ def _abandoned(note: dict) -> bool:
 def _recorded(lake: Lake, attempt_id: str) -> bool:
     if lake.open_table(OPS_AUDIT_LOG) is None:
         return False
-    return lake.snapshot(OPS_AUDIT_LOG).count_rows(filter=pc.field("attempt_id") == attempt_id) > 0
+    return cast(int, lake.snapshot(OPS_AUDIT_LOG).count_rows(filter=pc.field("attempt_id") == attempt_id)) > 0
 
 
 def _stamped(lake: Lake, target: Table, attempt_id: str) -> tuple[int | None, int]:

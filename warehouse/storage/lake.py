@@ -13,7 +13,7 @@ import datetime as dt
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Literal
+from typing import Any, Literal, cast
 from urllib.parse import unquote
 
 import polars as pl
@@ -106,7 +106,7 @@ class Lake:
     def filesystem(self, uri: str) -> tuple[pafs.FileSystem, str]:
         """A pyarrow filesystem for ``uri`` (in this lake) and the path inside it."""
         if not is_object_store(uri):
-            return pafs.FileSystem.from_uri(uri)
+            return cast("tuple[pafs.FileSystem, str]", pafs.FileSystem.from_uri(uri))
         if self._s3 is None:
             raise ValueError(f"{uri} is on an object store, but this lake is not ({self.settings.lake_uri})")
         return self._s3, uri.removeprefix(S3).rstrip("/")
@@ -257,7 +257,7 @@ class Lake:
             if wrong:
                 raise TypeError(f"{table} version {version} wrote {path} with types {wrong}, not the contract's")
 
-    def commit_actions(self, table: Table, version: int) -> list[dict]:
+    def commit_actions(self, table: Table, version: int) -> list[dict[str, Any]]:
         """The actions (``add``, ``remove``, ``commitInfo`` …) of one commit of ``table``, from its log;
         ``FileNotFoundError`` once the log no longer holds that commit (log retention)."""
         delta = self.open_table(table)
@@ -265,7 +265,7 @@ class Lake:
             raise FileNotFoundError(f"{table} does not exist")
         return self._commit_actions(delta, version)
 
-    def _commit_actions(self, delta: DeltaTable, version: int) -> list[dict]:
+    def _commit_actions(self, delta: DeltaTable, version: int) -> list[dict[str, Any]]:
         import json
 
         fs, root = self.filesystem(delta.table_uri)
@@ -420,7 +420,7 @@ def check_file_types(where: Lake | Settings, table: Table, version: int | None) 
     Lake.of(where).check_file_types(table, version)
 
 
-def commit_actions(where: Lake | Settings, table: Table, version: int) -> list[dict]:
+def commit_actions(where: Lake | Settings, table: Table, version: int) -> list[dict[str, Any]]:
     """:meth:`Lake.commit_actions`."""
     return Lake.of(where).commit_actions(table, version)
 

@@ -42,10 +42,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from warehouse.settings import Settings
 from warehouse.tables import Table
+
+if TYPE_CHECKING:
+    import psycopg
 
 #: How often a waiting writer tries again.
 _POLL_S = 0.05
@@ -174,7 +177,7 @@ class _Postgres:
         self.url = url
         self.conn = self._connect()
 
-    def _connect(self):  # type: ignore[no-untyped-def]  # psycopg is imported here, not at module level
+    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         import psycopg
 
         holder = _holder()
@@ -182,7 +185,7 @@ class _Postgres:
         self.comment = "/* strata: " + _COMMENT_SAFE.sub(lambda m: f"\\x{ord(m[0]):02x}", holder) + " */ "
         return psycopg.connect(self.url, autocommit=True, application_name=f"strata: {holder}"[:63])
 
-    def _execute(self, query: str, params: Sequence[object]) -> list[tuple]:
+    def _execute(self, query: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
         return self.conn.execute(self.comment + query, params).fetchall()
 
     @staticmethod
@@ -265,7 +268,7 @@ class _Held:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self.keys: dict[Key, list] = {}
+        self.keys: dict[Key, list[Any]] = {}
         self.backends: dict[str, _Backend] = {}
 
 

@@ -10,7 +10,7 @@ explicit credentials each client falls back to its own default AWS credential ch
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 from urllib.parse import urlsplit
 
 from warehouse.settings import Settings
@@ -49,7 +49,7 @@ def filesystem(settings: Settings, uri: str) -> tuple[pafs.FileSystem, str]:
     import pyarrow.fs as pafs
 
     if not is_object_store(uri):
-        return pafs.FileSystem.from_uri(uri)
+        return cast("tuple[pafs.FileSystem, str]", pafs.FileSystem.from_uri(uri))
     kwargs: dict[str, object] = {}
     if settings.s3_endpoint_url:
         endpoint = urlsplit(settings.s3_endpoint_url)

@@ -19,7 +19,7 @@ import datetime as dt
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias, TypeVar
+from typing import Any, Literal, TypeAlias, TypeVar
 
 import numpy as np
 import polars as pl
@@ -114,7 +114,7 @@ class PublishResult:
     rows_published: int
     rejected: pl.DataFrame
     duration_ms: float
-    audit_result: dict = field(default_factory=dict, repr=False)
+    audit_result: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def rows_rejected(self) -> int:
@@ -133,7 +133,7 @@ def prefetch(frames: Iterable[T], depth: int = 1) -> Iterator[T]:
     import queue
     import threading
 
-    box: queue.Queue = queue.Queue(maxsize=depth)
+    box: queue.Queue[Any] = queue.Queue(maxsize=depth)  # frames, the producer's exception, then `done`
     done = object()
     stop = threading.Event()
 
@@ -345,7 +345,7 @@ class Verdict:
     """Phase 2's outcome: the rules the rows broke (none: publish) and the suite's own result."""
 
     failures: list[Failure]
-    result: dict = field(default_factory=dict)
+    result: dict[str, Any] = field(default_factory=dict)
 
 
 def audit_verdict(
@@ -360,7 +360,7 @@ def audit_verdict(
     from contracts.audit_worker import audit as run_suite
 
     failures: list[Failure] = []
-    result: dict = {}
+    result: dict[str, Any] = {}
     low, high = contract.row_count.minimum, contract.row_count.maximum
     if (low is not None and tally.rows_published < low) or (high is not None and tally.rows_published > high):
         failures.append(

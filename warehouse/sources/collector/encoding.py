@@ -32,7 +32,7 @@ import base64
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -398,7 +398,7 @@ def export_response(content_type: str, rejected: int = 0, message: str = "") -> 
     if rejected:
         response.partial_success.rejected_spans = rejected
         response.partial_success.error_message = message
-    return response.SerializeToString()
+    return cast(bytes, response.SerializeToString())
 
 
 def status_body(content_type: str, status: int, message: str) -> bytes:
@@ -407,5 +407,5 @@ def status_body(content_type: str, status: int, message: str) -> bytes:
     if content_type == PROTOBUF:
         from google.rpc.status_pb2 import Status
 
-        return Status(code=code, message=message).SerializeToString()
+        return cast(bytes, Status(code=code, message=message).SerializeToString())
     return json.dumps({"code": code, "message": message}).encode()
