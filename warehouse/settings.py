@@ -17,6 +17,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal, TypeAlias
 
+from contracts.errors import InputError
+
 OnlineStore: TypeAlias = Literal["sqlite", "redis"]
 _SECRET_FIELDS = frozenset({"pseudonym_key", "s3_access_key_id", "s3_secret_access_key"})
 #: A tenant a source names for its records (``STRATA_DEFAULT_TENANT``, ``strata ingest --tenant``).
@@ -25,7 +27,7 @@ TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _CACHE_DIR = Path("~/.cache/strata").expanduser()
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A setting is missing or malformed; the message says which and how to fix it."""
 
 
