@@ -25,7 +25,6 @@ from deltalake import ColumnProperties, CommitProperties, DeltaTable, WriterProp
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from contracts.errors import ConflictError, InputError, TransientError
-
 from warehouse.settings import Settings
 from warehouse.storage import locks
 from warehouse.storage.boundaries import passed
