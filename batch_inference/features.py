@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from contracts.errors import InputError
 from warehouse.settings import Settings, size_bytes
 from warehouse.storage import lake
 from warehouse.storage.duck import lake_reader
@@ -31,7 +32,9 @@ def shard_buckets(shard: tuple[int, int]) -> range:
     """The entity buckets of shard ``i`` of ``n``."""
     index, count = shard
     if count < 1 or BUCKETS % count or not 0 <= index < count:
-        raise ValueError(f"--shard {index}/{count}: the shard count must divide {BUCKETS} and 0 <= i < n")
+        raise InputError(
+            f"shard {index}/{count}: the shard count must divide {BUCKETS} and 0 <= i < n", argument="shard"
+        )
     width = BUCKETS // count
     return range(index * width, (index + 1) * width)
 
@@ -44,7 +47,7 @@ def bucket_sql(column: str) -> str:
 def active_entities(settings: Settings, day: dt.date, entity: str, buckets: range) -> pa.Array:
     """Distinct entity keys with a request on ``day`` in these buckets, sorted."""
     if lake.open_table(settings, DWD_REQUEST) is None:
-        raise LookupError("dwd.request does not exist: build DWD first (strata build dwd --date …)")
+        raise InputError("dwd.request does not exist: build DWD first (the dwd step)")
     con = lake_reader(settings)
     rows = con.execute(
         f"""
@@ -74,7 +77,7 @@ def read_as_of(
     ``entities`` (as :func:`active_entities` gives) makes narrow.
     """
     if lake.open_table(settings, source) is None:
-        raise LookupError(f"{source} does not exist: build it first")
+        raise InputError(f"{source} does not exist: build it first")
     con = lake_reader(settings)
     picked = ", ".join(f'f."{c}"' for c in columns)
     query = f"""

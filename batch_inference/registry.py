@@ -23,6 +23,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from contracts.errors import InputError
 from warehouse.errors import NotYet
 from warehouse.settings import Settings
 
@@ -30,7 +31,7 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _VERSION = re.compile(r"^v(\d+)$")
 
 
-class ModelError(ValueError):
+class ModelError(InputError):
     """A model cannot be registered, found or used; the message says which and why."""
 
 
@@ -165,7 +166,7 @@ def get(settings: Settings, name: str, version: str | None = None) -> ModelVersi
     folder = _root(settings, name)
     versions = _versions(folder)
     if not versions:
-        raise ModelError(f"no model {name!r} is registered (train one: strata model train --name {name} …)")
+        raise ModelError(f"no model {name!r} is registered (train one: the train step)")
     chosen = version or f"v{versions[-1]}"
     path = folder / chosen
     if not (path / "model.json").is_file():
@@ -175,7 +176,7 @@ def get(settings: Settings, name: str, version: str | None = None) -> ModelVersi
 
 def _verified_card(path: Path, ref: str) -> ModelCard:
     """The card in ``path``, when it parses and is the one registered; else :class:`BadCard`."""
-    again = "re-train to register a new version (strata model train)"
+    again = "re-train to register a new version (the train step)"
     try:
         card = ModelCard.from_json((path / "model.json").read_text())
     except (ValueError, TypeError, KeyError, AttributeError) as exc:  # bad JSON, or not a card's fields

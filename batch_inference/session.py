@@ -74,8 +74,9 @@ def open_session(model: bytes, provider: Provider = "auto", *, threads: int | No
     used = session.get_providers()[0]
     if provider == "cuda" and used != _CUDA:
         raise ModelError(
-            "--provider cuda was asked, but ONNX Runtime runs this session on "
-            f"{used} (no usable CUDA device or libraries here); use --provider auto or cpu"
+            "provider cuda was asked, but ONNX Runtime runs this session on "
+            f"{used} (no usable CUDA device or libraries here); use provider auto or cpu",
+            argument="provider",
         )
     inputs, outputs = session.get_inputs(), session.get_outputs()
     probabilities = next((o for o in outputs if "prob" in o.name), outputs[-1])

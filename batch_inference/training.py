@@ -169,7 +169,8 @@ def fit_and_register(
         if part.get_column("label").n_unique() < 2:
             raise NotEnoughLabels(
                 f"the {label} split ({part.height} examples) lacks positives or negatives: "
-                "widen the window (--until) or wait for more reviews"
+                "widen the window (until) or wait for more reviews",
+                argument="until",
             )
     x_train, x_test = (_matrix(part, data.features) for part in (train, test))
     pipeline = make_pipeline(

@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from contracts.errors import ContractError
+from contracts.errors import ConflictError, ContractError, InputError, StrataError, TransientError
 from contracts.gx_audit import AuditFailure, AuditResult
 from contracts.model import Column, Contract, Freshness, RowCountBounds
 from contracts.types import parse_type, type_name
@@ -33,8 +33,12 @@ _CLASSES: dict[str, Any] = {
 }
 #: Fields that take no part in a contract's equality and that the audit does not read.
 _LEFT_BEHIND = {"odcs", "path"}
-#: Exceptions other than the built-in ones that come back as themselves.
-_ERRORS: dict[str, type[Exception]] = {f"{ContractError.__module__}.{ContractError.__qualname__}": ContractError}
+#: Exceptions other than the built-in ones that come back as themselves; another of Strata's errors comes
+#: back as the nearest of these, so a refusal in the worker stays a refusal.
+_ERRORS: dict[str, type[Exception]] = {
+    f"{c.__module__}.{c.__qualname__}": c
+    for c in (ContractError, InputError, TransientError, ConflictError, StrataError)
+}
 _LENGTHS = struct.Struct("!QQ")
 
 
@@ -153,9 +157,10 @@ def contract_from(text: str) -> Contract:
 
 
 def error(exc: BaseException) -> dict[str, Any]:
-    """``exc`` as data for :func:`exception`: its type, nearest built-in type, arguments and traceback."""
+    """``exc`` as data for :func:`exception`: its type, nearest built-in type (or kind of Strata error),
+    arguments and traceback."""
     cls = type(exc)
-    base = next(c for c in cls.__mro__ if c.__module__ == "builtins")
+    base = next(c for c in cls.__mro__ if c.__module__ == "builtins" or f"{c.__module__}.{c.__qualname__}" in _ERRORS)
     try:
         args = encode(exc.args)
         json.dumps(args)
@@ -163,7 +168,7 @@ def error(exc: BaseException) -> dict[str, Any]:
         args = None
     return {
         "type": f"{cls.__module__}.{cls.__qualname__}",
-        "base": base.__name__,
+        "base": base.__name__ if base.__module__ == "builtins" else f"{base.__module__}.{base.__qualname__}",
         "args": args,
         "message": str(exc),
         "traceback": "".join(traceback.format_exception(exc)),
@@ -177,7 +182,7 @@ def exception(data: dict[str, Any]) -> Exception:
     name = str(data.get("type"))
     module, _, short = name.rpartition(".")
     known = getattr(builtins, short, None) if module == "builtins" else _ERRORS.get(name)
-    base = getattr(builtins, str(data.get("base")), None)
+    base = _ERRORS.get(str(data.get("base"))) or getattr(builtins, str(data.get("base")), None)
     exc: Exception | None = None
     if isinstance(known, type) and issubclass(known, Exception) and data.get("args") is not None:
         try:

@@ -36,6 +36,7 @@ from typing import Any
 import pyarrow as pa
 
 from contracts import audit_wire
+from contracts.errors import TransientError
 from contracts.gx_audit import AuditResult
 from contracts.model import Contract
 
@@ -96,7 +97,7 @@ def _request(header: dict[str, Any], table: pa.Table | None = None) -> dict[str,
             except (BrokenPipeError, ConnectionResetError, EOFError) as exc:
                 _private = None
                 if attempt == 2:
-                    raise RuntimeError(
+                    raise TransientError(
                         "the GX audit worker died twice during an audit (does `python -c "
                         "'import great_expectations'` work?)"
                     ) from exc
@@ -163,7 +164,7 @@ def _connect() -> socket.socket | None:
             _refuse(address, "a socket that does not listen holds it")
             return None
         elif started is not None and now - started > _START_S:
-            raise RuntimeError(f"the GX audit worker did not start within {_START_S:.0f} s")
+            raise TransientError(f"the GX audit worker did not start within {_START_S:.0f} s")
         time.sleep(0.02)
 
 

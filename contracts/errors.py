@@ -1,13 +1,52 @@
-"""The two ways a contract says no: a broken contract file, and data that breaks a contract."""
+"""Strata's one error family, and the two ways a contract says no.
+
+Every error a user can cause, and every fault of the machine or the store Strata meets, is a
+:class:`StrataError` of one of three kinds, which say whether a retry can help: :class:`InputError`
+(the input or the configuration is wrong: the same call fails the same way), :class:`TransientError`
+(a fault of the machine or the store that may pass: retry) and :class:`ConflictError` (another writer
+holds or changed what this one needs: wait, then retry). An exception outside the family is a bug.
+The family sits here, at the bottom of the import layers, so every package can raise it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 
-class ContractError(ValueError):
+class StrataError(Exception):
+    """The root of Strata's errors; :attr:`retry` says whether trying again can help.
+
+    Messages speak the library's terms (the argument, the table, the step), never a front end's:
+    ``argument`` names the argument that would change the outcome (``tenant``, ``mapping``), so a
+    front end can say how to set it (the CLI names its option)."""
+
+    retry: ClassVar[bool] = False
+
+    def __init__(self, message: str, *, argument: str | None = None) -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
+class InputError(StrataError):
+    """The input is wrong (a bad argument, file or setting, or input not there): retrying cannot help."""
+
+
+class TransientError(StrataError):
+    """A fault of the machine or the store (a full disk, an unreachable store, throttling) that may
+    pass: a retry can help."""
+
+    retry = True
+
+
+class ConflictError(StrataError):
+    """Another writer holds or changed what this one needs (a lock, a commit): wait, then retry."""
+
+    retry = True
+
+
+class ContractError(InputError):
     """A contract file is missing, malformed or inconsistent; the message names file and field."""
 
 
@@ -28,7 +67,7 @@ class Violation:
         return f"[{self.rule}] {where}{self.message}{count}{examples}"
 
 
-class ContractViolation(ValueError):
+class ContractViolation(InputError):
     """Data does not conform to a table's contract.
 
     ``table`` names the contract, ``violations`` every rule broken; ``rule`` and ``column``

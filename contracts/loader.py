@@ -270,7 +270,7 @@ def _column(p: Any, index: int, fail: Any) -> Column:
         raise fail(f"{where}.physicalType", "missing (an Arrow type name such as int64 or string)")
     try:
         arrow_type = parse_type(p.physicalType)
-    except ValueError as e:
+    except ContractError as e:
         raise fail(f"{where}.physicalType", str(e)) from None
     expected = logical_type(arrow_type)
     if p.logicalType != expected:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from contracts.compat import contract_shape, diff_shapes
+from contracts.errors import ContractError
 from contracts.model import Contract
 from contracts.rules import Change, rules
 
@@ -138,5 +139,5 @@ def _defaults() -> dict[str, Any]:
 def _version(text: str) -> tuple[int, int, int]:
     m = re.match(r"^(\d+)\.(\d+)\.(\d+)", text)
     if not m:
-        raise ValueError(f"not a semantic version: {text!r}")
+        raise ContractError(f"not a semantic version: {text!r}")
     return int(m.group(1)), int(m.group(2)), int(m.group(3))

@@ -27,13 +27,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 import polars as pl
 import pyarrow as pa
 
+from contracts.errors import InputError
 from contracts.types import logical_type, polars_dtype
 
 if TYPE_CHECKING:
     from contracts.model import Column, Contract
 
 
-class Invalid(ValueError):
+class Invalid(InputError):
     """A rule stated wrongly in a contract; ``at`` extends the field it was read from (``.arguments``)."""
 
     def __init__(self, message: str, at: str = "") -> None:

@@ -16,6 +16,8 @@ from typing import cast
 import polars as pl
 import pyarrow as pa
 
+from contracts.errors import ContractError
+
 _TIMESTAMP = re.compile(r"^timestamp\[(ms|us|ns)(?:,\s*tz=([^\]]+))?\]$")
 _LIST = re.compile(r"^list<(?:item:\s*)?(.+)>$")
 _DECIMAL = re.compile(r"^decimal(?:128)?\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
@@ -45,7 +47,7 @@ def _key(t: pa.DataType) -> str:
 
 
 def parse_type(name: str) -> pa.DataType:
-    """The Arrow type a ``physicalType`` string names; ``ValueError`` when it names none."""
+    """The Arrow type a ``physicalType`` string names; :class:`ContractError` when it names none."""
     text = name.strip()
     if m := _TIMESTAMP.match(text):
         return pa.timestamp(m.group(1), tz=m.group(2).strip() if m.group(2) else None)
@@ -54,7 +56,7 @@ def parse_type(name: str) -> pa.DataType:
     if m := _DECIMAL.match(text):
         precision, scale = int(m.group(1)), int(m.group(2))
         if not 1 <= precision <= MAX_DECIMAL_PRECISION or scale > precision:
-            raise ValueError(
+            raise ContractError(
                 f"{name!r}: a decimal needs 1 <= precision <= {MAX_DECIMAL_PRECISION} and 0 <= scale <= precision"
             )
         return pa.decimal128(precision, scale)
@@ -78,7 +80,7 @@ def parse_type(name: str) -> pa.DataType:
         "uint64",
     ):
         return pa.type_for_alias(text)
-    raise ValueError(
+    raise ContractError(
         f"unknown physical type {name!r} (use an Arrow type name such as int64, "
         "string, timestamp[us, tz=UTC], list<string>, decimal128(18, 9))"
     )

@@ -3,7 +3,8 @@
 ``strata.orchestration.tasks`` does the work and never imports Airflow; this module turns its
 outcomes into what Airflow understands: a step with nothing to do is a skip, a refusal (an
 unknown step among them) fails at once with its one-line message (retrying cannot help), and
-any other failure propagates, so the retries of :data:`DEFAULT_ARGS` apply.
+any other failure propagates, so the retries of :data:`DEFAULT_ARGS` apply: a fault that may pass
+as one line, a bug (an exception outside Strata's error family) with its traceback.
 """
 
 from __future__ import annotations

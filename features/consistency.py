@@ -18,6 +18,7 @@ from typing import Any
 
 import polars as pl
 
+from contracts.errors import InputError
 from features.materialize import watermarks
 from features.online import View, reader
 from features.repo.definitions import SERVED, TTL, feature_names, feature_tables, join_key, timestamp_column, view_name
@@ -183,10 +184,11 @@ def check_consistency(
     store has moved on from is refused (:func:`moved_on`).
     """
     if day is not None and (later := moved_on(settings, day)) is not None:
-        raise LookupError(
+        raise InputError(
             f"the online store reflects the features up to {later:%Y-%m-%d %H:%M} UTC, after {day}: "
             f"the check of {day} measured the store as it was then and cannot be made again (its rows "
-            f"in {TABLE} stand); check a later day, or leave the date out"
+            f"in {TABLE} stand); check a later day, or leave the day out",
+            argument="day",
         )
     marks = watermarks(settings)
     if not any(mark.get("as_of") for mark in marks.values()):  # nothing materialized yet: nothing to compare

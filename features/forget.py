@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow as pa
 
+from contracts.errors import TransientError
 from features.encoding import entity_keys
 from features.materialize import stores_written
 from features.online_store import connect_sqlite, redis_client, table_name
@@ -28,7 +29,7 @@ from warehouse.settings import Settings
 USER_KEY = "user_pseudonym"
 
 
-class StoreUnreachable(RuntimeError):
+class StoreUnreachable(TransientError):
     """An online store written to before cannot be reached: the user is not forgotten there yet."""
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contracts import load_feast
+from contracts.errors import InputError
 from features.online_store import connect_sqlite, mmh3_field, redis_client, table_name
 from features.repo.definitions import ENTITIES, feature_names, feature_tables, join_key, view_name
 from features.store import PROJECT, sqlite_path
@@ -75,7 +76,7 @@ def views_of(entity: str) -> list[View]:
             found.append(View(view_name(table), key, tuple(feature_names(table))))
     if not found:
         known = sorted({name for name, _ in ENTITIES.values()} | {view_name(t) for t in feature_tables()})
-        raise LookupError(f"no feature view for {entity!r}: use one of {known}")
+        raise InputError(f"no feature view for {entity!r}: use one of {known}")
     return found
 
 
@@ -99,7 +100,7 @@ class OnlineReader:
         if con is None:
             path = sqlite_path(self.settings)
             if not path.exists():
-                raise LookupError(f"no online store at {path}: run `strata features materialize` first")
+                raise InputError(f"no online store at {path}: materialize the features first (the materialize step)")
             con = self._local.con = connect_sqlite(path)
         return con
 
@@ -116,7 +117,7 @@ class OnlineReader:
         wanted = list(features or view.features)
         unknown = [f for f in wanted if f not in view.features]
         if unknown:
-            raise LookupError(f"feature view {view.name} has no feature(s) {unknown}")
+            raise InputError(f"feature view {view.name} has no feature(s) {unknown}", argument="features")
         import pyarrow as pa
 
         from features.encoding import entity_keys
@@ -229,5 +230,5 @@ def get_online_features(
             if with_times:
                 out[f"{name}__ts"] = times[0]
     if wanted is not None and (missing := sorted(wanted - {k for k in out if not k.endswith("__ts")})):
-        raise LookupError(f"{entity} has no feature(s) {missing}")
+        raise InputError(f"{entity} has no feature(s) {missing}", argument="features")
     return out

@@ -22,6 +22,8 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 
+from contracts.errors import InputError
+
 
 @dataclass
 class Chunk:
@@ -73,9 +75,9 @@ class SqliteWriter:
             "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", [table_name(project, view)]
         ).fetchone()
         if found is None:
-            raise LookupError(
+            raise InputError(
                 f"the online store {path} has no table {table_name(project, view)}: apply the "
-                "Feast definitions first (strata features materialize does)"
+                "Feast definitions first (the materialize step does)"
             )
 
         def statement(rows: int) -> str:

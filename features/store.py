@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from contracts import load_feast
-from warehouse.settings import Settings
+from warehouse.settings import ConfigError, Settings
 
 #: The Feast project: the prefix of online tables (``strata_user_features``) and Redis keys.
 PROJECT = "strata"
@@ -47,7 +47,7 @@ def redis_connection_string(url: str) -> str:
     password as a reference to :data:`REDIS_PASSWORD_VARIABLE`, never the password itself."""
     parts = urlsplit(url)
     if parts.scheme not in ("redis", "rediss"):
-        raise ValueError(f"the Redis online store needs a redis:// URL, not {parts.scheme}://…")
+        raise ConfigError(f"the Redis online store needs a redis:// URL, not {parts.scheme}://…")
     text = f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379}"
     db = parts.path.strip("/")
     if db:
@@ -56,7 +56,7 @@ def redis_connection_string(url: str) -> str:
         text += f",username={unquote(parts.username)}"
     if parts.password:
         if "," in unquote(parts.password):
-            raise ValueError(
+            raise ConfigError(
                 "Feast's Redis connection string cannot carry a password with a comma in it: "
                 "choose a Redis password without ','"
             )

@@ -2,15 +2,19 @@
 
 The root app holds the global options and the one error boundary; each topic's commands
 live in ``strata/commands/`` and are registered at the bottom. Commands import the library
-they need inside their bodies, so ``strata --help`` stays fast. Errors are one clear line
-and a non-zero exit; ``--debug`` shows the traceback. The library's log (``strata.*``) shows
+they need inside their bodies, so ``strata --help`` stays fast. An error of Strata's family
+(:mod:`contracts.errors`) is one clear line and exit code 1, naming the option to change when the
+library names the argument at fault; any other exception is a bug, said so in one line with the
+command to rerun with ``--debug``, which shows the traceback. The library's log (``strata.*``) shows
 on stderr from WARNING, from INFO with ``-v`` (what each step does, its progress and counts),
 from DEBUG with ``-vv``; ``STRATA_LOG_LEVEL`` sets the level when no ``-v`` is given.
 """
 
 from __future__ import annotations
 
+import shlex
 import sys
+from dataclasses import dataclass
 
 import typer
 from rich.markup import escape
@@ -31,6 +35,34 @@ from strata.commands import (
     sql,
 )
 from strata.console import console, log_level, log_shown, out
+
+#: The option that sets each argument the library names in an error (:attr:`StrataError.argument`).
+OPTIONS: dict[str, str] = {
+    "as_of": "--as-of",
+    "batch": "--batch",
+    "day": "--date",
+    "days": "--date",
+    "features": "--features",
+    "fmt": "--format",
+    "lock_wait": "--wait SECONDS",
+    "mapping_file": "--mapping",
+    "path": "--out",
+    "provider": "--provider",
+    "raw": "--raw",
+    "shard": "--shard",
+    "start": "--start",
+    "tenant": "--tenant",
+    "until": "--until",
+    "user_id": "--user",
+}
+
+
+@dataclass
+class Run:
+    """What the root options say about this run, for the error boundary in :func:`main`."""
+
+    debug: bool = False
+
 
 app = typer.Typer(
     name="strata",
@@ -56,6 +88,7 @@ def _root(
     ),
 ) -> None:
     """Strata command line. Settings come from STRATA_* environment variables (see `strata config`)."""
+    ctx.ensure_object(Run).debug = debug
     ctx.with_resource(log_shown(log_level(verbose)))
 
 
@@ -89,16 +122,27 @@ app.add_typer(airflow.app, name="airflow")
 app.add_typer(collect.app)
 
 
+def error_line(exc: Exception) -> str:
+    """The one line the CLI prints for an error (markup escaped): a Strata error's message, with the
+    option to change when the library names the argument at fault; any other exception as a bug."""
+    from contracts.errors import StrataError
+
+    if isinstance(exc, StrataError):
+        option = OPTIONS.get(exc.argument or "")
+        return escape(str(exc) or type(exc).__name__) + (f" ({option})" if option else "")
+    return escape(f"a bug in Strata, not in what was asked: {type(exc).__name__}: {exc}")
+
+
 def main() -> None:
     """Entry point: run the app; a usage error is one line and exit code 2, any other error one line
-    and exit code 1."""
+    and exit code 1 (``--debug``: its traceback)."""
     # typer vendors click and exports no name for its usage errors (typer.BadParameter is one of them)
     from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 
-    debug = "--debug" in sys.argv[1:]
+    run = Run()
     try:
         # standalone_mode=False: click's errors come here instead of its rich panel of several lines
-        code = app(prog_name="strata", standalone_mode=False)
+        code = app(prog_name="strata", standalone_mode=False, obj=run)
     except SystemExit:
         raise
     except NoArgsIsHelpError:  # `strata build`: its help is printed already
@@ -112,12 +156,16 @@ def main() -> None:
         console.print("[red]interrupted[/]")
         sys.exit(130)
     except Exception as exc:  # the CLI's one error boundary
-        if debug:
+        if run.debug:
             raise
+        from contracts.errors import StrataError
+
         # Escaped: a message may hold brackets (a partition "[event_date = …]", a path) that rich
         # would otherwise take for markup and drop.
-        console.print(f"[red]error:[/] {escape(str(exc) or type(exc).__name__)}")
-        console.print("[dim](run with --debug for the traceback)[/]")
+        console.print(f"[red]error:[/] {error_line(exc)}")
+        if not isinstance(exc, StrataError):  # --debug is the root's option: it goes before the command
+            again = shlex.join(["strata", "--debug", *sys.argv[1:]])
+            console.print(f"[dim](for the traceback, run again with --debug: {escape(again)})[/]", soft_wrap=True)
         sys.exit(1)
     if code == 130:  # typer turns a Ctrl-C inside a command into Exit(130), returned here
         console.print("[red]interrupted[/]")

@@ -172,7 +172,9 @@ def log_level(verbose: int, env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     level = env.get("STRATA_LOG_LEVEL", "").strip().upper() or LEVELS[0]
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-        raise ValueError(f"STRATA_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL, not {level!r}")
+        from warehouse.settings import ConfigError  # only here: the family's module brings polars and pyarrow
+
+        raise ConfigError(f"STRATA_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL, not {level!r}")
     return level
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 
+from contracts.errors import InputError
 from warehouse.progress import Progress, logged
 from warehouse.settings import Settings
 
@@ -238,7 +239,7 @@ def write_report(
 
     start = start or end - dt.timedelta(days=WEEK - 1)
     if start > end:
-        raise ValueError(f"the report's start ({start}) is after its end ({end})")
+        raise InputError(f"the report's start ({start}) is after its end ({end})", argument="start")
     # The page names the riskiest users' pseudonyms: from its first read of the scores to the page written, a
     # forget waits (then deletes the page), or has already removed the user from the scores.
     with locks.hold(settings, read=[ADS_USER_RISK_SCORES]):

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from contracts.errors import InputError
 from synthetic_workload.assemble import assemble_shard, duplicate_count, plan_duplicates
 from synthetic_workload.catalog import pipeline_upgrade_at, price_rows, prices_csv
 from synthetic_workload.encode import encode_feedback
@@ -42,23 +43,23 @@ def _validate(out: Path, days: int, requests_per_day: int, seed: int, start: dt.
         return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
     if not isinstance(out, (str, os.PathLike)):
-        raise ValueError(f"out must be a path, got {out!r}")
+        raise InputError(f"out must be a path, got {out!r}")
     if not is_int(days) or not 1 <= days <= _MAX_DAYS:
-        raise ValueError(f"days must be an integer from 1 to {_MAX_DAYS}, got {days!r}")
+        raise InputError(f"days must be an integer from 1 to {_MAX_DAYS}, got {days!r}")
     if not is_int(requests_per_day) or not 1 <= requests_per_day < _MAX_REQUESTS_PER_DAY:
-        raise ValueError(
+        raise InputError(
             f"requests_per_day must be an integer from 1 to {_MAX_REQUESTS_PER_DAY - 1}, got {requests_per_day!r}"
         )
     if not is_int(seed) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        raise InputError(f"seed must be a non-negative integer, got {seed!r}")
     if not isinstance(start, dt.date) or isinstance(start, dt.datetime):
-        raise ValueError(f"start must be a datetime.date, got {start!r}")
+        raise InputError(f"start must be a datetime.date, got {start!r}")
     if (
         isinstance(fault_rate, bool)
         or not isinstance(fault_rate, (int, float, np.floating))
         or not 0.0 <= float(fault_rate) <= MAX_FAULT_RATE
     ):
-        raise ValueError(f"fault_rate must be a number in [0, {MAX_FAULT_RATE}], got {fault_rate!r}")
+        raise InputError(f"fault_rate must be a number in [0, {MAX_FAULT_RATE}], got {fault_rate!r}")
 
 
 def _prepare_out(out: Path) -> None:
@@ -77,7 +78,7 @@ def _prepare_out(out: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
         manifest.unlink()
     elif any(p.exists() and any(p.iterdir()) for p in owned):
-        raise ValueError(
+        raise InputError(
             f"{out} already holds requests/ or feedback/ files that no generator manifest.json "
             "describes; choose an empty folder"
         )

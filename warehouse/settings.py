@@ -24,6 +24,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
+from contracts.errors import InputError
+
 OnlineStore: TypeAlias = Literal["sqlite", "redis"]
 #: A tenant a source names for its records (``STRATA_DEFAULT_TENANT``, ``strata ingest --tenant``).
 TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -37,7 +39,7 @@ _END = "<!-- end of the generated tables -->"
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A setting is missing or malformed; the message says which and how to fix it."""
 
 

@@ -14,6 +14,7 @@ import datetime as dt
 from typing import Any
 
 from contracts import load_feast
+from contracts.errors import ContractError
 from warehouse.settings import Settings
 from warehouse.storage.objectstore import is_object_store
 from warehouse.tables import Table, all_tables
@@ -54,7 +55,7 @@ def join_key(table: Table) -> str:
         return SERVED[table.name][0]
     keys = [k for k in table.contract.primary_key if k not in TIME_COLUMNS]
     if len(keys) != 1 or keys[0] not in ENTITIES:
-        raise ValueError(
+        raise ContractError(
             f"{table} is keyed by {keys}: a feature view needs exactly one entity key of "
             f"{sorted(ENTITIES)} besides feature_ts (change its contract)"
         )

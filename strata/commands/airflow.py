@@ -64,6 +64,7 @@ def up_cmd(
     timeout: float = typer.Option(180, "--timeout", min=1, help="Seconds to wait for Airflow to answer."),
 ) -> None:
     """Start Airflow (standalone) with Strata's DAGs in the background; prints where to log in."""
+    from contracts.errors import TransientError
     from strata.orchestration.env import airflow_env, dags_folder
     from warehouse.settings import load_settings
 
@@ -91,11 +92,11 @@ def up_cmd(
         while not _healthy(port):
             if process.poll() is not None:
                 (home / _PID).unlink(missing_ok=True)
-                raise RuntimeError(
+                raise TransientError(
                     f"Airflow stopped while starting (exit {process.returncode}); last lines of {log}:\n{_tail(log)}"
                 )
             if time.monotonic() > deadline:
-                raise RuntimeError(
+                raise TransientError(
                     f"Airflow did not answer on port {port} within {timeout:.0f} s; "
                     f"see {log}, and `strata airflow down` to stop it"
                 )

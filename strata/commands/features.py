@@ -61,6 +61,7 @@ def get_cmd(
     """Look one entity's online features up (a raw user id is pseudonymized with the configured key first)."""
     from rich.table import Table
 
+    from contracts.errors import InputError
     from features.online import get_online_features
     from warehouse.settings import load_settings
 
@@ -73,7 +74,7 @@ def get_cmd(
     )
     shown = [k for k in values if not k.endswith("__ts")]
     if all(values[f"{n}__ts"] is None for n in shown):  # a page of dashes would read as an answer
-        raise LookupError(
+        raise InputError(
             f"the online store holds nothing for {kind} {raw}: unknown, forgotten, or not materialized yet "
             "(strata features materialize)"
         )

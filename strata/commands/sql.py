@@ -83,11 +83,12 @@ def sql_cmd(
         raise typer.BadParameter("--out writes csv, json or parquet: choose one with --format", param_hint="--out")
     settings = load_settings()
     if out_file is not None:
+        from contracts.errors import InputError
         from warehouse.sql.export import target
 
         try:
             out_file = target(out_file, settings)
-        except ValueError as e:
+        except InputError as e:
             raise typer.BadParameter(str(e), param_hint="--out") from None
     pins = dict(parse_as_of(text) for text in as_of)
     with Session(settings, raw=raw, as_of=pins) as session:

@@ -9,9 +9,12 @@ context. Here, and nowhere else, it is decided:
   other fails at once, saying which steps there are;
 * what the step is given: the run's data interval becomes its date (the interval's first
   day; the last for a step over a week), never ``now()``;
-* how a failure reads: one line naming the step, the date and what to do, marked as a
-  refusal (configuration, bad or missing input: retrying cannot help) or as a failure that
-  a retry may cure (storage, a lock held, a commit conflict);
+* how a failure reads, from Strata's error family (:mod:`contracts.errors`), never from built-in
+  types: one line naming the step, the date and what to do, marked as a refusal (an
+  :class:`~contracts.errors.InputError`: configuration, bad or missing input; retrying cannot help)
+  or as a failure that a retry may cure (a :class:`~contracts.errors.TransientError` or
+  :class:`~contracts.errors.ConflictError`: storage, a lock held, a commit conflict); an exception
+  outside the family is a bug (:class:`StepBug`), its traceback kept for the task's log;
 * when there is nothing to do, which is a *skip*: reference data that has not changed, a
   consistency check the online store has moved on from, scoring before a model is registered,
   a step whose input is not there yet (:class:`~warehouse.errors.NotYet`: a week without
@@ -30,6 +33,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from contracts.errors import InputError, StrataError, TransientError
 from strata import pipeline
 from strata.pipeline import StepResult
 from warehouse.errors import NoData, NotYet
@@ -47,7 +51,7 @@ class Skip(Exception):
     """Nothing for this task to do; the message says why (the task is marked skipped)."""
 
 
-class StepRefused(RuntimeError):
+class StepRefused(InputError):
     """A retry cannot help (configuration, bad or missing input); the message says what to do."""
 
 
@@ -55,20 +59,13 @@ class UnknownStep(StepRefused):
     """A task names a step :data:`STEPS` does not declare: the DAG file and the registry disagree."""
 
 
-class StepFailed(RuntimeError):
+class StepFailed(TransientError):
     """The step failed in a way a retry may cure (storage, a lock held, a commit conflict)."""
 
 
-#: Errors a retry cannot cure: the same input gives the same error.
-_REFUSALS: tuple[type[BaseException], ...] = (
-    ConfigError,
-    ValueError,
-    LookupError,
-    TypeError,
-    FileNotFoundError,
-    NotADirectoryError,
-    PermissionError,
-)
+class StepBug(Exception):
+    """The step raised an exception outside Strata's error family: a bug, neither bad input nor a
+    fault of the store; its traceback is the cause, for the task's log."""
 
 
 def _day(moment: dt.datetime) -> dt.date:
@@ -244,10 +241,12 @@ def run_step(name: str, context: Mapping[str, Any], **options: Any) -> dict[str,
         result = step.function(settings, *args, **{**given, **options})
     except (NotYet, NoData) as exc:
         raise Skip(f"{what}: {one_line(exc)}") from None
-    except _REFUSALS as exc:
-        raise StepRefused(f"{what}: {one_line(exc)}") from exc
-    except Exception as exc:
+    except StrataError as exc:
+        if not exc.retry:
+            raise StepRefused(f"{what}: {one_line(exc)}") from exc
         raise StepFailed(f"{what} failed ({type(exc).__name__}): {one_line(exc)}") from exc
+    except Exception as exc:
+        raise StepBug(f"{what} failed on a bug ({type(exc).__name__}): {one_line(exc)}") from exc
     return result.summary()
 
 

@@ -67,6 +67,42 @@ def test_errors_are_one_line_without_traceback_unless_debug(tmp_path: Path) -> N
     assert level.returncode == 1 and "error: STRATA_LOG_LEVEL must be DEBUG, INFO" in level.stderr
 
 
+#: The real CLI with one more command, whose body has a bug (a KeyError), run as ``strata`` is.
+BUGGY = """
+import sys
+from strata import cli
+
+@cli.app.command("buggy")
+def buggy() -> None:
+    {"rows": 1}["event_date"]
+
+sys.argv = ["strata", *sys.argv[1:]]
+cli.main()
+"""
+
+
+def test_a_bug_is_called_one_and_the_hint_to_rerun_with_debug_is_true(tmp_path: Path) -> None:
+    env = {**os.environ, "STRATA_HOME": str(tmp_path), "COLUMNS": "200"}
+    run = [sys.executable, "-c", BUGGY]
+    bug = subprocess.run([*run, "buggy"], env=env, capture_output=True, text=True, timeout=60)
+    assert bug.returncode == 1 and "Traceback" not in bug.stderr
+    assert bug.stderr.splitlines() == [
+        "error: a bug in Strata, not in what was asked: KeyError: 'event_date'",
+        "(for the traceback, run again with --debug: strata --debug buggy)",
+    ]
+    again = subprocess.run([*run, "--debug", "buggy"], env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 1 and "Traceback" in again.stderr and "KeyError: 'event_date'" in again.stderr
+    # A bad input is no bug: its one line, naming the option that sets the argument at fault, and no hint.
+    (tmp_path / "logs.jsonl").write_text("")
+    refused = _run(
+        ["ingest", "--tenant", "a b", str(tmp_path / "logs.jsonl")], {"STRATA_HOME": str(tmp_path), "COLUMNS": "200"}
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.endswith(
+        "error: tenant must be 1-128 letters, digits, '.', '_' or '-', not 'a b' (--tenant)\n"
+    )
+
+
 def test_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
     env = {"STRATA_HOME": str(tmp_path), "COLUMNS": "80"}
     unknown = _run(["build", "dwd", "--foo"], env)  # was a usage line, a hint and a boxed panel

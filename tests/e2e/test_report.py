@@ -26,6 +26,7 @@ from typing import Any
 import polars as pl
 import pytest
 
+from contracts.errors import InputError
 from strata import pipeline
 from strata.report.charts import LABEL_CHARS, OTHERS
 from synthetic_workload import generate
@@ -248,7 +249,7 @@ def test_strata_report_writes_the_week_into_the_lake_or_a_local_copy(
     # Without --out (as the daily DAG does), into the lake's reports/ folder.
     written = pipeline.write_report(settings, END, start=START)
     assert written.detail == report_uri(settings, START, END) and Path(written.detail).read_bytes().startswith(b"<!")
-    with pytest.raises(ValueError, match="after its end"):
+    with pytest.raises(InputError, match="after its end"):
         pipeline.write_report(settings, START, start=END, out=copy)
 
 

@@ -17,6 +17,7 @@ from strata import pipeline
 from synthetic_workload import generate
 from warehouse.ads.build import MARTS, build
 from warehouse.ads.project import PROJECT_DIR, DbtFailed
+from warehouse.errors import NoData
 from warehouse.settings import Settings, load_settings
 from warehouse.storage import lake
 from warehouse.tables import ADS_MODEL_DAILY, DWD_REQUEST, table
@@ -404,5 +405,5 @@ def test_docs_generate_one_static_page_under_strata_home(built: tuple[Settings, 
 
 def test_a_day_dwd_never_built_is_refused(built: tuple[Settings, dict, Path]) -> None:
     settings, _, _ = built
-    with pytest.raises(LookupError, match="DWD was never built for 2026-04-01"):
+    with pytest.raises(NoData, match="DWD was never built for 2026-04-01"):
         build(settings, [dt.date(2026, 4, 1)])

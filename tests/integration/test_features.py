@@ -26,6 +26,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
+from contracts.errors import InputError
 from features.encoding import entity_keys
 from features.http_api import READ_ROUTES, WRITE_ROUTES, Limits, build_app
 from features.materialize import materialize, watermarks
@@ -44,7 +45,7 @@ from tests import feature_lake
 from tests.feature_lake import DAY1, DAY2
 from tests.services import Redis, free_port, stop_tree
 from warehouse.privacy import pseudonym
-from warehouse.settings import Settings, load_settings
+from warehouse.settings import ConfigError, Settings, load_settings
 from warehouse.storage import lake
 from warehouse.storage.publish import republish
 from warehouse.tables import table
@@ -217,7 +218,7 @@ def test_consistency_is_clean_then_finds_a_planted_skew(world: dict) -> None:
     clean = check_consistency(settings, DAY2, sample=10_000)
     assert clean.mismatches == 0 and clean.missing == 0
     # The store reflects DAY2 now: the check of the day before can no longer be made.
-    with pytest.raises(LookupError, match="cannot be made again"):
+    with pytest.raises(InputError, match="cannot be made again"):
         check_consistency(settings, DAY2 - dt.timedelta(days=1))
     assert {v.view: v.sampled for v in clean.views} == {
         view_name(t): lake.read_frame(settings, t)[join_key(t)].n_unique() for t in feature_tables()
@@ -588,5 +589,5 @@ def test_the_feast_config_names_the_redis_password_and_feast_reads_it_from_the_e
     store = open_store(settings)
     assert password not in (tmp_path / "feast" / "feature_store.yaml").read_text()
     assert store.config.online_store.connection_string == f"127.0.0.1:6379,db=11,username=app,password={password}"
-    with pytest.raises(ValueError, match="password with a comma"):
+    with pytest.raises(ConfigError, match="password with a comma"):
         write_config(load_settings({"STRATA_HOME": str(tmp_path), "STRATA_ONLINE_STORE": "redis://:a,b@127.0.0.1/11"}))

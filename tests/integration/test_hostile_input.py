@@ -15,6 +15,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
+from contracts.errors import InputError
 from warehouse.dwd.build import build, build_day
 from warehouse.ods.ingest import ingest
 from warehouse.ops.forget import forget_user
@@ -119,7 +120,7 @@ def test_a_mapping_is_checked_before_anything_is_written_and_kept_only_when_line
         'name: "../../../../tmp/strata-escape"\nformat: jsonl\nfields: {request_id: id, ts: t}\n'
         "timestamp: {unit: ms}\nconstants: {tenant_id: t, model: m}\n"
     )
-    with pytest.raises(ValueError, match=r"escape\.yaml: name:"):
+    with pytest.raises(InputError, match=r"escape\.yaml: name:"):
         ingest(settings, [sample], mapping_file=escaping)
     assert not Path(settings.lake_uri).exists() and not Path("/tmp/strata-escape.yaml").exists()
 

@@ -87,7 +87,8 @@ def test_a_second_writer_of_a_partition_fails_naming_the_holder(backend: str) ->
             locks.hold(load_settings(), write=[(DWD_REQUEST, {"event_date": "2026-03-01"})]),
         ):
             pass
-        assert f"pid {holder.pid}" in str(err.value) and "--wait" in str(err.value)
+        assert f"pid {holder.pid}" in str(err.value) and "STRATA_LOCK_WAIT" in str(err.value)
+        assert err.value.argument == "lock_wait" and err.value.retry  # the CLI names its --wait
         # Another partition of the same table is free: writers of different dates run side by side.
         with locks.hold(load_settings(), write=[(DWD_REQUEST, {"event_date": "2026-03-02"})]):
             pass

@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 from conftest import AZURE_FULL, AZURE_SAMPLE, SHIPPED_AZURE_MAPPING
 
+from contracts.errors import InputError
 from synthetic_workload import generate
 from warehouse.dwd.build import build, build_day
 from warehouse.dwd.prices import load_prices
@@ -333,7 +334,7 @@ def test_a_day_of_only_bad_lines_publishes_its_quarantine_and_books(tmp_path: Pa
 
 def test_a_csv_file_without_a_mapping_is_refused_before_anything_lands(strata_env: Path) -> None:
     settings = load_settings()
-    with pytest.raises(ValueError, match="--mapping FILE or the name of a shipped one"):
+    with pytest.raises(InputError, match="give a mapping file or the name of a shipped one"):
         ingest(settings, [AZURE_SAMPLE])
     assert lake.open_table(settings, table("ods.request_log_raw")) is None
 
@@ -453,9 +454,9 @@ def test_ingest_tells_otlp_by_content_and_names_the_files_it_does_not_read(tmp_p
         "logs.json": "an OpenTelemetry logs export (Strata reads OTLP traces)",
         "manifest.json": "a .json file that is not an OTLP trace export",
     }
-    with pytest.raises(ValueError, match=r"metrics export .*\(OTEL_TRACES_EXPORTER\)"):
+    with pytest.raises(InputError, match=r"metrics export .*\(OTEL_TRACES_EXPORTER\)"):
         ingest(settings, [folder / "metrics.json"], fmt="otlp-json")
-    with pytest.raises(ValueError, match="--format jsonl"):
+    with pytest.raises(InputError, match="the format jsonl"):
         ingest(settings, [folder / "manifest.json"])
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.errors import InputError
 from warehouse.dwd.prices import load_prices
 from warehouse.dwd.quotas import load_quotas
 from warehouse.settings import load_settings
@@ -28,7 +29,7 @@ def test_a_price_list_with_one_bad_row_changes_nothing(tmp_path: Path, strata_en
     before = _state(DWD_MODEL_PRICE)
     bad = tmp_path / "bad.csv"
     bad.write_text(PRICE_HEADER + "m1,2026-01-01,0.001,0.002\nm2,2026-01-01,-5,0.002\n")
-    with pytest.raises(ValueError, match=r"(?s)1 of 2 price row\(s\).*input_price_per_1k\.min.*nothing loaded.*line 3"):
+    with pytest.raises(InputError, match=r"(?s)1 of 2 price row\(s\).*input_price_per_1k\.min.*nothing loaded.*line 3"):
         load_prices(load_settings(), bad)
     assert _state(DWD_MODEL_PRICE) == before and len(before[1]) == 11
 
@@ -36,7 +37,7 @@ def test_a_price_list_with_one_bad_row_changes_nothing(tmp_path: Path, strata_en
 def test_a_price_list_whose_every_row_is_bad_names_each_rule(tmp_path: Path, strata_env: Path) -> None:
     bad = tmp_path / "prices.csv"
     bad.write_text(PRICE_HEADER + "m1,2026-13-01,0.001,0.002\nm2,2026-01-01,-5,0.002\nm3,2026-01-01,0.1,\n")
-    with pytest.raises(ValueError) as refused:
+    with pytest.raises(InputError) as refused:
         load_prices(load_settings(), bad)
     message = str(refused.value)
     for line, rule in ((2, "effective_from.type"), (3, "input_price_per_1k.min"), (4, "output_price_per_1k.required")):
@@ -51,6 +52,6 @@ def test_a_quota_list_without_its_quota_columns_is_refused(tmp_path: Path, strat
     before = _state(DWD_TENANT_QUOTA)
     bare = tmp_path / "bare.csv"
     bare.write_text("tenant_id,effective_from\nt1,2026-02-01\n")
-    with pytest.raises(ValueError, match=r"missing quota column\(s\) \['daily_request_quota', 'daily_token_quota'\]"):
+    with pytest.raises(InputError, match=r"missing quota column\(s\) \['daily_request_quota', 'daily_token_quota'\]"):
         load_quotas(load_settings(), bare)
     assert _state(DWD_TENANT_QUOTA) == before

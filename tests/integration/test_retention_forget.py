@@ -14,6 +14,7 @@ from conftest import AZURE_SAMPLE, SHIPPED_AZURE_MAPPING
 from fixtures_otlp import otlp_export_line
 from lake_compare import assert_no_trace
 
+from contracts.errors import InputError
 from warehouse.dwd.build import build_day
 from warehouse.dws.build import build as build_dws
 from warehouse.ods.ingest import ingest
@@ -171,7 +172,7 @@ def test_a_file_with_a_forgotten_user_is_never_landed_again(tmp_path: Path, stra
     version = lake.version(settings, table("ods.request_log_raw"))
 
     assert not ingest(settings, [mixed, only]).landed  # skipped, though `only` has no line left in ODS
-    with pytest.raises(ValueError, match="2 of its 4 lines were removed from ODS"):
+    with pytest.raises(InputError, match="2 of its 4 lines were removed from ODS"):
         ingest(settings, [mixed], reland=True)
     assert lake.version(settings, table("ods.request_log_raw")) == version
     assert victim not in repr(lake.read(settings, table("ods.request_log_raw")).to_pylist())

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.errors import InputError
 from warehouse.sources.collector.encoding import JSON, PROTOBUF, accept, decode
 from warehouse.sources.collector.segments import convert_pending, convert_segment, frame
 
@@ -67,7 +68,7 @@ def test_a_damaged_segment_is_reported_and_left_where_it_is(tmp_path: Path) -> N
     data = bytearray(segment.read_bytes())
     data[-1] ^= 0xFF
     segment.write_bytes(bytes(data))
-    with pytest.raises(ValueError, match="damaged"):
+    with pytest.raises(InputError, match="damaged"):
         convert_segment(segment)
     done = convert_pending([tmp_path])
     assert done.paths == [tmp_path] and [p for p, _ in done.failed] == [segment]

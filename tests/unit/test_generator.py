@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.errors import InputError
 from synthetic_workload import FAULT_KINDS, generate
 
 START = dt.date(2024, 2, 28)  # the run crosses a leap day
@@ -206,7 +207,7 @@ def test_regenerating_into_the_same_folder_replaces_it(tmp_path: Path) -> None:
     foreign = tmp_path / "foreign"
     (foreign / "requests").mkdir(parents=True)
     (foreign / "requests" / "x.jsonl").write_text("{}\n")
-    with pytest.raises(ValueError, match="no generator manifest"):
+    with pytest.raises(InputError, match="no generator manifest"):
         generate(foreign, days=1, requests_per_day=10, seed=1, start=START)
 
 
@@ -611,7 +612,7 @@ def test_quotas_csv(small: Dataset) -> None:
 )
 def test_bad_arguments_raise_value_error(tmp_path: Path, kwargs: dict, message: str) -> None:
     args = {"days": 1, "requests_per_day": 10, "seed": 1, "start": START, "fault_rate": 0.0} | kwargs
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InputError, match=message):
         generate(tmp_path / "x", **args)
     assert not (tmp_path / "x").exists()
 

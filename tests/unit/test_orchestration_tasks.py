@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
 import re
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from batch_inference.registry import ModelCard, register
+from contracts.errors import ConflictError, InputError, StrataError, TransientError
 from strata import pipeline
 from strata.orchestration import tasks
 from strata.pipeline import StepResult
@@ -29,6 +34,15 @@ WEEK = {
 def stand_in(monkeypatch: pytest.MonkeyPatch, name: str, function: Any) -> None:
     """Run ``function`` in place of the registered step ``name``, taking what the step takes."""
     monkeypatch.setitem(tasks.STEPS, name, dataclasses.replace(tasks.STEPS[name], function=function))
+
+
+def raising(error: Exception) -> Callable[..., StepResult]:
+    """A step that raises ``error``."""
+
+    def step(*_: Any, **__: Any) -> StepResult:
+        raise error
+
+    return step
 
 
 @pytest.fixture
@@ -144,22 +158,77 @@ def test_scoring_waits_for_a_registered_model_then_shards_come_from_the_settings
     assert tasks.shards("score") == [[0, 3], [1, 3], [2, 3]]
 
 
-def test_a_bad_input_is_a_one_line_refusal_and_anything_else_may_be_retried(
+def test_a_bad_input_is_a_one_line_refusal_a_fault_of_the_store_may_be_retried_and_a_bug_is_a_bug(
     monkeypatch: pytest.MonkeyPatch, strata_env: Path
 ) -> None:
     def refuses(*_: Any) -> StepResult:
-        raise LookupError("no ODS rows with event_date 2026-01-04: nothing to build\n(check the date)")
+        raise InputError("no ODS rows with event_date 2026-01-04: nothing to build\n(check the date)")
 
-    def breaks(*_: Any) -> StepResult:
-        raise OSError("connection reset by peer")
+    def unreachable(*_: Any) -> StepResult:
+        raise TransientError("the object store could not be reached: connection reset by peer")
+
+    def bug(*_: Any) -> StepResult:
+        return {"rows": 3}["event_date"]  # type: ignore[return-value]
 
     stand_in(monkeypatch, "build_dws", refuses)
     with pytest.raises(tasks.StepRefused) as refused:
         tasks.run_step("build_dws", DAY)
     assert str(refused.value) == "build_dws for 2026-01-04: no ODS rows with event_date 2026-01-04: nothing to build"
-    stand_in(monkeypatch, "build_dws", breaks)
-    with pytest.raises(tasks.StepFailed, match=r"^build_dws for 2026-01-04 failed \(OSError\): connection reset"):
+    stand_in(monkeypatch, "build_dws", unreachable)
+    with pytest.raises(
+        tasks.StepFailed, match=r"^build_dws for 2026-01-04 failed \(TransientError\): the object store"
+    ):
         tasks.run_step("build_dws", DAY)
+    # A KeyError is no refusal: it is a bug, and its traceback is the cause the task's log shows.
+    stand_in(monkeypatch, "build_dws", bug)
+    with pytest.raises(
+        tasks.StepBug, match=r"^build_dws for 2026-01-04 failed on a bug \(KeyError\): 'event_date'$"
+    ) as raised:
+        tasks.run_step("build_dws", DAY)
+    assert not isinstance(raised.value, StrataError) and isinstance(raised.value.__cause__, KeyError)
+
+
+HOLDER = """
+import sys
+from warehouse.settings import load_settings
+from warehouse.storage import locks
+from warehouse.tables import DWD_REQUEST
+
+with locks.hold(load_settings(), write=[(DWD_REQUEST, {"event_date": "2026-01-04"})]):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_through_the_dag_bridge_a_refusal_fails_at_once_and_a_real_lock_conflict_or_a_bug_is_retried(
+    monkeypatch: pytest.MonkeyPatch, strata_env: Path
+) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from dags import steps
+
+    stand_in(monkeypatch, "build_dws", raising(InputError("bad input")))
+    with pytest.raises(AirflowFailException, match="bad input"):  # failed now: no retry
+        steps.run_step("build_dws", DAY)
+    stand_in(monkeypatch, "build_dws", raising(KeyError("event_date")))
+    with pytest.raises(tasks.StepBug):  # not AirflowFailException: DEFAULT_ARGS' retries apply
+        steps.run_step("build_dws", DAY)
+    # The real DWD step, while another process writes its partition: the lock it cannot take is a conflict.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER], env=os.environ.copy(), text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(
+            tasks.StepFailed, match=r"^build_dwd for 2026-01-04 failed \(LockHeld\): dwd\.request"
+        ) as failed:
+            steps.run_step("build_dwd", DAY)
+        assert isinstance(failed.value.__cause__, ConflictError) and failed.value.retry
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert steps.DEFAULT_ARGS["retries"] == 2
 
 
 def test_a_step_whose_input_is_not_there_yet_is_a_skip(monkeypatch: pytest.MonkeyPatch, strata_env: Path) -> None:

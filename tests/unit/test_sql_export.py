@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from contracts.errors import InputError
 from warehouse.settings import load_settings
 from warehouse.sql.export import target, write, write_file
 
@@ -46,7 +47,7 @@ def test_json_lines_and_an_empty_result() -> None:
     schema = pa.schema([("a", pa.int64())])
     assert write(pa.RecordBatchReader.from_batches(schema, []), "csv", empty) == 0
     assert empty.getvalue() == b"a\n"
-    with pytest.raises(ValueError, match="unknown format 'xml'"):
+    with pytest.raises(InputError, match="unknown format 'xml'"):
         write(reader(), "xml", io.BytesIO())
 
 
@@ -68,9 +69,9 @@ def test_a_result_file_goes_outside_strata_home_and_the_lake(tmp_path: Path) -> 
         (tmp_path / "home" / "x.csv", "STRATA_HOME"),
         (tmp_path / "landing" / "x.jsonl", "the landing zone"),
     ):
-        with pytest.raises(ValueError, match=f"inside {where}"):
+        with pytest.raises(InputError, match=f"inside {where}"):
             target(path, settings)
-    with pytest.raises(ValueError, match="is not a folder"):
+    with pytest.raises(InputError, match="is not a folder"):
         target(tmp_path / "nope" / "x.csv", settings)
     assert target(tmp_path / "x.csv", settings) == tmp_path / "x.csv"
 

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from contracts.errors import InputError
 from warehouse.ads.project import PROJECT_DIR, DbtRun, RunDir, invoke, new_run
 from warehouse.errors import NoData
 from warehouse.progress import Progress
@@ -119,9 +120,9 @@ def build(
 
     built = tuple(sorted(set(days)))
     if not built:
-        raise ValueError("no event date to build")
+        raise InputError("no event date to build", argument="days")
     if storm_multiple is not None and not storm_multiple > 0:
-        raise ValueError(f"storm_multiple must be a positive number, not {storm_multiple!r}")
+        raise InputError(f"storm_multiple must be a positive number, not {storm_multiple!r}", argument="storm_multiple")
     drift = check_dbt_models(project_dir / "models" / "marts" / "_marts__models.yml")
     if drift:
         raise RuntimeError(
@@ -132,12 +133,10 @@ def build(
     step = Lake(settings)
     with step.hold(write=[(mart, {"event_date": d}) for mart in MARTS for d in built], read=SOURCES):
         if step.open_table(DWD_REQUEST) is None:
-            raise FileNotFoundError(f"{DWD_REQUEST} does not exist: build DWD first (strata build dwd --date D)")
+            raise InputError(f"{DWD_REQUEST} does not exist: build DWD first (the dwd step)")
         missing = sorted(set(built) - _dwd_days(step, built))
         if missing:
-            raise NoData(
-                f"DWD was never built for {', '.join(map(str, missing))}: build it first (strata build dwd --date D)"
-            )
+            raise NoData(f"DWD was never built for {', '.join(map(str, missing))}: build it first (the dwd step)")
         if any(needs_expectations(mart) for mart in MARTS):
             warm_up()  # the audit worker imports Great Expectations while dbt runs
         run = new_run(settings, f"build-{built[0]}" + (f"-{built[-1]}" if len(built) > 1 else ""))

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contracts.errors import InputError
 from warehouse.progress import Progress
 from warehouse.settings import Settings
 from warehouse.tables import Table
@@ -48,7 +49,7 @@ _lock = threading.Lock()
 log = logging.getLogger(f"strata.{__name__}")
 
 
-class DbtFailed(RuntimeError):
+class DbtFailed(InputError):
     """A dbt command failed: which nodes, with dbt's own messages, and where its logs are."""
 
     def __init__(self, command: str, failures: Sequence[str], run_dir: Path):

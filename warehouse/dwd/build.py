@@ -21,6 +21,7 @@ import logging
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from contracts.errors import InputError
 from warehouse.dwd.labels import latest_labels, merge_labels
 from warehouse.dwd.prices import read_prices
 from warehouse.dwd.transform import TARGETS, DwdTransform, RequestInputs, key_columns, keyed_ids, repeats
@@ -69,7 +70,7 @@ def _build_locked(
         if ods is None and not require:
             return None
         if ods is None:
-            raise FileNotFoundError(f"{ods_table} does not exist: run `strata ingest` first")
+            raise InputError(f"{ods_table} does not exist: land files first (the ingest step)")
         own = lake.dataset(ods).to_table(columns=["ingested_at"], filter=pc.field("event_date") == day).column(0)
         borrowed = borrowed_files(lake, ods, day)
         arrivals = pa.concat_arrays([own.combine_chunks(), borrowed_arrivals(lake, borrowed, day).to_arrow()])

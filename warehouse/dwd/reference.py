@@ -13,6 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
+from contracts.errors import InputError
 from warehouse.tables import Table
 
 #: The CSV line of each row (the header is line 1), carried through the row checks.
@@ -30,19 +31,19 @@ def read_checked(csv_path: Path, table: Table, what: str, *, optional: frozenset
     try:
         frame = pl.read_csv(csv_path, infer_schema=False)
     except Exception as exc:  # polars raises several types for unreadable CSV
-        raise ValueError(f"{csv_path}: not a readable {what} CSV: {exc}") from None
+        raise InputError(f"{csv_path}: not a readable {what} CSV: {exc}") from None
     columns = table.contract.column_names
     missing = [c for c in columns if c not in optional and c not in frame.columns]
     if missing:
-        raise ValueError(f"{csv_path}: missing {what} column(s) {missing}; expected {columns}")
+        raise InputError(f"{csv_path}: missing {what} column(s) {missing}; expected {columns}")
     extra = sorted(set(frame.columns) - set(columns))
     if extra:
-        raise ValueError(f"{csv_path}: unknown {what} column(s) {extra}; expected {columns}")
+        raise InputError(f"{csv_path}: unknown {what} column(s) {extra}; expected {columns}")
     frame = frame.with_columns(pl.lit(None, pl.String).alias(c) for c in columns if c not in frame.columns)
     frame = frame.select(columns).with_columns(pl.col(c).str.strip_chars().replace("", None) for c in columns)
     rejected = split_rows(frame.with_row_index(_LINE, offset=2), table.contract, keep=[_LINE]).rejected
     if rejected.height:
-        raise ValueError(_refusal(csv_path, what, rejected, frame.height))
+        raise InputError(_refusal(csv_path, what, rejected, frame.height))
     return frame
 
 

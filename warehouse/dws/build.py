@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from contracts import split_rows
+from contracts.errors import InputError
 from warehouse.dws.transform import ENTITIES, SOURCE_COLUMNS, Entity, day_bounds, features, reduce
 from warehouse.errors import NoData
 from warehouse.progress import Progress
@@ -77,7 +78,7 @@ def build(lake: Lake | Settings, day: dt.date, progress: Progress | None = None)
     lake = Lake.for_step(lake)
     delta = lake.open_table(DWD_REQUEST)
     if delta is None:
-        raise FileNotFoundError(f"{DWD_REQUEST} does not exist: build DWD first (`strata build dwd --date …`)")
+        raise InputError(f"{DWD_REQUEST} does not exist: build DWD first (the dwd step)")
     first = day - dt.timedelta(days=AFFECTED_DAYS)
     if not lake.dataset(delta).count_rows(filter=pc.field("event_date").isin(affected_days(first))):
         raise NoData(

@@ -36,6 +36,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from contracts.errors import ConflictError, InputError
 from warehouse.ods import ODS_TABLES
 from warehouse.ods.rows import ods_frame, per_line, record_dates
 from warehouse.ops import ledger
@@ -165,25 +166,27 @@ def _source_for(
     name = path.name.lower()
     if fmt == "csv" or (fmt == "auto" and name.endswith(landed.SUFFIXES["csv"])):
         # Landed as JSON lines, every line would be malformed, and the file then counts as landed.
-        raise ValueError(
-            f"{path}: a CSV file needs a mapping of its columns onto the canonical fields: pass "
-            f"--mapping FILE or the name of a shipped one ({', '.join(shipped_mappings())})"
-            + (", or --format jsonl if it holds JSON lines" if fmt == "auto" else "")
+        raise InputError(
+            f"{path}: a CSV file needs a mapping of its columns onto the canonical fields: give a "
+            f"mapping file or the name of a shipped one ({', '.join(shipped_mappings())})"
+            + (", or the format jsonl if it holds JSON lines" if fmt == "auto" else ""),
+            argument="mapping_file",
         )
     signal = otlp_signal(landed.head(path, HEAD_BYTES)) if fmt in ("auto", "otlp-json") else None
     if signal in ("metrics", "logs"):
         reason = f"an OpenTelemetry {signal} export (Strata reads OTLP traces)"
         if explicit:
-            raise ValueError(f"{path}: {reason}; export traces (OTEL_TRACES_EXPORTER) and ingest that file")
+            raise InputError(f"{path}: {reason}; export traces (OTEL_TRACES_EXPORTER) and ingest that file")
         raise _PassOver(reason)
     if fmt == "otlp-json" or signal == "traces":
         return with_tenant(OTLP, tenant), "requests"
     if fmt == "auto" and name.endswith(landed.SUFFIXES["otlp"]):  # .json: an export, or not logs at all
         if not explicit:
             raise _PassOver("a .json file that is not an OTLP trace export")
-        raise ValueError(
+        raise InputError(
             f"{path}: a .json file that is not an OTLP trace export (its first line starts no "
-            "resourceSpans): pass --format jsonl if it holds request JSON lines"
+            "resourceSpans): give the format jsonl if it holds request JSON lines",
+            argument="fmt",
         )
     return JSONL, kind_of(path)
 
@@ -230,13 +233,14 @@ def ingest(
     (else ``STRATA_DEFAULT_TENANT``) is the tenant of OTLP spans and mapped records that name none.
     """
     if tenant is not None and not TENANT.fullmatch(tenant):
-        raise ValueError(f"--tenant must be 1-128 letters, digits, '.', '_' or '-', not {tenant!r}")
+        raise InputError(f"tenant must be 1-128 letters, digits, '.', '_' or '-', not {tenant!r}", argument="tenant")
     mapping = load_mapping(resolve_mapping(mapping_file)) if mapping_file is not None else None
     if tenant is not None and mapping is not None and (mapping.kind != "requests" or "tenant_id" in mapping.constants):
-        raise ValueError(
-            f"--tenant names the tenant of records that name none, but every record of mapping {mapping.name!r} "
+        raise InputError(
+            f"tenant names the tenant of records that name none, but every record of mapping {mapping.name!r} "
             + ("is feedback: it has none" if mapping.kind != "requests" else "names one (its constant tenant_id)")
-            + ": leave --tenant out"
+            + ": leave the tenant out",
+            argument="tenant",
         )
     report = IngestReport(batch_id=uuid.uuid4().hex[:16])
     conversion = convert_pending(paths)
@@ -312,7 +316,7 @@ class _Landing:
                     continue
                 file, lines = loaded
                 if file.sha256 != item.sha256:
-                    raise RuntimeError(f"{item.path} changed while being ingested; ingest it again")
+                    raise ConflictError(f"{item.path} changed while being ingested; ingest it again")
                 if earlier is not None and earlier["unlanded_at"] is None:
                     _refuse_erased(item.path, int(earlier["lines"]), kept.get(item.sha256, 0))
                 result = FileResult(
@@ -474,7 +478,7 @@ def _rows_of(settings: Settings, table: Table, hashes: list[str]) -> pl.DataFram
 def _refuse_erased(path: Path, lines: int, kept: int) -> None:
     """A file some of whose lines retention or ``strata forget`` removed may not land again."""
     if kept < lines:
-        raise ValueError(
+        raise InputError(
             f"{path}: {lines - kept:,} of its {lines:,} lines were removed from ODS since it was "
             "landed (retention or strata forget); landing it again would bring them back, so it is "
             "refused and nothing was landed"
@@ -484,7 +488,7 @@ def _refuse_erased(path: Path, lines: int, kept: int) -> None:
 def _load(path: Path) -> tuple[landed.LandedFile, landed.Lines] | Exception:
     try:
         file = landed.load(path)
-    except (OSError, ValueError) as exc:  # a broken gzip, a file gone: reported, the others land
+    except (OSError, InputError) as exc:  # a broken gzip, a file gone: reported, the others land
         return exc
     return file, landed.split_lines(file.content)  # where lines start: no copy of the bytes yet
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import polars as pl
 
+from contracts.errors import InputError
 from warehouse.ods import ODS_TABLES
 from warehouse.ods.rows import record_dates
 from warehouse.ops import ledger
@@ -42,12 +43,14 @@ def _without_files(hashes: list[str]) -> Callable[[pl.DataFrame], pl.DataFrame]:
 def _landed(settings: Settings, files: Sequence[Path], batch: str | None) -> pl.DataFrame:
     """Ledger rows (file_sha256, table_name) of the files named, by content or path, or of the batch."""
     if lake.open_table(settings, OPS_LANDED_FILES) is None:
-        raise LookupError("nothing was landed yet: the ledger ops.landed_files does not exist")
+        raise InputError("nothing was landed yet: the ledger ops.landed_files does not exist")
     rows = lake.read_frame(settings, OPS_LANDED_FILES, columns=["file_sha256", "table_name", "source_file", "batch_id"])
     if batch is not None:
         found = rows.filter(pl.col("batch_id") == batch)
         if found.is_empty():
-            raise LookupError(f"no file was landed by batch {batch!r} (`strata landed` lists the batches)")
+            raise InputError(
+                f"no file was landed by batch {batch!r} (ops.landed_files lists the batches)", argument="batch"
+            )
         return found
     hits: list[pl.DataFrame] = []
     unknown: list[str] = []
@@ -60,14 +63,14 @@ def _landed(settings: Settings, files: Sequence[Path], batch: str | None) -> pl.
         else:
             unknown.append(str(path))
     if unknown:
-        raise LookupError(f"never landed: {', '.join(unknown)} (`strata landed` lists what was)")
+        raise InputError(f"never landed: {', '.join(unknown)} (ops.landed_files lists what was)")
     return pl.concat(hits).unique(["file_sha256", "table_name"])
 
 
 def unland(settings: Settings, files: Sequence[Path] = (), *, batch: str | None = None) -> UnlandReport:
     """Remove the ODS lines of these files (or of every file of ``batch``), one commit per table."""
     if bool(files) == (batch is not None):
-        raise ValueError("name the files to unland, or --batch ID, not both")
+        raise InputError("name the files to unland, or a batch, not both", argument="batch")
     report = UnlandReport()
     with locks.hold(settings, write=[(t, None) for t in ODS_TABLES.values()] + [(OPS_LANDED_FILES, None)]):
         found = _landed(settings, files, batch)

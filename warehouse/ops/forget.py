@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from contracts.errors import InputError
 from warehouse.ops.landing import LINEAGE, Unlanded, rewrite_landed, unlanded
 from warehouse.ops.reports import drop_naming
 from warehouse.ops.retention import vacuum_now
@@ -276,7 +277,7 @@ def forget_user(settings: Settings, user_id: str) -> ForgetReport:
     vacuumed whether or not this run removed rows from it.
     """
     if not user_id.strip():
-        raise ValueError("a user id to forget is required")
+        raise InputError("a user id to forget is required", argument="user_id")
     key = settings.require_pseudonym_key()
     pseud = pseudonym(key, user_id)
     candidates = searched_tables()

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
+from contracts.errors import InputError
 from warehouse.ops.landing import LINEAGE, rewrite_landed
 from warehouse.settings import Settings
 from warehouse.storage import audit, lake, locks
@@ -81,7 +82,7 @@ def apply_retention(settings: Settings, *, days: int | None = None, today: dt.da
     """
     keep_days = settings.ods_retention_days if days is None else days
     if keep_days < 1:
-        raise ValueError("retention must keep at least 1 day")
+        raise InputError("retention must keep at least 1 day", argument="days")
     cutoff = (today or dt.datetime.now(dt.UTC).date()) - dt.timedelta(days=keep_days)
     deleted: dict[str, int] = {}
     tables = raw_tables()

@@ -14,6 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from isal import igzip
 
+from contracts.errors import InputError
+
 _GZIP_MAGIC = b"\x1f\x8b"
 _DATE_IN_PATH = re.compile(r"(?:^|[/_=-])(\d{4}-\d{2}-\d{2})(?:[/_.]|$)")
 #: What a folder search picks up, by what the files will be read as.
@@ -37,7 +39,7 @@ class LandedFile:
 
 
 def path_date(path: Path) -> dt.date | None:
-    """The last ``YYYY-MM-DD`` in ``path``, if any; a ValueError names the file when that is no
+    """The last ``YYYY-MM-DD`` in ``path``, if any; an :class:`InputError` names the file when that is no
     calendar date (``date=2026-13-45``), so that file is refused and not the whole run."""
     found = _DATE_IN_PATH.findall(path.as_posix())
     if not found:
@@ -45,7 +47,7 @@ def path_date(path: Path) -> dt.date | None:
     try:
         return dt.date.fromisoformat(found[-1])
     except ValueError as exc:
-        raise ValueError(
+        raise InputError(
             f"{path}: its path names the date {found[-1]}, which is no calendar date ({exc}); "
             "move the file to a folder of its real date (date=YYYY-MM-DD)"
         ) from exc
@@ -67,7 +69,7 @@ def discover(paths: Iterable[Path], kinds: Iterable[str] = ("lines",)) -> list[P
         elif path.is_file():
             files.append(path)
         else:
-            raise FileNotFoundError(f"no such file or folder: {path}")
+            raise InputError(f"no such file or folder: {path}")
     return files
 
 
@@ -89,7 +91,7 @@ def load(path: Path) -> LandedFile:
     """Read a file (gzip recognised by its magic bytes); the hash is of the bytes as landed.
 
     Gzip is inflated with ISA-L, about 1.7× faster than zlib on the same stream. A path naming
-    no calendar date (``date=2026-13-45``) is a ValueError, as an unreadable gzip is.
+    no calendar date (``date=2026-13-45``) is an :class:`InputError`, as an unreadable gzip is.
     """
     date = path_date(path)
     data = path.read_bytes()
@@ -98,7 +100,7 @@ def load(path: Path) -> LandedFile:
         try:
             data = igzip.decompress(data)
         except (OSError, EOFError) as exc:
-            raise ValueError(f"{path} is not a readable gzip file: {exc}") from exc
+            raise InputError(f"{path} is not a readable gzip file: {exc}") from exc
     return LandedFile(path=path, sha256=digest, content=data, path_date=date)
 
 

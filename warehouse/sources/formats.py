@@ -21,6 +21,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from contracts.errors import InputError
 from warehouse.settings import Settings
 from warehouse.sources.canonical import Kind, fields_for
 from warehouse.sources.jsonl import parse_json_lines
@@ -72,14 +73,14 @@ def registered_mapping(settings: Settings, source: str) -> Mapping:
     """The mapping a ``mapping:<name>@<hash>[;tenant=<id>]`` source was landed with."""
     found = _SOURCE.match(source)
     if not found:
-        raise ValueError(f"{source!r} is not a mapping source (mapping:<name>@<hash>[;tenant=<id>])")
+        raise InputError(f"{source!r} is not a mapping source (mapping:<name>@<hash>[;tenant=<id>])")
     fs, folder = _mapping_dir(settings)
     path = f"{folder}/{found.group(1)}.yaml"
     try:
         with fs.open_input_stream(path) as stream:
             text = stream.read().decode()
     except FileNotFoundError:
-        raise FileNotFoundError(f"ODS rows name source {source!r} but its mapping is missing at {path}") from None
+        raise InputError(f"ODS rows name source {source!r} but its mapping is missing at {path}") from None
     return parse_mapping(text, origin=path)
 
 
@@ -116,7 +117,7 @@ def parser_for(
         from warehouse.sources.otlp import parse_otlp_lines
 
         return lambda raw, _line_no, _sha, ndjson=None: parse_otlp_lines(raw, tenant=tenant)
-    raise ValueError(
+    raise InputError(
         f"unknown ODS source {source!r}: expected jsonl, otlp-json[;tenant=<id>] or mapping:<name>@<hash>[;tenant=<id>]"
     )
 

@@ -75,13 +75,14 @@ import polars as pl
 import pyarrow as pa
 import yaml
 
+from contracts.errors import InputError
 from warehouse.sources.canonical import MAX_LINE_BYTES, Kind, fields_for
 from warehouse.sources.jsonl import parse_json_lines
 
 _UNITS = {"s": 1_000_000, "ms": 1_000, "us": 1, "ns": 0.001}
 
 
-class MappingError(ValueError):
+class MappingError(InputError):
     """A mapping file is invalid; the message names the file and the key."""
 
 
@@ -187,7 +188,7 @@ def resolve_mapping(name_or_path: Path) -> Path:
     shipped = SHIPPED / f"{name_or_path.name.removesuffix('.yaml')}.yaml"
     if shipped.is_file():
         return shipped
-    raise FileNotFoundError(
+    raise MappingError(
         f"no mapping file {name_or_path} and no shipped mapping of that name ({', '.join(shipped_mappings())})"
     )
 

@@ -16,6 +16,7 @@ from typing import Any, BinaryIO
 import polars as pl
 import pyarrow as pa
 
+from contracts.errors import InputError
 from warehouse.settings import Settings
 
 #: Formats a result can be written in (``table`` is the console's, see strata/commands/sql.py).
@@ -29,7 +30,7 @@ def write(reader: pa.RecordBatchReader, fmt: str, out: BinaryIO) -> int:
     one object per line.
     """
     if fmt not in FILE_FORMATS:
-        raise ValueError(f"unknown format {fmt!r}: use one of {', '.join(FILE_FORMATS)}")
+        raise InputError(f"unknown format {fmt!r}: use one of {', '.join(FILE_FORMATS)}", argument="fmt")
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
@@ -56,16 +57,16 @@ def write(reader: pa.RecordBatchReader, fmt: str, out: BinaryIO) -> int:
 
 def target(path: Path, settings: Settings) -> Path:
     """Where a result file may go: ``path`` resolved (a symlink counts where it points), in a
-    folder that exists, outside STRATA_HOME, the lake and the landing zone; else ValueError."""
+    folder that exists, outside STRATA_HOME, the lake and the landing zone; else :class:`InputError`."""
     resolved = path.expanduser().resolve()
     kept = [("STRATA_HOME", settings.home), ("the landing zone", settings.landing_dir)]
     if "://" not in settings.lake_uri:
         kept.append(("the lake", Path(settings.lake_uri)))
     for what, folder in kept:
         if resolved.is_relative_to(folder.resolve()):
-            raise ValueError(f"{path} is inside {what} ({folder}): write results elsewhere")
+            raise InputError(f"{path} is inside {what} ({folder}): write results elsewhere", argument="path")
     if not resolved.parent.is_dir():
-        raise ValueError(f"{resolved.parent} is not a folder")
+        raise InputError(f"{resolved.parent} is not a folder", argument="path")
     return resolved
 
 

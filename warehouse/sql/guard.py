@@ -22,8 +22,10 @@ from typing import Any
 
 import duckdb
 
+from contracts.errors import InputError
 
-class QueryRefused(ValueError):
+
+class QueryRefused(InputError):
     """A statement that is not a read: nothing of it ran."""
 
 
@@ -112,7 +114,7 @@ def check(
         tree = json.loads(result[0]) if result else {"error": True}
         if tree.get("error") or len(tree.get("statements", ())) != 1:
             raise QueryRefused(
-                "this statement cannot be checked, so it is refused (strata sql runs SELECT, WITH, "
+                "this statement cannot be checked, so it is refused (a session runs SELECT, WITH, "
                 "VALUES, DESCRIBE, SHOW, SUMMARIZE, PIVOT … IN (…) and EXPLAIN of one; "
                 "for PRAGMA table_info use DESCRIBE)"
             )
@@ -149,14 +151,14 @@ class _Walk:
             name = str(node["function_name"]).lower()
             if name in self.denied:
                 raise QueryRefused(
-                    f"{name}() is refused: strata sql runs functions without side effects "
+                    f"{name}() is refused: a session runs functions without side effects "
                     "or access to files and settings"
                 )
         if kind == "TABLE_FUNCTION":
             name = str((node.get("function") or {}).get("function_name", "")).lower()
             if name not in TABLE_FUNCTIONS:
                 raise QueryRefused(
-                    f"table function {name}() is refused: strata sql reads the lake's views "
+                    f"table function {name}() is refused: a session reads the lake's views "
                     f"(<layer>.<table>) and {', '.join(sorted(TABLE_FUNCTIONS))}"
                 )
         elif kind == "BASE_TABLE":
@@ -166,7 +168,7 @@ class _Walk:
             if catalog not in _CATALOGS or not known:
                 shown = ".".join(p for p in (catalog, schema, name) if p)
                 raise QueryRefused(
-                    f"{shown!r} is not a table of the lake: strata sql reads the views <layer>.<table> "
+                    f"{shown!r} is not a table of the lake: a session reads the views <layer>.<table> "
                     f"(.tables lists them), not files or other tables{self.unknown_hint}"
                 )
         elif (

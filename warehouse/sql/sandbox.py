@@ -39,6 +39,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from contracts.errors import InputError
 from warehouse.settings import Settings
 from warehouse.sql.guard import QueryRefused, check, denied_functions
 from warehouse.storage import lake
@@ -54,7 +55,7 @@ READS = "SELECT (and WITH, VALUES, DESCRIBE, SHOW, SUMMARIZE) or EXPLAIN of one"
 BATCH_ROWS = 64 * 1024
 
 
-class QueryCancelled(RuntimeError):
+class QueryCancelled(InputError):
     """A statement was interrupted: it ran past the session's timeout, or Ctrl-C."""
 
 
@@ -80,7 +81,9 @@ def parse_as_of(text: str) -> tuple[Table, int | dt.datetime]:
     """``TABLE=VERSION`` or ``TABLE=TIMESTAMP`` (ISO 8601; UTC when no offset is given)."""
     name, sep, when = text.partition("=")
     if not sep or not name.strip() or not when.strip():
-        raise ValueError(f"--as-of {text!r}: expected TABLE=VERSION or TABLE=TIMESTAMP, e.g. dwd.request=3")
+        raise InputError(
+            f"as of {text!r}: expected TABLE=VERSION or TABLE=TIMESTAMP, e.g. dwd.request=3", argument="as_of"
+        )
     target = table(name.strip())
     when = when.strip()
     if when.isascii() and when.isdigit():  # "²".isdigit() is true, and int() refuses it
@@ -88,7 +91,9 @@ def parse_as_of(text: str) -> tuple[Table, int | dt.datetime]:
     try:
         moment = dt.datetime.fromisoformat(when)
     except ValueError:
-        raise ValueError(f"--as-of {text!r}: {when!r} is neither a version number nor an ISO 8601 time") from None
+        raise InputError(
+            f"as of {text!r}: {when!r} is neither a version number nor an ISO 8601 time", argument="as_of"
+        ) from None
     return target, moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
 
 
@@ -102,7 +107,7 @@ class Session:
         pins = dict(as_of or {})
         for pinned in pins:
             if is_raw(pinned) and not raw:
-                raise QueryRefused(f"{pinned} holds raw lines: reading it needs --raw")
+                raise QueryRefused(f"{pinned} holds raw lines: reading it needs a raw session", argument="raw")
         # Under this process's scratch folder: a session killed before close() leaves it to the
         # next process's start, which clears the folders of processes no longer running.
         self.scratch = scratch_dir(settings) / f"sql-{secrets.token_hex(4)}"
@@ -153,12 +158,14 @@ class Session:
             con.execute(f'CREATE VIEW "{layer}"."{name}" AS SELECT * FROM {scan}')
             views.append(View(t, version, pinned))
         if unknown:
-            raise LookupError(f"--as-of names {', '.join(sorted(map(str, unknown)))}, which does not exist in the lake")
+            raise InputError(
+                f"as of: {', '.join(sorted(map(str, unknown)))} does not exist in the lake", argument="as_of"
+            )
         return views
 
     @property
     def _unknown_hint(self) -> str:
-        return "" if self.raw else " (raw lines — ODS and quarantine tables — are views only with --raw)"
+        return "" if self.raw else " (raw lines — ODS and quarantine tables — are views only in a raw session)"
 
     @staticmethod
     def _folder(settings: Settings, t: Table) -> str:
@@ -180,7 +187,7 @@ class Session:
                     else " (DuckDB makes one of PIVOT … ON col without IN (…) values: list the values)"
                 )
                 raise QueryRefused(
-                    f"{read.type.name} statements are refused{made}: strata sql is read-only, it runs {READS}"
+                    f"{read.type.name} statements are refused{made}: a session is read-only, it runs {READS}"
                 )
             check(self.con, read.query, views, self._denied, unknown_hint=self._unknown_hint)
         return statements
@@ -235,8 +242,8 @@ class Session:
                 try:
                     yield self._guarded(self.con.execute(statement.query).to_arrow_reader(BATCH_ROWS))
                 except duckdb.PermissionException as e:
-                    hint = "" if self.raw else "; raw lines (ODS, quarantine) need --raw"
-                    raise duckdb.PermissionException(f"{e}\n(strata sql reads only the lake's tables{hint})") from None
+                    hint = "" if self.raw else "; raw lines (ODS, quarantine) need a raw session"
+                    raise duckdb.PermissionException(f"{e}\n(a session reads only the lake's tables{hint})") from None
                 finally:
                     timer.cancel()
         except Exception:
@@ -290,14 +297,16 @@ def _pinned_version(t: Table, delta: Any, when: int | dt.datetime) -> int:
     current = delta.version()
     if isinstance(when, int):
         if not 0 <= when <= current:
-            raise LookupError(f"{t} has versions 0 to {current}, not {when}")
+            raise InputError(f"{t} has versions 0 to {current}, not {when}", argument="as_of")
         return when
     history = sorted((h["version"], h["timestamp"]) for h in delta.history())
     at_ms = when.timestamp() * 1000
     versions: list[int] = [version for version, stamp in history if stamp <= at_ms]
     if not versions:
         first = dt.datetime.fromtimestamp(history[0][1] / 1000, dt.UTC)
-        raise LookupError(f"{t} did not exist at {when.isoformat()} (its first version is from {first.isoformat()})")
+        raise InputError(
+            f"{t} did not exist at {when.isoformat()} (its first version is from {first.isoformat()})", argument="as_of"
+        )
     return max(versions)
 
 

@@ -22,8 +22,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 from deltalake import ColumnProperties, CommitProperties, DeltaTable, WriterProperties, write_deltalake
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
+from contracts.errors import ConflictError, InputError, TransientError
 from warehouse.settings import Settings
 from warehouse.storage import locks
 from warehouse.storage.boundaries import passed
@@ -108,7 +109,7 @@ class Lake:
         if not is_object_store(uri):
             return cast("tuple[pafs.FileSystem, str]", pafs.FileSystem.from_uri(uri))
         if self._s3 is None:
-            raise ValueError(f"{uri} is on an object store, but this lake is not ({self.settings.lake_uri})")
+            raise InputError(f"{uri} is on an object store, but this lake is not ({self.settings.lake_uri})")
         return self._s3, uri.removeprefix(S3).rstrip("/")
 
     # ------------------------------------------------------------------ open and read
@@ -142,6 +143,8 @@ class Lake:
             delta = DeltaTable(uri, storage_options=self.options)
         except TableNotFoundError:
             return None
+        except OSError as exc:  # the store unreachable, throttling
+            raise TransientError(f"{table}: its log could not be read ({exc})") from exc
         self._tables[uri] = (delta, delta.version(), self._commit_stamp(uri, delta.version()))
         return delta
 
@@ -161,7 +164,7 @@ class Lake:
     def _existing(self, table: Table) -> DeltaTable:
         delta = self.open_table(table)
         if delta is None:
-            raise FileNotFoundError(f"table {table} does not exist yet at {self.uri(table)}")
+            raise InputError(f"table {table} does not exist yet at {self.uri(table)}")
         return delta
 
     def version(self, table: Table) -> int | None:
@@ -361,6 +364,12 @@ class Lake:
                 mode="append" if mode == "append" else "overwrite",
                 **kwargs,
             )
+        except CommitFailedError as exc:  # another writer committed to what this write replaces
+            feed.raise_own()
+            raise ConflictError(f"{table}: another writer committed first, nothing was committed ({exc})") from exc
+        except OSError as exc:  # a full disk, the store unreachable or throttling
+            feed.raise_own()
+            raise TransientError(f"{table}: the write failed, nothing was committed ({exc})") from exc
         except Exception:
             feed.raise_own()
             raise

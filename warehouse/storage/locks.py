@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from contracts.errors import ConflictError
 from warehouse.settings import Settings
 from warehouse.tables import Table
 
@@ -54,11 +55,11 @@ if TYPE_CHECKING:
 _POLL_S = 0.05
 
 
-class LockHeld(RuntimeError):
+class LockHeld(ConflictError):
     """Another process holds a lock this step needs; the message says who and how to wait."""
 
 
-class LockLost(RuntimeError):
+class LockLost(ConflictError):
     """A lock this process took is no longer held (its Postgres session ended): nothing was committed;
     running the step again is safe."""
 
@@ -322,8 +323,9 @@ def hold(
                 if handle is None:
                     holders = backend.holders(key) or ["another process"]
                     raise LockHeld(
-                        f"{key.name} is locked by {'; '.join(holders)}: retry when it is done, or pass "
-                        "--wait SECONDS (STRATA_LOCK_WAIT) to wait for it"
+                        f"{key.name} is locked by {'; '.join(holders)}: retry when it is done, or give the "
+                        "lock wait (STRATA_LOCK_WAIT, seconds) to wait for it",
+                        argument="lock_wait",
                     )
                 _held.keys[key] = [exclusive, 1, handle]
                 taken.append(key)

@@ -26,6 +26,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from contracts.errors import InputError
 from contracts.model import Contract
 from warehouse.settings import Settings
 from warehouse.storage import audit
@@ -87,7 +88,7 @@ def keeps_every_row(rule: str) -> Invariant:
     return check
 
 
-class AuditFailed(RuntimeError):
+class AuditFailed(InputError):
     """The audit gate refused to publish; nothing was committed."""
 
     def __init__(self, table: str, partition: str, failures: Sequence[tuple[str, str, Sequence[object]]]):

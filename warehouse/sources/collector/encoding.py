@@ -36,6 +36,7 @@ from typing import Any, cast
 
 import msgspec
 
+from contracts.errors import InputError
 from warehouse.sources import otlp_spans
 from warehouse.sources.collector import wire
 from warehouse.sources.otlp import GATEWAY, TEAM_KEYS, export_problem, gateway_allows
@@ -52,7 +53,7 @@ _OURS = (TENANT, GATEWAY, CONVERTED_FROM)
 _RPC_CODES = {400: 3, 401: 16, 404: 12, 405: 12, 413: 8, 415: 3, 429: 8, 503: 14}
 
 
-class BadData(ValueError):
+class BadData(InputError):
     """The body is not a trace export in the encoding its Content-Type names (HTTP 400)."""
 
 

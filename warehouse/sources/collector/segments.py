@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from contracts.errors import InputError
 from warehouse.sources.collector.encoding import line_of
 
 #: A spool segment's name ends so; its converted file's so.
@@ -55,11 +56,11 @@ def records(data: bytes, name: str) -> Iterator[bytes]:
     view, pos = memoryview(data), 0
     while pos < len(data):
         if len(data) - pos < FRAME.size:
-            raise ValueError(f"{name}: a record is cut short at byte {pos}")
+            raise InputError(f"{name}: a record is cut short at byte {pos}")
         magic, length, crc = FRAME.unpack_from(data, pos)
         record = view[pos + FRAME.size : pos + FRAME.size + length].tobytes()
         if magic != _MAGIC or len(record) != length or zlib.crc32(record) != crc:
-            raise ValueError(f"{name}: the record at byte {pos} is damaged")
+            raise InputError(f"{name}: the record at byte {pos} is damaged")
         pos += FRAME.size + length
         yield record
 
@@ -75,7 +76,7 @@ def convert_segment(segment: Path) -> Path:
     Safe to run again and at once: the segment is locked while converted (as the receiver holds it
     until handed over), and a segment whose converted file exists already is only deleted — the
     converted file wins, whether a run was cut short or ``forget`` has rewritten it since. Raises
-    ``ValueError`` for a segment holding a damaged or unconvertible record (it is left in place).
+    :class:`InputError` for a segment holding a damaged or unconvertible record (it is left in place).
     """
     target = _converted_name(segment)
     try:
@@ -158,7 +159,7 @@ def convert_pending(paths: Iterable[Path]) -> Conversion:
 def _convert_into(done: Conversion, segment: Path) -> Path | None:
     try:
         return convert_segment(segment)
-    except ValueError as exc:
+    except InputError as exc:
         done.failed.append((segment, str(exc)))
         return None
 
