@@ -52,19 +52,70 @@ version bump; :func:`write_lock` rewrites it at release. Heavy libraries (Great
 Expectations, Feast) are imported only inside the functions that use them.
 """
 
-from contracts.arrow import arrow_schema, conform
-from contracts.compat import diff_contracts
-from contracts.dbt_models import check_dbt_models, dbt_columns
-from contracts.errors import ContractError, ContractViolation, Violation
-from contracts.feast_import import load_feast
-from contracts.feast_schema import check_feast_fields, feast_fields
-from contracts.gx_audit import AuditFailure, AuditResult, audit, expectation_suite
-from contracts.lint import lint
-from contracts.loader import all_contracts, load_contract, parse_contract, read_contract
-from contracts.lock import LockProblem, check_lock, write_lock
-from contracts.model import Column, Contract, Freshness, RowCountBounds
-from contracts.rowchecks import RowSplit, split_rows
-from contracts.rules import Change
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from contracts.arrow import arrow_schema, conform
+    from contracts.compat import diff_contracts
+    from contracts.dbt_models import check_dbt_models, dbt_columns
+    from contracts.errors import ContractError, ContractViolation, Violation
+    from contracts.feast_import import load_feast
+    from contracts.feast_schema import check_feast_fields, feast_fields
+    from contracts.gx_audit import AuditFailure, AuditResult, audit, expectation_suite
+    from contracts.lint import lint
+    from contracts.loader import all_contracts, load_contract, parse_contract, read_contract
+    from contracts.lock import LockProblem, check_lock, write_lock
+    from contracts.model import Column, Contract, Freshness, RowCountBounds
+    from contracts.rowchecks import RowSplit, split_rows
+    from contracts.rules import Change
+
+#: Each public name → the module that defines it. Imported on first use, so that importing one module of
+#: the package (the error family, at the bottom of every import chain) does not load polars and pyarrow.
+_PUBLIC = {
+    "AuditFailure": "contracts.gx_audit",
+    "AuditResult": "contracts.gx_audit",
+    "Change": "contracts.rules",
+    "Column": "contracts.model",
+    "Contract": "contracts.model",
+    "ContractError": "contracts.errors",
+    "ContractViolation": "contracts.errors",
+    "Freshness": "contracts.model",
+    "LockProblem": "contracts.lock",
+    "RowCountBounds": "contracts.model",
+    "RowSplit": "contracts.rowchecks",
+    "Violation": "contracts.errors",
+    "all_contracts": "contracts.loader",
+    "arrow_schema": "contracts.arrow",
+    "audit": "contracts.gx_audit",
+    "check_dbt_models": "contracts.dbt_models",
+    "check_feast_fields": "contracts.feast_schema",
+    "check_lock": "contracts.lock",
+    "conform": "contracts.arrow",
+    "dbt_columns": "contracts.dbt_models",
+    "diff_contracts": "contracts.compat",
+    "expectation_suite": "contracts.gx_audit",
+    "feast_fields": "contracts.feast_schema",
+    "lint": "contracts.lint",
+    "load_contract": "contracts.loader",
+    "load_feast": "contracts.feast_import",
+    "parse_contract": "contracts.loader",
+    "read_contract": "contracts.loader",
+    "split_rows": "contracts.rowchecks",
+    "write_lock": "contracts.lock",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use (PEP 562)."""
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'contracts' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AuditFailure",

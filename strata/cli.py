@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import typer
 from rich.markup import escape
 
+from contracts.errors import StrataError
 from strata.commands import (
     airflow,
     build,
@@ -125,8 +126,6 @@ app.add_typer(collect.app)
 def error_line(exc: Exception) -> str:
     """The one line the CLI prints for an error (markup escaped): a Strata error's message, with the
     option to change when the library names the argument at fault; any other exception as a bug."""
-    from contracts.errors import StrataError
-
     if isinstance(exc, StrataError):
         option = OPTIONS.get(exc.argument or "")
         return escape(str(exc) or type(exc).__name__) + (f" ({option})" if option else "")
@@ -158,8 +157,6 @@ def main() -> None:
     except Exception as exc:  # the CLI's one error boundary
         if run.debug:
             raise
-        from contracts.errors import StrataError
-
         # Escaped: a message may hold brackets (a partition "[event_date = …]", a path) that rich
         # would otherwise take for markup and drop.
         console.print(f"[red]error:[/] {error_line(exc)}")
