@@ -10,6 +10,7 @@ from rich.markup import escape
 
 from strata.console import console, out, progress
 from strata.options import WAIT, for_writing
+from warehouse.sources.formats import Format
 
 app = typer.Typer()
 #: Skipped files listed one by one up to this many; beyond, a summary.
@@ -19,7 +20,7 @@ LISTED = 10
 @app.command("ingest")
 def ingest_cmd(
     paths: list[Path] = typer.Argument(..., help="Files or folders to land (plain or gzip)."),
-    fmt: str = typer.Option("auto", "--format", help="jsonl, csv, otlp-json or auto."),
+    fmt: Format = typer.Option(Format.auto, "--format", help="How to read the files (auto: each by its content)."),
     mapping: Path | None = typer.Option(None, "--mapping", help="Mapping file for a CSV/JSONL trace."),
     reland: bool = typer.Option(
         False,
@@ -41,14 +42,12 @@ def ingest_cmd(
     """
     from strata import pipeline
 
-    if fmt not in ("auto", "jsonl", "csv", "otlp-json"):
-        raise typer.BadParameter(f"{fmt!r} is not one of jsonl, csv, otlp-json, auto", param_hint="--format")
     settings = for_writing(wait)
     with progress("ingesting") as step:
         result = pipeline.land(
             settings,
             paths,
-            fmt=fmt,  # type: ignore[arg-type]
+            fmt=fmt,
             mapping=mapping,
             reland=reland,
             progress=step,
@@ -140,8 +139,9 @@ def landed_cmd(
     from strata.console import FitTable
     from warehouse.ops.ledger import recent
     from warehouse.settings import load_settings
+    from warehouse.storage.lake import Lake
 
-    files = recent(load_settings(), last)
+    files = recent(Lake(load_settings()), last)
     if files.is_empty():
         out.print("no file landed yet")
         return

@@ -16,12 +16,6 @@ from isal import igzip
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _DATE_IN_PATH = re.compile(r"(?:^|[/_=-])(\d{4}-\d{2}-\d{2})(?:[/_.]|$)")
-#: What a folder search picks up, by what the files will be read as.
-SUFFIXES = {
-    "lines": (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz"),
-    "otlp": (".json", ".json.gz"),
-    "csv": (".csv", ".csv.gz"),
-}
 
 
 @dataclass(frozen=True)
@@ -51,15 +45,10 @@ def path_date(path: Path) -> dt.date | None:
         ) from exc
 
 
-def discover(paths: Iterable[Path], kinds: Iterable[str] = ("lines",)) -> list[Path]:
+def discover(paths: Iterable[Path], suffixes: tuple[str, ...]) -> list[Path]:
     """Files named by ``paths``, as absolute paths (the lineage ODS keeps); folders are searched
-    recursively for the suffixes of ``kinds``.
-
-    A folder search takes JSON lines files; ``.json`` (OTLP exports) and ``.csv`` files only
-    when the caller reads them so, so a ``manifest.json`` or price list beside the logs is
-    not mistaken for logs. A file named explicitly is always taken.
-    """
-    suffixes = tuple(s for kind in kinds for s in SUFFIXES[kind])
+    recursively for files ending with ``suffixes`` (:func:`warehouse.sources.formats.searched`).
+    A file named explicitly is always taken."""
     files: list[Path] = []
     for path in (p.expanduser().resolve() for p in paths):
         if path.is_dir():
