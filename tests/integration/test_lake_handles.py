@@ -15,7 +15,6 @@ import pytest
 from contracts import conform
 from tests.contract_rows import synthetic
 from warehouse.settings import Settings, load_settings
-from warehouse.storage import lake
 from warehouse.storage.duck import lake_reader
 from warehouse.storage.lake import Lake
 from warehouse.tables import OPS_BOOKS
@@ -31,24 +30,24 @@ def _rows(n: int) -> pa.Table:
 
 
 def _commit(settings: Settings, data: pa.Table) -> int:
-    return Lake.of(settings).commit(OPS_BOOKS, data, mode="append", partition_by=OPS_BOOKS.contract.partition_columns)
+    return Lake(settings).commit(OPS_BOOKS, data, mode="append", partition_by=OPS_BOOKS.contract.partition_columns)
 
 
 def test_a_table_opened_again_sees_every_commit_since_and_is_the_same_handle(settings: Settings) -> None:
-    assert lake.open_table(settings, OPS_BOOKS) is None
+    assert Lake(settings).open_table(OPS_BOOKS) is None
     _commit(settings, _rows(2))
-    first = lake.open_table(settings, OPS_BOOKS)
+    first = Lake(settings).open_table(OPS_BOOKS)
     assert first is not None and first.version() == 0
     _commit(settings, _rows(3))
-    again = lake.open_table(settings, OPS_BOOKS)
+    again = Lake(settings).open_table(OPS_BOOKS)
     assert again is first and again.version() == 1
-    assert lake.read(settings, OPS_BOOKS).num_rows == 5
+    assert Lake(settings).read(OPS_BOOKS).num_rows == 5
 
 
 def test_a_table_removed_or_made_again_elsewhere_is_opened_afresh(settings: Settings) -> None:
     for _ in range(3):
         _commit(settings, _rows(1))
-    assert lake.open_table(settings, OPS_BOOKS).version() == 2  # type: ignore[union-attr]
+    assert Lake(settings).open_table(OPS_BOOKS).version() == 2  # type: ignore[union-attr]
     location = Path(OPS_BOOKS.uri(settings))
 
     def elsewhere(change: object) -> None:  # another thread: another process as far as handles go
@@ -57,10 +56,10 @@ def test_a_table_removed_or_made_again_elsewhere_is_opened_afresh(settings: Sett
         worker.join()
 
     elsewhere(lambda: shutil.rmtree(location))
-    assert lake.open_table(settings, OPS_BOOKS) is None  # gone: not the handle of the table that was
+    assert Lake(settings).open_table(OPS_BOOKS) is None  # gone: not the handle of the table that was
     for _ in range(3):
         _commit(settings, _rows(1))
-    assert lake.open_table(settings, OPS_BOOKS).version() == 2  # type: ignore[union-attr]
+    assert Lake(settings).open_table(OPS_BOOKS).version() == 2  # type: ignore[union-attr]
 
     def make_again() -> None:  # up to the same version, with other rows
         shutil.rmtree(location)
@@ -68,15 +67,15 @@ def test_a_table_removed_or_made_again_elsewhere_is_opened_afresh(settings: Sett
             _commit(settings, _rows(n))
 
     elsewhere(make_again)
-    assert lake.open_table(settings, OPS_BOOKS).version() == 2  # type: ignore[union-attr]
-    assert lake.read(settings, OPS_BOOKS).num_rows == 6
+    assert Lake(settings).open_table(OPS_BOOKS).version() == 2  # type: ignore[union-attr]
+    assert Lake(settings).read(OPS_BOOKS).num_rows == 6
 
 
 def test_another_thread_opens_its_own_handle(settings: Settings) -> None:
     _commit(settings, _rows(1))
-    mine = lake.open_table(settings, OPS_BOOKS)
+    mine = Lake(settings).open_table(OPS_BOOKS)
     theirs: list[object] = []
-    worker = threading.Thread(target=lambda: theirs.append(lake.open_table(settings, OPS_BOOKS)))
+    worker = threading.Thread(target=lambda: theirs.append(Lake(settings).open_table(OPS_BOOKS)))
     worker.start()
     worker.join()
     assert theirs[0] is not None and theirs[0] is not mine
