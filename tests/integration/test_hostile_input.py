@@ -194,13 +194,14 @@ def test_a_commit_refused_by_a_concurrent_writer_leaves_its_audit_row(tmp_path: 
         "import datetime as dt, sys, time\n"
         "import polars as pl\n"
         "from warehouse.settings import load_settings\n"
+        "from warehouse.storage.lake import Lake\n"
         "from warehouse.storage.publish import publish\n"
         "from warehouse.tables import OPS_BOOKS\n"
         "def rows():\n"
         "    print('writing', flush=True); time.sleep(4)\n"
         "    yield pl.DataFrame({'table_name': ['dwd.request'], 'event_date': [dt.date(2026, 3, 1)], 'ods_rows': [1],"
         " 'dwd_rows': [1], 'duplicates': [0], 'quarantined': [0], 'malformed': [0], 'balanced': [True]})\n"
-        "publish(load_settings(), OPS_BOOKS, rows(), partitions=[{'event_date': dt.date(2026, 3, 1)}],"
+        "publish(Lake(load_settings()), OPS_BOOKS, rows(), partitions=[{'event_date': dt.date(2026, 3, 1)}],"
         " expectations=False)\n"
     )
     env = {**os.environ, "STRATA_LAKE_URI": str(lake_root)}

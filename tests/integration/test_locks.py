@@ -37,12 +37,13 @@ import sys
 import polars as pl
 from warehouse.settings import load_settings
 from warehouse.storage import locks
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import publish
 from warehouse.tables import DWD_TENANT_QUOTA
 with locks.hold(load_settings(), write=[(DWD_TENANT_QUOTA, None)]):
     print("held", flush=True)
     sys.stdin.readline()
-    publish(load_settings(), DWD_TENANT_QUOTA, pl.DataFrame({"tenant_id": ["first"], "effective_from": ["2026-01-01"],
+    publish(Lake(load_settings()), DWD_TENANT_QUOTA, pl.DataFrame({"tenant_id": ["first"], "effective_from": ["2026-01-01"],
             "daily_request_quota": ["1"], "daily_token_quota": ["1"]}), mode="overwrite", expectations=False)
 """
 

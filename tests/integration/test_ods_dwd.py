@@ -270,12 +270,13 @@ def test_sigkill_during_a_dwd_build_then_rerun_equals_a_clean_build(
         "import datetime as dt, sys, time\n"
         "import warehouse.dwd.build as dwd, warehouse.dwd.transform as transform, warehouse.ods.scan as scan\n"
         "from warehouse.settings import load_settings\n"
+        "from warehouse.storage.lake import Lake\n"
         "real = transform.parse_rows\n"
         "def slow(*a, **k):\n"
         "    print('started', flush=True); time.sleep(0.5); return real(*a, **k)\n"
         "transform.parse_rows = slow\n"
         "scan.BATCH_ROWS = 1000\n"
-        f"dwd.build(load_settings(), 'requests', dt.date.fromisoformat('{DAYS[0].isoformat()}'))\n"
+        f"dwd.build(Lake(load_settings()), 'requests', dt.date.fromisoformat('{DAYS[0].isoformat()}'))\n"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", script], env={**os.environ, **env}, stdout=subprocess.PIPE, text=True

@@ -480,6 +480,7 @@ WRITER = r"""
 import datetime as dt, time
 import polars as pl
 from warehouse.settings import load_settings
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import publish
 from warehouse.tables import DWD_FEEDBACK
 
@@ -500,7 +501,7 @@ def frames():
             print("started", flush=True)
         time.sleep(0.01)
 
-publish(load_settings(), DWD_FEEDBACK, frames(), partitions=[{"event_date": day}], expectations=False,
+publish(Lake(load_settings()), DWD_FEEDBACK, frames(), partitions=[{"event_date": day}], expectations=False,
         now=dt.datetime(2026, 1, 3, tzinfo=dt.timezone.utc))
 print("finished", flush=True)
 """
