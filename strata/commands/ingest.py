@@ -4,6 +4,7 @@ and the ledger of what landed."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -11,6 +12,10 @@ from rich.markup import escape
 from strata.console import console, out, progress
 from strata.options import WAIT, for_writing
 from warehouse.sources.formats import Format
+
+if TYPE_CHECKING:
+    from strata.pipeline import StepResult
+    from warehouse.ods.ingest import IngestReport
 
 app = typer.Typer()
 #: Skipped files listed one by one up to this many; beyond, a summary.
@@ -53,7 +58,13 @@ def ingest_cmd(
             progress=step,
             tenant=tenant,
         )
-    report = result.detail
+    _print_not_landed(result.detail)
+    _print_landed(result)
+    _print_problems(result.detail)
+
+
+def _print_not_landed(report: IngestReport) -> None:
+    """The files of the folders not read, and those skipped as landed before: a few by name, then a count."""
     for path, why in report.passed_over[:LISTED]:
         out.print(f"[yellow]not read[/] {escape(str(path))}: {escape(why)}")
     if len(report.passed_over) > LISTED:
@@ -68,6 +79,11 @@ def ingest_cmd(
             f"[yellow]skipped[/] {len(report.skipped) - LISTED:,} more file(s) already landed "
             "(`strata landed` lists every landed file)"
         )
+
+
+def _print_landed(result: StepResult) -> None:
+    """What landed, and what to build or rebuild next."""
+    report = result.detail
     out.print(
         f"landed {result.counts['files_landed']} file(s), {result.counts['lines']:,} lines "
         f"({result.counts['malformed']:,} malformed), skipped {result.counts['files_skipped']}; "
@@ -95,6 +111,11 @@ def ingest_cmd(
             f"re-landed {len(replaced)} file(s), replacing their earlier rows"
             + (f"; DWD of their event dates is stale until rebuilt: strata build dwd {dates}" if dates else "")
         )
+
+
+def _print_problems(report: IngestReport) -> None:
+    """Warnings, then what went wrong: exits 1 when a file failed or held no log line, or a mapped field
+    was not reached."""
     for warning in report.warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}")
     for nested in report.nested:
