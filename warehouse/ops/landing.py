@@ -32,8 +32,8 @@ import polars as pl
 
 from warehouse.sources.collector.segments import convert_pending
 from warehouse.sources.collector.spool import segments_held, spool_dir
-from warehouse.sources.files import Lines, discover, head, load, split_lines
-from warehouse.sources.formats import HEAD_BYTES, SUFFIXES, otlp_signal
+from warehouse.sources.files import Lines, discover, load, split_lines
+from warehouse.sources.formats import HEAD_BYTES, SUFFIXES, head, otlp_signal
 from warehouse.storage.lake import Lake
 from warehouse.storage.publish import publish
 from warehouse.tables import OPS_LANDED_FILES, Table

@@ -14,7 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from isal import igzip
 
-_GZIP_MAGIC = b"\x1f\x8b"
+from warehouse.sources.formats import GZIP_MAGIC
+
 _DATE_IN_PATH = re.compile(r"(?:^|[/_=-])(\d{4}-\d{2}-\d{2})(?:[/_.]|$)")
 
 
@@ -60,20 +61,6 @@ def discover(paths: Iterable[Path], suffixes: tuple[str, ...]) -> list[Path]:
     return files
 
 
-def head(path: Path, size: int) -> bytes:
-    """About the first ``size`` bytes of a file's content (a gzip file's inflated), to tell its format."""
-    import zlib
-
-    with path.open("rb") as handle:
-        data = handle.read(size)
-    if data[:2] == _GZIP_MAGIC:
-        try:
-            return zlib.decompressobj(wbits=31).decompress(data, size)
-        except zlib.error:
-            return b""
-    return data
-
-
 def load(path: Path) -> LandedFile:
     """Read a file (gzip recognised by its magic bytes); the hash is of the bytes as landed.
 
@@ -83,7 +70,7 @@ def load(path: Path) -> LandedFile:
     date = path_date(path)
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
-    if data[:2] == _GZIP_MAGIC:
+    if data[:2] == GZIP_MAGIC:
         try:
             data = igzip.decompress(data)
         except (OSError, EOFError) as exc:

@@ -60,6 +60,8 @@ _TENANT = ";tenant="
 _SIGNAL = re.compile(rb'^\s*\{\s*"(resource_?[sS]pans|resource_?[mM]etrics|resource_?[lL]ogs)"')
 #: Bytes of a file's head that :func:`otlp_signal` reads.
 HEAD_BYTES = 4096
+#: The first bytes of a gzip file (a file is read plain or gzip, whatever its name).
+GZIP_MAGIC = b"\x1f\x8b"
 #: What a folder search picks up, by what the files will be read as.
 SUFFIXES = {
     "lines": (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz"),
@@ -155,6 +157,20 @@ def with_tenant(source: str, tenant: str | None) -> str:
     return source if tenant is None else f"{source}{_TENANT}{tenant}"
 
 
+def head(path: Path, size: int) -> bytes:
+    """About the first ``size`` bytes of a file's content (a gzip file's inflated), to tell its format."""
+    import zlib
+
+    with path.open("rb") as handle:
+        data = handle.read(size)
+    if data[:2] == GZIP_MAGIC:
+        try:
+            return zlib.decompressobj(wbits=31).decompress(data, size)
+        except zlib.error:
+            return b""
+    return data
+
+
 def otlp_signal(head: bytes) -> str | None:
     """``traces``, ``metrics`` or ``logs`` when ``head`` (a file's first bytes) starts an OTLP
     JSON export of that signal; None otherwise."""
@@ -203,8 +219,6 @@ def source_for(
             f"--mapping FILE or the name of a shipped one ({', '.join(shipped_mappings())})"
             + (", or --format jsonl if it holds JSON lines" if fmt == Format.auto else "")
         )
-    from warehouse.sources.files import head
-
     signal = otlp_signal(head(path, HEAD_BYTES)) if fmt in (Format.auto, Format.otlp_json) else None
     if signal in ("metrics", "logs"):
         reason = f"an OpenTelemetry {signal} export (Strata reads OTLP traces)"
