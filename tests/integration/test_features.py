@@ -123,7 +123,7 @@ def test_a_rebuilt_partition_is_materialized_again_and_read_offline(world: dict)
     only_day1, both_days = keys[-2], keys[0]  # the first half has a newer row on day 2
     before = reader(settings).read(views_of("user")[0], [only_day1, both_days], ["request_count_24h"])[0]
     republish(
-        settings,
+        Lake(settings),
         source,
         lambda f: f.with_columns(pl.col("request_count_24h") + 1000),
         partitions=[{"event_date": DAY1}],
