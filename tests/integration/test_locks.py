@@ -43,8 +43,9 @@ from warehouse.tables import DWD_TENANT_QUOTA
 with locks.hold(load_settings(), write=[(DWD_TENANT_QUOTA, None)]):
     print("held", flush=True)
     sys.stdin.readline()
-    publish(Lake(load_settings()), DWD_TENANT_QUOTA, pl.DataFrame({"tenant_id": ["first"], "effective_from": ["2026-01-01"],
-            "daily_request_quota": ["1"], "daily_token_quota": ["1"]}), mode="overwrite", expectations=False)
+    row = {"tenant_id": ["first"], "effective_from": ["2026-01-01"]} | {
+        "daily_request_quota": ["1"], "daily_token_quota": ["1"]}
+    publish(Lake(load_settings()), DWD_TENANT_QUOTA, pl.DataFrame(row), mode="overwrite", expectations=False)
 """
 
 
