@@ -21,8 +21,8 @@ import pyarrow.compute as pc
 
 from contracts.errors import InputError
 from warehouse.settings import Settings, size_bytes
-from warehouse.storage import lake
 from warehouse.storage.duck import lake_reader
+from warehouse.storage.lake import Lake
 from warehouse.tables import DWD_REQUEST, Table
 
 BUCKETS = 16
@@ -44,14 +44,14 @@ def bucket_sql(column: str) -> str:
     return f"('0x' || substr({column}, 1, 1))::INTEGER"
 
 
-def active_entities(settings: Settings, day: dt.date, entity: str, buckets: range) -> pa.Array:
+def active_entities(lake: Lake, day: dt.date, entity: str, buckets: range) -> pa.Array:
     """Distinct entity keys with a request on ``day`` in these buckets, sorted."""
-    if lake.open_table(settings, DWD_REQUEST) is None:
+    if lake.open_table(DWD_REQUEST) is None:
         raise InputError("dwd.request does not exist: build DWD first (the dwd step)")
-    con = lake_reader(settings)
+    con = lake_reader(lake.settings)
     rows = con.execute(
         f"""
-        SELECT DISTINCT {entity} AS entity FROM delta_scan('{DWD_REQUEST.uri(settings)}')
+        SELECT DISTINCT {entity} AS entity FROM delta_scan('{DWD_REQUEST.uri(lake.settings)}')
         WHERE event_date = ? AND {entity} IS NOT NULL
           AND {bucket_sql(entity)} BETWEEN ? AND ?
         ORDER BY entity""",
@@ -61,7 +61,7 @@ def active_entities(settings: Settings, day: dt.date, entity: str, buckets: rang
 
 
 def read_as_of(
-    settings: Settings,
+    lake: Lake,
     source: Table,
     entity: str,
     columns: list[str],
@@ -76,14 +76,14 @@ def read_as_of(
     not the day's users; each query also keeps to its chunk's key range, which a sorted
     ``entities`` (as :func:`active_entities` gives) makes narrow.
     """
-    if lake.open_table(settings, source) is None:
+    if lake.open_table(source) is None:
         raise InputError(f"{source} does not exist: build it first")
-    con = lake_reader(settings)
+    con = lake_reader(lake.settings)
     picked = ", ".join(f'f."{c}"' for c in columns)
     query = f"""
         WITH recent AS (
             SELECT "{entity}" AS entity, {", ".join(f'"{c}"' for c in columns)}, feature_ts
-            FROM delta_scan('{source.uri(settings)}')
+            FROM delta_scan('{source.uri(lake.settings)}')
             WHERE feature_ts <= ? AND feature_ts > ? AND event_date BETWEEN ? AND ?
               AND "{entity}" BETWEEN ? AND ? AND "{entity}" IN (SELECT entity FROM wanted)
             QUALIFY row_number() OVER (PARTITION BY "{entity}" ORDER BY feature_ts DESC) = 1
@@ -92,7 +92,7 @@ def read_as_of(
         FROM wanted w LEFT JOIN recent f USING (entity)
         ORDER BY w.position"""
     since = at - ttl
-    step = chunk_rows(settings, source, columns)
+    step = chunk_rows(lake.settings, source, columns)
 
     def chunk(low: int) -> pa.RecordBatchReader:
         keys = entities.slice(low, step)

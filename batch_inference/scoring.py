@@ -28,6 +28,7 @@ from warehouse.errors import NoData
 from warehouse.progress import Progress
 from warehouse.settings import Settings
 from warehouse.storage import boundaries, locks
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import prefetch, publish
 from warehouse.tables import ADS_USER_RISK_SCORES, DWD_REQUEST, table
 
@@ -110,19 +111,18 @@ def score(
     partitions = [
         {"event_date": day, "model_name": card.name, "model_version": card.version, "entity_bucket": b} for b in buckets
     ]
+    lake = Lake(settings)
     # From the first read to the commit: a forget meanwhile waits, so no user it removes is scored back.
     with locks.hold(settings, write=[(ADS_USER_RISK_SCORES, p) for p in partitions], read=[DWD_REQUEST, source]):
-        entities = active_entities(settings, day, card.entity, buckets)
-        if not len(entities) and not len(active_entities(settings, day, card.entity, shard_buckets((0, 1)))):
+        entities = active_entities(lake, day, card.entity, buckets)
+        if not len(entities) and not len(active_entities(lake, day, card.entity, shard_buckets((0, 1)))):
             raise NoData(
                 f"no {card.entity} was active on {day}: nothing to score (check the date, or build its DWD first)"
             )
         boundaries.first_read("score")
-        reader = read_as_of(
-            settings, source, card.entity, [f.name for f in card.features], entities, at, ttl, batch_rows
-        )
+        reader = read_as_of(lake, source, card.entity, [f.name for f in card.features], entities, at, ttl, batch_rows)
         result = publish(
-            settings,
+            lake,
             ADS_USER_RISK_SCORES,
             _scored(reader, card, session, day, at, progress, len(entities)),
             partitions=partitions,

@@ -11,7 +11,7 @@ import polars as pl
 
 from batch_inference.registry import get
 from warehouse.settings import Settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import publish
 from warehouse.tables import ADS_SCORE_DAILY, ADS_USER_RISK_SCORES
 
@@ -28,11 +28,10 @@ def psi(today: np.ndarray, before: np.ndarray) -> float | None:
     return float(np.sum((share[0] - share[1]) * np.log(share[0] / share[1])))
 
 
-def _scores(settings: Settings, day: dt.date, name: str, version: str) -> np.ndarray:
+def _scores(lake: Lake, day: dt.date, name: str, version: str) -> np.ndarray:
     return cast(
         np.ndarray,
         lake.read(
-            settings,
             ADS_USER_RISK_SCORES,
             columns=["score"],
             filters=[("event_date", "=", day), ("model_name", "=", name), ("model_version", "=", version)],
@@ -45,8 +44,9 @@ def _scores(settings: Settings, day: dt.date, name: str, version: str) -> np.nda
 def summarize(settings: Settings, day: dt.date, name: str, version: str) -> dict[str, Any]:
     """Write (replace) the day's summary row of one model version; returns it."""
     card = get(settings, name, version).card
-    today = _scores(settings, day, name, version)
-    before = _scores(settings, day - dt.timedelta(days=1), name, version)
+    lake = Lake(settings)
+    today = _scores(lake, day, name, version)
+    before = _scores(lake, day - dt.timedelta(days=1), name, version)
     quantiles = np.quantile(today, [0.5, 0.9, 0.99]) if len(today) else [None] * 3
     row = {
         "event_date": day,
@@ -62,7 +62,7 @@ def summarize(settings: Settings, day: dt.date, name: str, version: str) -> dict
         "drift_psi": psi(today, before),
     }
     publish(
-        settings,
+        lake,
         ADS_SCORE_DAILY,
         pl.DataFrame(
             [row],

@@ -25,7 +25,7 @@ from batch_inference.export import PARITY_TOLERANCE, parity, to_onnx
 from batch_inference.registry import Feature, ModelError, ModelVersion, NotEnoughLabels, new_card, register
 from warehouse.errors import NoData
 from warehouse.settings import Settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import DWD_FEEDBACK, DWD_REQUEST
 
 log = logging.getLogger(f"strata.{__name__}")
@@ -43,15 +43,14 @@ class TrainingSet:
     ttl: dt.timedelta
 
 
-def labels(settings: Settings, until: dt.datetime) -> pl.DataFrame:
+def labels(lake: Lake, until: dt.datetime) -> pl.DataFrame:
     """``user_pseudonym`` of every user a review marked abusive by ``until``, with when it first did."""
-    if lake.open_table(settings, DWD_FEEDBACK) is None:
+    if lake.open_table(DWD_FEEDBACK) is None:
         return pl.DataFrame(schema={"user_pseudonym": pl.String, "labelled_at": pl.Datetime("us", "UTC")})
-    reviews = lake.read_frame(settings, DWD_FEEDBACK, columns=["request_id", "kind", "value", "ts"]).filter(
+    reviews = lake.read_frame(DWD_FEEDBACK, columns=["request_id", "kind", "value", "ts"]).filter(
         (pl.col("kind") == "review") & (pl.col("value") == "abusive") & (pl.col("ts") <= until)
     )
     owners = lake.read_frame(
-        settings,
         DWD_REQUEST,
         columns=["request_id", "user_pseudonym"],
         filters=[("request_id", "in", reviews.get_column("request_id").unique().to_list())],
@@ -90,14 +89,13 @@ class Retrieve(Protocol):
 
 
 def training_set(
-    settings: Settings, until: dt.date, days: int, retrieve: Retrieve, service: str = FEATURE_SERVICE
+    lake: Lake, until: dt.date, days: int, retrieve: Retrieve, service: str = FEATURE_SERVICE
 ) -> TrainingSet:
     """Every user active on each day of the window, at the day's end, with the feature service's
     features as of that instant (point in time) and the label as of the window's end."""
     first = until - dt.timedelta(days=days - 1)
     active = (
         lake.read_frame(
-            settings,
             DWD_REQUEST,
             columns=["user_pseudonym", "event_date"],
             filters=[("event_date", ">=", first), ("event_date", "<=", until)],
@@ -120,11 +118,11 @@ def training_set(
         f"{entity_rows.height:,}",
         service,
     )
-    found = retrieve(settings, entity_rows, service)
+    found = retrieve(lake.settings, entity_rows, service)
     end = dt.datetime.combine(until + dt.timedelta(days=1), dt.time(), dt.UTC)
     frame = (
         found.frame.with_columns(pl.col("event_timestamp").dt.convert_time_zone("UTC"))
-        .join(labels(settings, end), on="user_pseudonym", how="left")
+        .join(labels(lake, end), on="user_pseudonym", how="left")
         .with_columns(label=pl.col("labelled_at").is_not_null().cast(pl.Int8))
     )
     return TrainingSet(
@@ -139,7 +137,7 @@ def training_set(
 
 def train(settings: Settings, name: str, until: dt.date, retrieve: Retrieve, *, days: int = 7) -> ModelVersion:
     """Train ``name`` on the ``days`` ending with ``until``: the earlier days teach, the later judge."""
-    data = training_set(settings, until, days, retrieve)
+    data = training_set(Lake(settings), until, days, retrieve)
     first = until - dt.timedelta(days=days - 1)
     split_day = first + dt.timedelta(days=max(1, round(days * TRAIN_SHARE)))
     # The card names the days the data holds, not the window asked for (a week may start before its data).

@@ -62,11 +62,12 @@ _OURS = """
 import datetime as dt, json, sys, time
 from warehouse.settings import load_settings
 from warehouse.ads.build import build
+from warehouse.storage.lake import Lake
 settings = load_settings({"STRATA_HOME": sys.argv[1], "STRATA_PSEUDONYM_KEY": sys.argv[2]})
 out = []
 for day in sys.argv[3:]:
     started = time.perf_counter()
-    report = build(settings, [dt.date.fromisoformat(day)])
+    report = build(Lake(settings), [dt.date.fromisoformat(day)])
     out.append({"day": day, "wall_s": time.perf_counter() - started, "startup_s": report.dbt.startup_s,
                 "dbt_s": report.dbt.total_s,
                 "models": {n.name: n.seconds for n in report.dbt.nodes if n.resource_type == "model"},

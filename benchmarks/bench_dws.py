@@ -34,11 +34,12 @@ _OURS = """
 import datetime as dt, json, sys, time
 from warehouse.settings import load_settings
 from warehouse.dws.build import build
+from warehouse.storage.lake import Lake
 settings = load_settings()
 from contracts import audit_worker
 worker = audit_worker.pid()  # the shared GX worker runs already, as for every command but the first of a while
 t0 = time.perf_counter()
-runs = build(settings, dt.date.fromisoformat(sys.argv[1]))
+runs = build(Lake(settings), dt.date.fromisoformat(sys.argv[1]))
 seconds = time.perf_counter() - t0
 def high_water_kb(pid="self"):
     with open(f"/proc/{pid}/status") as status:
@@ -53,12 +54,12 @@ import datetime as dt, json, sys, time
 import pyarrow.parquet as pq
 from benchmarks.bench_dws import baseline_sql
 from warehouse.settings import load_settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.storage.duck import connect
 from warehouse.tables import DWD_REQUEST
 settings = load_settings()
 day = dt.date.fromisoformat(sys.argv[1])
-files = lake.open_table(settings, DWD_REQUEST).file_uris()
+files = Lake(settings).open_table(DWD_REQUEST).file_uris()
 con = connect()
 con.execute(f"SET temp_directory = '{sys.argv[2]}'")
 con.execute(f"CREATE VIEW requests AS SELECT * FROM read_parquet({files!r}, hive_partitioning = true)")

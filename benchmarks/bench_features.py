@@ -110,16 +110,17 @@ def _settings():
 
 def child_lake(n: int) -> dict:
     from benchmarks.synthetic import feature_rows, pseudonyms
+    from warehouse.storage.lake import Lake
     from warehouse.storage.publish import publish
     from warehouse.tables import table
 
-    settings = _settings()
+    lake = Lake(_settings())
     source = table("dws.bench_features")
     for start in range(0, n, 250_000):  # in slices: the generator holds a slice at a time
         keys = pseudonyms(min(250_000, n - start), seed=start + 1)
         rows = feature_rows(source, keys, DAY, seed=start + 2)
         publish(
-            settings,
+            lake,
             source,
             rows,
             partitions=[{"event_date": DAY}],

@@ -45,6 +45,7 @@ from benchmarks.bench_ods_dwd import cpu_s
 from warehouse.settings import load_settings
 from warehouse.ods.ingest import ingest
 from warehouse.dwd.build import build
+from warehouse.storage.lake import Lake
 settings = load_settings()
 landing = Path(sys.argv[1]); day = dt.date.fromisoformat(sys.argv[2])
 def worker_cpu(pid):  # utime and stime, the 14th and 15th fields
@@ -57,7 +58,7 @@ w0 = worker_cpu(worker)
 t0, c0 = time.perf_counter(), cpu_s()
 ingest(settings, [landing / "requests"])
 t1, c1 = time.perf_counter(), cpu_s()
-report = build(settings, "requests", day)
+report = build(Lake(settings), "requests", day)
 t2, c2 = time.perf_counter(), cpu_s()
 # Peaks are VmHWM, this process's own high-water mark. Not ru_maxrss: across fork and exec
 # it keeps the parent's peak (the harness that generated the data), and a forked worker's
@@ -83,6 +84,7 @@ from warehouse.settings import load_settings
 from warehouse.ods.ingest import ingest
 from warehouse.ops.suppression import list_key
 from warehouse.privacy import pseudonym
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import publish
 from warehouse.tables import OPS_FORGOTTEN_USERS
 settings = load_settings()
@@ -93,7 +95,7 @@ if forgotten:
     at = [dt.datetime.now(dt.UTC)] * forgotten
     frame = pl.DataFrame({"user_pseudonym": ids, "forgotten_at": at})
     frame = frame.with_columns(pl.col("forgotten_at").dt.cast_time_unit("us"))
-    publish(settings, OPS_FORGOTTEN_USERS, frame, mode="append", expectations=False)
+    publish(Lake(settings), OPS_FORGOTTEN_USERS, frame, mode="append", expectations=False)
 t0, c0 = time.perf_counter(), cpu_s()
 report = ingest(settings, [Path(sys.argv[1]) / "requests"])
 print(json.dumps({"ingest_s": time.perf_counter() - t0, "cpu_s": cpu_s() - c0, "suppressed": report.suppressed}))

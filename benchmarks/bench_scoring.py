@@ -40,6 +40,7 @@ def _lake(workdir: Path):
     from batch_inference.training import TrainingSet, fit_and_register
     from benchmarks.synthetic import feature_rows, pseudonyms, request_rows
     from warehouse.settings import load_settings
+    from warehouse.storage.lake import Lake
     from warehouse.storage.publish import publish
     from warehouse.tables import DWD_REQUEST, table
 
@@ -49,8 +50,9 @@ def _lake(workdir: Path):
     source = table("dws.user_features")
     keys = pseudonyms(USERS, seed=1)
     features = feature_rows(source, keys, DAY, seed=2)
-    publish(settings, source, features, partitions=[{"event_date": DAY}], expectations=False, checked=True)
-    publish(settings, DWD_REQUEST, request_rows(keys, DAY), partitions=[{"event_date": DAY}], expectations=False)
+    lake = Lake(settings)
+    publish(lake, source, features, partitions=[{"event_date": DAY}], expectations=False, checked=True)
+    publish(lake, DWD_REQUEST, request_rows(keys, DAY), partitions=[{"event_date": DAY}], expectations=False)
     names = [c.name for c in source.contract.columns if c.name.endswith(("_1h", "_24h", "_7d"))]
     sample = features.head(SAMPLE).with_columns(
         event_timestamp=pl.col("feature_ts"),
@@ -78,15 +80,17 @@ def _bare(settings, provider: str, out: Path) -> tuple[float, int, str]:
     from batch_inference.features import active_entities, read_as_of
     from batch_inference.registry import get
     from batch_inference.session import open_session
+    from warehouse.storage.lake import Lake
     from warehouse.tables import table
 
     started = time.perf_counter()
     model = get(settings, "user_risk")
     session = open_session(model.onnx_bytes(), provider)  # type: ignore[arg-type]
     names = [f.name for f in model.card.features]
-    entities = active_entities(settings, DAY, "user_pseudonym", range(16))
+    lake = Lake(settings)
+    entities = active_entities(lake, DAY, "user_pseudonym", range(16))
     reader = read_as_of(
-        settings,
+        lake,
         table("dws.user_features"),
         "user_pseudonym",
         names,

@@ -253,7 +253,10 @@ def rows(settings: Settings, report: ConsistencyReport) -> pl.DataFrame:
 
 
 def _publish(settings: Settings, report: ConsistencyReport) -> int | None:
+    from warehouse.storage.lake import Lake
     from warehouse.storage.publish import publish
 
-    result = publish(settings, registry_table(TABLE), rows(settings, report), partitions=[{"event_date": report.day}])
+    result = publish(
+        Lake(settings), registry_table(TABLE), rows(settings, report), partitions=[{"event_date": report.day}]
+    )
     return result.version

@@ -34,8 +34,9 @@ from features.repo.definitions import feature_names, feature_tables, join_key, t
 from features.store import PROJECT, applied_store, feast_dir, replace_text, sqlite_path
 from warehouse.progress import Progress
 from warehouse.settings import Settings
-from warehouse.storage import boundaries, lake, locks
+from warehouse.storage import boundaries, locks
 from warehouse.storage.duck import lake_reader
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import prefetch
 from warehouse.tables import Table
 
@@ -101,13 +102,13 @@ def watermarks(settings: Settings) -> dict[str, dict[str, Any]]:
     return dict(_load_state(settings).get(store_id(settings), {}))
 
 
-def touched_partitions(settings: Settings, table: Table, after: int, upto: int) -> set[str] | None:
+def touched_partitions(lake: Lake, table: Table, after: int, upto: int) -> set[str] | None:
     """``event_date`` values that commits ``after+1..upto`` added or removed files in; None when the
     log no longer holds those commits (then everything is read again)."""
     dates: set[str] = set()
     for version in range(after + 1, upto + 1):
         try:
-            actions = lake.commit_actions(settings, table, version)
+            actions = lake.commit_actions(table, version)
         except (FileNotFoundError, OSError):
             return None
         for action in actions:
@@ -240,9 +241,10 @@ def _materialize(
     state = _load_state(settings)
     marks = state.setdefault(store_id(settings), {})
     runs = []
+    lake = Lake(settings)
     for table in feature_tables():
         view = view_name(table)
-        version = lake.version(settings, table)
+        version = lake.version(table)
         run = ViewRun(view, table.name, "unchanged", version)
         runs.append(run)
         if version is None:
@@ -257,7 +259,7 @@ def _materialize(
             continue
         partitions = None
         if before is not None and not full and mark.get("table") == table.uri(settings) and before < version:
-            partitions = touched_partitions(settings, table, before, version)
+            partitions = touched_partitions(lake, table, before, version)
         run.mode = "full" if partitions is None else "incremental"
         run.partitions = sorted(partitions or [])
         if partitions is None or partitions:

@@ -269,18 +269,20 @@ def _show_lake(settings: Settings, manifest: dict, echo: Echo) -> None:
     """Step 3: every section of the lake, around the last day of traffic and one planted abusive user."""
     from strata import lake_report
     from warehouse.privacy import pseudonym
+    from warehouse.storage.lake import Lake
 
     echo("[bold]3/3 what the lake holds[/]")
     last = dt.date.fromisoformat(max(manifest["days"]))
-    lake_report.tables_section(settings, echo)
-    lake_report.quarantine_section(settings, echo)
-    lake_report.books_section(settings, echo)
-    lake_report.ads_section(settings, echo, last)
+    lake = Lake(settings)
+    lake_report.tables_section(lake, echo)
+    lake_report.quarantine_section(lake, echo)
+    lake_report.books_section(lake, echo)
+    lake_report.ads_section(lake, echo, last)
     user = (manifest["abusive_user_ids"] or ["u_0"])[0]  # an abusive user, whose features stand out
     lake_report.features_section(settings, echo, user)
     key = settings.require_pseudonym_key()
     planted = frozenset(pseudonym(key, u) for u in manifest["abusive_user_ids"])
-    lake_report.model_section(settings, echo, last, planted)
+    lake_report.model_section(lake, echo, last, planted)
     lake_report.report_section(settings, echo, last)
     _next_commands(settings, echo, user)
 

@@ -11,10 +11,13 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from strata.console import Command, FitTable, cell
 from warehouse.settings import Settings
+
+if TYPE_CHECKING:
+    from warehouse.storage.lake import Lake
 
 Echo: TypeAlias = Callable[[Any], None]
 
@@ -50,31 +53,29 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> FitTable:
     return FitTable(columns, [[cell(v, c) for v, c in zip(row, columns, strict=True)] for row in rows], title=title)
 
 
-def tables_section(settings: Settings, echo: Echo) -> None:
+def tables_section(lake: Lake, echo: Echo) -> None:
     """Every table of the registry that exists: its Delta version and rows."""
-    from warehouse.storage import lake
     from warehouse.tables import all_tables
 
-    rows, handle = [], lake.Lake.of(settings)
+    rows = []
     for table in all_tables():
-        delta = handle.open_table(table)
+        delta = lake.open_table(table)
         if delta is not None:
-            rows.append([table.name, delta.version(), handle.dataset(delta).count_rows()])
+            rows.append([table.name, delta.version(), lake.dataset(delta).count_rows()])
     echo(_table("tables", ["table", "version", "rows"], rows))
 
 
-def quarantine_section(settings: Settings, echo: Echo) -> None:
+def quarantine_section(lake: Lake, echo: Echo) -> None:
     """Quarantined rows per rule (a row may break several)."""
     import polars as pl
 
-    from warehouse.storage import lake
     from warehouse.tables import DWD_QUARANTINE
 
-    if lake.open_table(settings, DWD_QUARANTINE) is None:
+    if lake.open_table(DWD_QUARANTINE) is None:
         echo("quarantine: nothing quarantined yet (dwd.quarantine does not exist)")
         return
     counts = (
-        lake.read_frame(settings, DWD_QUARANTINE, columns=["target_table", "rules"])
+        lake.read_frame(DWD_QUARANTINE, columns=["target_table", "rules"])
         .explode("rules")
         .group_by("target_table", "rules")
         .len()
@@ -89,15 +90,14 @@ def quarantine_section(settings: Settings, echo: Echo) -> None:
     )
 
 
-def books_section(settings: Settings, echo: Echo) -> None:
+def books_section(lake: Lake, echo: Echo) -> None:
     """The books per table and day: ODS rows = DWD rows + duplicates + quarantined + malformed."""
-    from warehouse.storage import lake
     from warehouse.tables import OPS_BOOKS
 
-    if lake.open_table(settings, OPS_BOOKS) is None:
+    if lake.open_table(OPS_BOOKS) is None:
         echo("books: no DWD build yet (ops.books does not exist)")
         return
-    books = lake.read_frame(settings, OPS_BOOKS).sort(["event_date", "table_name"])
+    books = lake.read_frame(OPS_BOOKS).sort(["event_date", "table_name"])
     columns = ["table_name", "event_date", "ods_rows", "dwd_rows", "duplicates", "quarantined", "malformed", "balanced"]
     echo(
         _table(
@@ -108,17 +108,16 @@ def books_section(settings: Settings, echo: Echo) -> None:
     )
 
 
-def ads_section(settings: Settings, echo: Echo, day: dt.date) -> None:
+def ads_section(lake: Lake, echo: Echo, day: dt.date) -> None:
     """A few analyst answers from the ADS tables, each only when its table has been built."""
-    from warehouse.storage import lake
     from warehouse.tables import Table
 
     for title, name, show, sort in ADS_ANSWERS:
         table = Table(name)
-        if lake.open_table(settings, table) is None:
+        if lake.open_table(table) is None:
             echo(f"ADS, {title}: not built yet ({name} does not exist) — skipped")
             continue
-        frame = lake.read_frame(settings, table)
+        frame = lake.read_frame(table)
         if "event_date" in frame.columns and (frame["event_date"] == day).any():
             frame = frame.filter(frame["event_date"] == day)
         columns = list(dict.fromkeys(c for pattern in show for c in frame.columns if re.search(pattern, c)))
@@ -145,17 +144,16 @@ def features_section(settings: Settings, echo: Echo, user_id: str) -> None:
     )
 
 
-def model_section(settings: Settings, echo: Echo, day: dt.date, planted: frozenset[str] = frozenset()) -> None:
+def model_section(lake: Lake, echo: Echo, day: dt.date, planted: frozenset[str] = frozenset()) -> None:
     """The latest registered model's metrics and the day's riskiest users (marked when the generator
     planted them as abusers: ``planted`` holds their pseudonyms)."""
     import polars as pl
 
     from batch_inference.registry import ModelError, get
-    from warehouse.storage import lake
     from warehouse.tables import Table
 
     try:
-        card = get(settings, MODEL).card
+        card = get(lake.settings, MODEL).card
     except ModelError as exc:
         echo(f"model: {exc} — skipped")
     else:
@@ -167,10 +165,10 @@ def model_section(settings: Settings, echo: Echo, day: dt.date, planted: frozens
             )
         )
     scores = Table(SCORES)
-    if lake.open_table(settings, scores) is None:
+    if lake.open_table(scores) is None:
         echo(f"riskiest users: not scored yet ({SCORES} does not exist) — skipped")
         return
-    scored = lake.read_frame(settings, scores, filters=[("event_date", "=", day)])
+    scored = lake.read_frame(scores, filters=[("event_date", "=", day)])
     if planted and scored.height:
         truth = scored.get_column("user_pseudonym").is_in(list(planted)).to_numpy()
         if 0 < truth.sum() < len(truth):

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 from contracts.errors import InputError
 from warehouse.progress import Progress, logged
 from warehouse.settings import Settings
+from warehouse.sources.formats import Format
 
 if TYPE_CHECKING:  # the library's reports, named in the steps' types; imported when a step runs
     from batch_inference.registry import ModelVersion
@@ -112,7 +113,7 @@ def land(
     settings: Settings,
     paths: list[Path],
     *,
-    fmt: Literal["auto", "jsonl", "csv", "otlp-json"] = "auto",
+    fmt: Format = Format.auto,
     mapping: Path | None = None,
     reland: bool = False,
     progress: Progress | None = None,
@@ -169,8 +170,9 @@ def build_dwd(
 ) -> StepResult[dict[Kind, RunResult]]:
     """Publish the day's ``dwd.feedback`` (merging its labels) and ``dwd.request`` from ODS."""
     from warehouse.dwd.build import build_day
+    from warehouse.storage.lake import Lake
 
-    runs = build_day(settings, day, progress)
+    runs = build_day(Lake(settings), day, progress)
     counts: dict[str, int] = {}
     for run in runs.values():
         short = run.table.name.split(".", 1)[1]
@@ -192,8 +194,9 @@ def build_dws(
     D's rows read DWD from D-8 23:00 to D 23:00; after a late change of D's DWD, rebuild D..D+8.
     """
     from warehouse.dws.build import build
+    from warehouse.storage.lake import Lake
 
-    runs = build(settings, day, progress)
+    runs = build(Lake(settings), day, progress)
     counts = {f"{name.split('.', 1)[1]}_rows": run.published for name, run in runs.items()}
     return StepResult("build_dws", counts, {name: run.version for name, run in runs.items()}, runs)
 
@@ -208,9 +211,11 @@ def build_ads(
     labels merged in) are built again in the same run (``counts["days_caught_up"]``).
     """
     from warehouse.ads.build import build, stale_days
+    from warehouse.storage.lake import Lake
 
-    caught_up = stale_days(settings, day)
-    report = build(settings, [*caught_up, day], progress=progress, storm_multiple=storm_multiple)
+    lake = Lake(settings)
+    caught_up = stale_days(lake, day)
+    report = build(lake, [*caught_up, day], progress=progress, storm_multiple=storm_multiple)
     counts = {f"{p.table.name.split('.', 1)[1]}_rows": p.rows for p in report.published}
     counts["days_caught_up"] = len(caught_up)
     return StepResult("build_ads", counts, {p.table.name: p.version for p in report.published}, report)
@@ -294,16 +299,18 @@ def clean(settings: Settings, *, progress: Progress | None = None) -> StepResult
     from warehouse.ads.build import MARTS
     from warehouse.ads.build import build as build_marts
     from warehouse.dwd.clean import clean_dwd, partition_dates
+    from warehouse.storage.lake import Lake
     from warehouse.tables import all_tables
 
-    report = clean_dwd(settings, progress)
+    lake = Lake(settings)
+    report = clean_dwd(lake, progress)
     built = set(report.rebuilt) | set(report.filtered)
-    dws_days = sorted({d for t in all_tables() if t.layer == "dws" for d in partition_dates(settings, t)})
+    dws_days = sorted({d for t in all_tables() if t.layer == "dws" for d in partition_dates(lake, t)})
     for day in dws_days:
         build_dws(settings, day, progress=progress)
-    ads_days = sorted({d for t in MARTS for d in partition_dates(settings, t)} & built)
+    ads_days = sorted({d for t in MARTS for d in partition_dates(lake, t)} & built)
     if ads_days:
-        build_marts(settings, ads_days, progress=progress)
+        build_marts(lake, ads_days, progress=progress)
     online = materialize(settings).counts["values_written"] if watermarks(settings) else 0
     counts = {
         "dwd_days_rebuilt": len(report.rebuilt),

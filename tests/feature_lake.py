@@ -9,6 +9,7 @@ import polars as pl
 from benchmarks.synthetic import feature_rows, pseudonyms
 from features.repo.definitions import feature_tables, join_key
 from warehouse.settings import Settings
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import publish
 from warehouse.tables import Table
 
@@ -35,5 +36,5 @@ def build(settings: Settings, n: int = 120, extra_users: tuple[str, ...] = ()) -
         for day, part, seed in ((DAY1, series, 1), (DAY2, series.head(n // 2), 2)):
             frame = rows(table, part, day, seed)
             partitions = frame.select(table.partition_columns).unique().to_dicts()
-            publish(settings, table, frame, partitions=partitions, expectations=False, checked=True)
+            publish(Lake(settings), table, frame, partitions=partitions, expectations=False, checked=True)
     return keys

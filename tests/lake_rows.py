@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import polars as pl
 
 from warehouse.settings import Settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import Table, all_tables
 
 #: Columns that describe the run that wrote a row, not the data.
@@ -41,9 +41,9 @@ def lake_rows(settings: Settings) -> dict[str, pl.DataFrame]:
     landing = str(settings.landing_dir.resolve())
 
     def rows(table: Table) -> pl.DataFrame | None:
-        if table.name in RUN_LOGS or lake.open_table(settings, table) is None:
+        if table.name in RUN_LOGS or Lake(settings).open_table(table) is None:
             return None
-        frame = lake.read_frame(settings, table)
+        frame = Lake(settings).read_frame(table)
         frame = frame.drop([c for c in frame.columns if c in RUN_METADATA])
         frame = frame.with_columns(
             pl.col(c).str.replace(landing, "<landing>", literal=True) for c, t in frame.schema.items() if t == pl.String

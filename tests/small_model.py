@@ -10,14 +10,14 @@ import polars as pl
 
 from batch_inference.training import TrainingSet, fit_and_register
 from warehouse.settings import Settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import table
 
 
 def register_a_model(settings: Settings, first: dt.date, last: dt.date) -> None:
     """Fit ``user_risk`` on ``dws.user_features`` with every third row labelled abusive, and register it."""
     source = table("dws.user_features")
-    frame = lake.read_frame(settings, source)
+    frame = Lake(settings).read_frame(source)
     names = [c.name for c in source.contract.columns if c.name.endswith(("_1h", "_24h", "_7d"))]
     frame = frame.with_columns(
         event_timestamp=pl.col("feature_ts"), label=pl.Series(np.arange(frame.height) % 3 == 0).cast(pl.Int8)

@@ -23,7 +23,6 @@ import polars as pl
 
 from warehouse.ops.books import Books, record_books
 from warehouse.progress import Progress
-from warehouse.settings import Settings
 from warehouse.storage.lake import Lake
 from warehouse.storage.memory import detach
 from warehouse.storage.publish import InvariantFailure, Tally, keeps_every_row, publish
@@ -79,7 +78,7 @@ class RunResult:
 
 
 def claim(
-    where: Lake | Settings,
+    lake: Lake,
     target: Table,
     day: dt.date,
     *,
@@ -94,7 +93,7 @@ def claim(
         write.append((DWD_QUARANTINE, {"event_date": day, "target_table": target.name}))
     if books:
         write.append((OPS_BOOKS, {"event_date": day, "table_name": target.name}))
-    return Lake.of(where).hold(write=write, read=reads)
+    return lake.hold(write=write, read=reads)
 
 
 def run(

@@ -4,12 +4,18 @@ and the ledger of what landed."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
 
 from strata.console import console, out, progress
 from strata.options import WAIT, for_writing
+from warehouse.sources.formats import Format
+
+if TYPE_CHECKING:
+    from strata.pipeline import StepResult
+    from warehouse.ods.ingest import IngestReport
 
 app = typer.Typer()
 #: Skipped files listed one by one up to this many; beyond, a summary.
@@ -19,7 +25,7 @@ LISTED = 10
 @app.command("ingest")
 def ingest_cmd(
     paths: list[Path] = typer.Argument(..., help="Files or folders to land (plain or gzip)."),
-    fmt: str = typer.Option("auto", "--format", help="jsonl, csv, otlp-json or auto."),
+    fmt: Format = typer.Option(Format.auto, "--format", help="How to read the files (auto: each by its content)."),
     mapping: Path | None = typer.Option(None, "--mapping", help="Mapping file for a CSV/JSONL trace."),
     reland: bool = typer.Option(
         False,
@@ -41,20 +47,24 @@ def ingest_cmd(
     """
     from strata import pipeline
 
-    if fmt not in ("auto", "jsonl", "csv", "otlp-json"):
-        raise typer.BadParameter(f"{fmt!r} is not one of jsonl, csv, otlp-json, auto", param_hint="--format")
     settings = for_writing(wait)
     with progress("ingesting") as step:
         result = pipeline.land(
             settings,
             paths,
-            fmt=fmt,  # type: ignore[arg-type]
+            fmt=fmt,
             mapping=mapping,
             reland=reland,
             progress=step,
             tenant=tenant,
         )
-    report = result.detail
+    _print_not_landed(result.detail)
+    _print_landed(result)
+    _print_problems(result.detail)
+
+
+def _print_not_landed(report: IngestReport) -> None:
+    """The files of the folders not read, and those skipped as landed before: a few by name, then a count."""
     for path, why in report.passed_over[:LISTED]:
         out.print(f"[yellow]not read[/] {escape(str(path))}: {escape(why)}")
     if len(report.passed_over) > LISTED:
@@ -69,6 +79,11 @@ def ingest_cmd(
             f"[yellow]skipped[/] {len(report.skipped) - LISTED:,} more file(s) already landed "
             "(`strata landed` lists every landed file)"
         )
+
+
+def _print_landed(result: StepResult) -> None:
+    """What landed, and what to build or rebuild next."""
+    report = result.detail
     out.print(
         f"landed {result.counts['files_landed']} file(s), {result.counts['lines']:,} lines "
         f"({result.counts['malformed']:,} malformed), skipped {result.counts['files_skipped']}; "
@@ -96,6 +111,11 @@ def ingest_cmd(
             f"re-landed {len(replaced)} file(s), replacing their earlier rows"
             + (f"; DWD of their event dates is stale until rebuilt: strata build dwd {dates}" if dates else "")
         )
+
+
+def _print_problems(report: IngestReport) -> None:
+    """Warnings, then what went wrong: exits 1 when a file failed or held no log line, or a mapped field
+    was not reached."""
     for warning in report.warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}")
     for nested in report.nested:
@@ -140,8 +160,9 @@ def landed_cmd(
     from strata.console import FitTable
     from warehouse.ops.ledger import recent
     from warehouse.settings import load_settings
+    from warehouse.storage.lake import Lake
 
-    files = recent(load_settings(), last)
+    files = recent(Lake(load_settings()), last)
     if files.is_empty():
         out.print("no file landed yet")
         return

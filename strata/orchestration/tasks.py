@@ -100,13 +100,13 @@ def changed_reference(file: str, table_name: str) -> Given:
     else :class:`Skip` (a daily run need not rewrite unchanged reference data)."""
 
     def given(settings: Settings, interval: Interval) -> Arguments:
-        from warehouse.storage import lake
+        from warehouse.storage.lake import Lake
         from warehouse.tables import table
 
         path = settings.landing_dir / file
         if not path.is_file():
             raise Skip(f"no {file} at {path}: nothing to load (drop one there to load it)")
-        delta = lake.open_table(settings, table(table_name))
+        delta = Lake(settings).open_table(table(table_name))
         if delta is not None:
             last = delta.history(1)[0]
             if path.stat().st_mtime * 1000 < last["timestamp"]:

@@ -12,11 +12,11 @@ WEEK = 7
 
 def latest_day(settings: Settings) -> dt.date | None:
     """The latest event date ``dwd.request`` holds (None before the first DWD build): a report's default end."""
-    from warehouse.storage import lake
     from warehouse.storage.duck import lake_reader
+    from warehouse.storage.lake import Lake
     from warehouse.tables import DWD_REQUEST
 
-    if lake.open_table(settings, DWD_REQUEST) is None:
+    if Lake(settings).open_table(DWD_REQUEST) is None:
         return None
     row = lake_reader(settings).sql(f"SELECT max(event_date) FROM delta_scan('{DWD_REQUEST.uri(settings)}')").fetchone()
     return row[0] if row else None

@@ -21,7 +21,7 @@ from strata.demo import demo_settings, env_line, reset
 from strata.orchestration.dag_runs import Run, run_dags
 from warehouse.errors import NoData
 from warehouse.settings import load_settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import table
 
 
@@ -71,11 +71,11 @@ def test_demo_runs_the_dags_end_to_end_and_prints_the_lake(tmp_path: Path) -> No
     # no data. None fails, and every ODS row is still there (retention counts back from today).
     settings = load_settings({"STRATA_HOME": str(tmp_path / "demo"), "STRATA_PSEUDONYM_KEY": key})
     ods = ("ods.request_log_raw", "ods.feedback_raw")
-    rows = {name: lake.read(settings, table(name)).num_rows for name in ods}
+    rows = {name: Lake(settings).read(table(name)).num_rows for name in ods}
     plan = [Run(dag) for dag in ("strata_ingest", "strata_retention", "strata_train", "strata_daily")]
     reports = run_dags(settings, [*plan, Run("strata_daily", later=1)], log=settings.airflow_home / "scheduled.log")
     assert [r.ok for r in reports] == [True] * 5, [(r.dag_id, r.interval, r.errors) for r in reports]
-    assert {name: lake.read(settings, table(name)).num_rows for name in ods} == rows and all(rows.values())
+    assert {name: Lake(settings).read(table(name)).num_rows for name in ods} == rows and all(rows.values())
     train = [dt.datetime.fromisoformat(moment) for moment in reports[2].interval]  # as docs/airflow.md says
     assert train[0].weekday() == 3 and train[1] - train[0] == dt.timedelta(weeks=1) and train[0].hour == 0
     empty = reports[-1]

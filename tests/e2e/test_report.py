@@ -36,6 +36,7 @@ from warehouse.ads.build import build
 from warehouse.ops.reports import report_uri
 from warehouse.settings import Settings, load_settings
 from warehouse.storage.duck import lake_reader
+from warehouse.storage.lake import Lake
 from warehouse.tables import Table
 
 START = dt.date(2026, 3, 2)
@@ -134,7 +135,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, dict[str,
         pipeline.materialize(settings, day)
         pipeline.check_consistency(settings, day, sample=40)
     pipeline.build_dwd(settings, HOSTILE)
-    build(settings, [HOSTILE, *DAYS])
+    build(Lake(settings), [HOSTILE, *DAYS])
     register_a_model(settings, START, START)
     for day in DAYS:
         pipeline.score(settings, day, provider="cpu")

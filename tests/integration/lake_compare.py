@@ -9,7 +9,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from warehouse.settings import Settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import all_tables
 
 #: Columns that say when and in which run a row was written, not what it holds.
@@ -21,9 +21,9 @@ def contents(settings: Settings) -> dict[str, object]:
     (table, partition, outcome), which a crashed attempt and its re-run both leave."""
     out: dict[str, object] = {}
     for table in all_tables():
-        if lake.open_table(settings, table) is None:
+        if Lake(settings).open_table(table) is None:
             continue
-        frame = lake.read_frame(settings, table)
+        frame = Lake(settings).read_frame(table)
         if table.name == "ops.audit_log":
             out[table.name] = set(frame.select("table_name", "partition", "status").iter_rows())
             continue

@@ -19,7 +19,7 @@ from warehouse.ads.build import MARTS, build
 from warehouse.ads.project import PROJECT_DIR, DbtFailed
 from warehouse.errors import NoData
 from warehouse.settings import Settings, load_settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import ADS_MODEL_DAILY, DWD_REQUEST, table
 
 START = dt.date(2026, 3, 2)
@@ -37,7 +37,7 @@ def build_lake(home: Path, landing: Path, *, days: int, requests_per_day: int, s
     pipeline.load_quotas(settings, landing / "quotas.csv")
     for day in manifest["days"]:  # the days with traffic (later days hold only late feedback)
         pipeline.build_dwd(settings, dt.date.fromisoformat(day))
-    build(settings, [dt.date.fromisoformat(d) for d in manifest["days"]])
+    build(Lake(settings), [dt.date.fromisoformat(d) for d in manifest["days"]])
     return settings, manifest
 
 
@@ -315,7 +315,7 @@ def test_a_rebuild_replaces_exactly_its_day(
 ) -> None:
     settings, _, _ = built
     before = {m.name: ads(settings, m.name.split(".")[1]) for m in MARTS}
-    versions = {m.name: lake.version(settings, m) for m in MARTS}
+    versions = {m.name: Lake(settings).version(m) for m in MARTS}
     with caplog.at_level(logging.INFO, logger="strata"):
         result = pipeline.build_ads(settings, DAYS[1])
     assert result.versions == {name: v + 1 for name, v in versions.items()}
@@ -369,13 +369,13 @@ def test_a_model_of_the_wrong_type_fails_the_build_and_publishes_nothing(
             "tenant_totals.models_used,", "cast(tenant_totals.models_used as varchar) as models_used,"
         )
     )
-    versions = {m.name: lake.version(settings, m) for m in MARTS}
+    versions = {m.name: Lake(settings).version(m) for m in MARTS}
     with pytest.raises(DbtFailed) as failed:
-        build(settings, DAYS[:1], project_dir=project)
+        build(Lake(settings), DAYS[:1], project_dir=project)
     message = str(failed.value)
     assert "model tenant_daily" in message and "enforced contract" in message
     assert "models_used" in message and "VARCHAR" in message and "BIGINT" in message
-    assert {m.name: lake.version(settings, m) for m in MARTS} == versions
+    assert {m.name: Lake(settings).version(m) for m in MARTS} == versions
 
 
 def test_docs_generate_one_static_page_under_strata_home(built: tuple[Settings, dict, Path]) -> None:
@@ -406,4 +406,4 @@ def test_docs_generate_one_static_page_under_strata_home(built: tuple[Settings, 
 def test_a_day_dwd_never_built_is_refused(built: tuple[Settings, dict, Path]) -> None:
     settings, _, _ = built
     with pytest.raises(NoData, match="DWD was never built for 2026-04-01"):
-        build(settings, [dt.date(2026, 4, 1)])
+        build(Lake(settings), [dt.date(2026, 4, 1)])

@@ -25,7 +25,7 @@ from warehouse.ods.ingest import ingest
 from warehouse.settings import Settings, load_settings
 from warehouse.sources.collector.encoding import JSON, PROTOBUF, decode
 from warehouse.sources.otlp import ERROR_CLASSES
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import table
 
 LITELLM = Path(__file__).resolve().parents[1] / "data" / "producers" / "litellm"
@@ -101,9 +101,9 @@ def landed(tmp_path_factory: pytest.TempPathFactory) -> Landed:
             dates |= set(ingest(settings, [settings.landing_dir]).dates)
         set_aside = 0
         for day in sorted(dates):
-            books = build_day(settings, day)["requests"].books
+            books = build_day(Lake(settings), day)["requests"].books
             set_aside += books.quarantined + books.malformed
-        frame = pl.from_arrow(lake.read(settings, table("dwd.request")))
+        frame = pl.from_arrow(Lake(settings).read(table("dwd.request")))
         assert isinstance(frame, pl.DataFrame)
     gateway_calls = sorted(
         (s for s in gateway["resourceSpans"][0]["scopeSpans"][0]["spans"] if s["name"] == "litellm_request"),
@@ -142,8 +142,8 @@ def test_a_call_whose_levels_meet_in_different_batches_still_counts_once(
     earlier batch kept, and is counted as a duplicate (the first arrival's fields stand)."""
     truth, app_calls, _, _, _, settings, dates = landed
     monkeypatch.setattr("warehouse.ods.scan.BATCH_ROWS", 1)
-    books = [build_day(settings, day)["requests"].books for day in dates]
-    dwd = pl.from_arrow(lake.read(settings, table("dwd.request")))
+    books = [build_day(Lake(settings), day)["requests"].books for day in dates]
+    dwd = pl.from_arrow(Lake(settings).read(table("dwd.request")))
     assert isinstance(dwd, pl.DataFrame)
     assert (dwd.height, sum(b.quarantined + b.malformed for b in books)) == (20, 0)
     assert sum(b.duplicates for b in books) == 20  # each gateway span

@@ -28,7 +28,7 @@ from warehouse.ods.ingest import ingest
 from warehouse.settings import load_settings
 from warehouse.sources.collector.encoding import JSON, PROTOBUF, accept, decode
 from warehouse.sources.collector.segments import convert_pending, frame
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import table
 
 DAY = dt.date(2026, 2, 2)
@@ -123,7 +123,7 @@ def test_the_sdk_exporters_protobuf_lands_in_ods_byte_exact_and_reads_into_dwd(s
     assert report.landed[0].path == segment.with_name(segment.name.replace(".otlp.spool", ".otlp.jsonl"))
     lines = report.landed[0].path.read_bytes().splitlines()
     assert len(lines) == 3 and all(b"\n" not in line for line in lines)
-    ods = pl.from_arrow(lake.read(settings, table("ods.request_log_raw"))).sort("line_no")
+    ods = pl.from_arrow(Lake(settings).read(table("ods.request_log_raw"))).sort("line_no")
     assert ods.get_column("raw_line").to_list() == lines
     converted = [json.loads(line)["resourceSpans"][0] for line in lines[:2]]
     for resource_spans in converted:
@@ -133,8 +133,8 @@ def test_the_sdk_exporters_protobuf_lands_in_ods_byte_exact_and_reads_into_dwd(s
         span = resource_spans["scopeSpans"][0]["spans"][0]
         assert len(span["traceId"]) == 32 and int(span["traceId"], 16) and len(span["spanId"]) == 16
     today = dt.datetime.now(dt.UTC).date()
-    build(settings, "requests", today)
-    ids = pl.from_arrow(lake.read(settings, table("dwd.request"))).get_column("request_id").to_list()
+    build(Lake(settings), "requests", today)
+    ids = pl.from_arrow(Lake(settings).read(table("dwd.request"))).get_column("request_id").to_list()
     assert sorted(ids) == ["resp-gzip", "resp-none"]
 
 
@@ -280,8 +280,8 @@ def test_sigkill_loses_no_span_answered_200_and_a_resent_span_is_a_duplicate(str
     assert len(stored) > 1200 and not list((settings.home / "collect" / "spool").rglob("*.otlp.spool*"))
     assert not _segments(settings)
     ingest(settings, [settings.landing_dir])
-    report = build(settings, "requests", DAY)
-    ids = pl.from_arrow(lake.read(settings, table("dwd.request"))).get_column("request_id")
+    report = build(Lake(settings), "requests", DAY)
+    ids = pl.from_arrow(Lake(settings).read(table("dwd.request"))).get_column("request_id")
     assert ids.len() == ids.n_unique() == 1200  # every span answered 200, once
     assert report.books.duplicates == len(stored) - 1200 >= 5
 
@@ -411,15 +411,15 @@ def test_an_ingest_killed_between_converting_a_segment_and_deleting_it_lands_eve
     assert killed.returncode == -signal.SIGKILL
     first = segments[0].with_name(segments[0].name.replace(".otlp.spool", ".otlp.jsonl"))
     assert segments[0].exists() and first.exists()  # both: converted, not yet deleted, nothing landed
-    assert lake.open_table(settings, table("ods.request_log_raw")) is None
+    assert Lake(settings).open_table(table("ods.request_log_raw")) is None
     report = ingest(settings, [settings.landing_dir])
     assert not _segments(settings) and not report.failed
     assert sorted(f.path for f in report.landed) == [
         s.with_name(s.name.replace(".otlp.spool", ".otlp.jsonl")) for s in segments
     ]
     assert not ingest(settings, [settings.landing_dir]).landed  # a re-run finds nothing new
-    build(settings, "requests", DAY)
-    ids = pl.from_arrow(lake.read(settings, table("dwd.request"))).get_column("request_id")
+    build(Lake(settings), "requests", DAY)
+    ids = pl.from_arrow(Lake(settings).read(table("dwd.request"))).get_column("request_id")
     assert ids.len() == ids.n_unique() == 30  # every span, once
 
 
@@ -495,13 +495,13 @@ def test_every_spelling_of_an_export_lands_span_for_span_and_what_is_no_export_i
     (settings.landing_dir / "otlp" / "deep.otlp.jsonl").write_bytes(deep + b"\n" + camel + b"\n")
     report = ingest(settings, [settings.landing_dir])
     assert not report.failed
-    ods = pl.from_arrow(lake.read(settings, table("ods.request_log_raw")))
+    ods = pl.from_arrow(Lake(settings).read(table("ods.request_log_raw")))
     assert parent_alone in ods.get_column("raw_line").to_list()
     assert ods.filter(pl.col("raw_line") == deep).select("is_malformed", "parse_error").rows() == [
         (True, "invalid JSON")
     ]
-    build(settings, "requests", DAY)
-    dwd = pl.from_arrow(lake.read(settings, table("dwd.request")))
+    build(Lake(settings), "requests", DAY)
+    dwd = pl.from_arrow(Lake(settings).read(table("dwd.request")))
     # every column but those naming the request or where its line lies
     compared = [c for c in dwd.columns if c not in ("request_id", "attributes", "source_file", "line_no")]
     rows = {}

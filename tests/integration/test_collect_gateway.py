@@ -16,7 +16,7 @@ from warehouse.dwd.build import build
 from warehouse.ods.ingest import ingest
 from warehouse.settings import load_settings
 from warehouse.sources.otlp import parse_otlp_lines
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import table
 
 TEAM = "metadata.user_api_key_team_id"
@@ -107,8 +107,8 @@ def test_a_gateway_token_lands_each_team_under_its_tenant_and_refuses_a_team_out
             assert _post(url, body, Authorization=AUTH["acme"])[:3:2] == (200, b"{}")
     settings = load_settings()
     assert not ingest(settings, [settings.landing_dir]).failed
-    build(settings, "requests", DAY)
-    dwd = pl.from_arrow(lake.read(settings, table("dwd.request")))
+    build(Lake(settings), "requests", DAY)
+    dwd = pl.from_arrow(Lake(settings).read(table("dwd.request")))
     tenants = dict(dwd.select("request_id", "tenant_id").rows())
     expected = {"a": "team-a", "b": "team-b", "none": "litellm", "empty": "team-b"}
     assert tenants == {
@@ -137,7 +137,7 @@ def test_litellm_through_a_gateway_token_lands_its_teams_and_refuses_the_others(
     }
     settings = load_settings()
     assert not ingest(settings, [settings.landing_dir]).failed
-    ods = pl.from_arrow(lake.read(settings, table("ods.request_log_raw")))
+    ods = pl.from_arrow(Lake(settings).read(table("ods.request_log_raw")))
     tenants = []
     for line in ods.get_column("raw_line").to_list():
         rows = parse_otlp_lines(pl.Series([line]).to_arrow())
@@ -165,7 +165,7 @@ def test_file_ingest_reads_the_team_attribute_as_the_tenant_and_tenant_for_spans
     for args in (["ingest", str(path), "--tenant", "acme"], ["build", "dwd", "--date", DAY.isoformat()]):
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 0, result.output
-    dwd = pl.from_arrow(lake.read(load_settings(), table("dwd.request")))
+    dwd = pl.from_arrow(Lake(load_settings()).read(table("dwd.request")))
     assert dict(dwd.select("request_id", "tenant_id").rows()) == {
         "f-a-0": "team-a",
         "f-none-0": "acme",

@@ -23,7 +23,7 @@ from warehouse.ods.ingest import ingest
 from warehouse.settings import load_settings
 from warehouse.sources.collector import receiver
 from warehouse.sources.collector.spool import segments_held, spool_dir
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import table
 
 HALF_OPEN = 600
@@ -160,7 +160,7 @@ def test_workers_die_with_a_killed_master_handing_over_every_span_answered_200(
     restarted.send_signal(signal.SIGTERM)
     restarted.wait(timeout=60)
     ingest(settings, [settings.landing_dir])
-    ods = pl.from_arrow(lake.read(settings, table("ods.request_log_raw")))
+    ods = pl.from_arrow(Lake(settings).read(table("ods.request_log_raw")))
     assert sorted(ods.get_column("raw_line").to_list()) == sorted(bodies)
 
 

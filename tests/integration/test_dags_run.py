@@ -42,7 +42,7 @@ from tests.lake_rows import assert_same_lake, lake_rows
 from tests.services import S3_KEYS, Postgres, Redis, create_bucket, free_port, s3_server, stop_tree
 from warehouse.ops.reports import report_uri
 from warehouse.settings import Settings, load_settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.storage.objectstore import filesystem
 from warehouse.tables import (
     ADS_SCORE_DAILY,
@@ -146,7 +146,7 @@ def single_runs(
     def on_run(report: RunReport) -> None:
         reports.append(report)
         if len(reports) in (len(plan), len(plan) + len(rerun)):  # what a rerun and a backfill must equal
-            snapshots.append((lake_rows(settings), lake.read_frame(settings, OPS_AUDIT_LOG).height))
+            snapshots.append((lake_rows(settings), Lake(settings).read_frame(OPS_AUDIT_LOG).height))
 
     log = home / "airflow.log"
     # The same dates twice, in one Airflow child process. It yields the CPU to the cluster, whose
@@ -178,11 +178,11 @@ def test_every_dag_runs_through_airflow_and_a_rerun_leaves_every_table_equal(sin
     for day, truth in manifest["days"].items():
         counts = daily[day].results["dwd.build_dwd"]["counts"]
         assert (counts["request_published"], counts["request_duplicates"]) == (truth["requests"], truth["duplicates"])
-    requests = lake.read_frame(settings, DWD_REQUEST).group_by("event_date").len()
+    requests = Lake(settings).read_frame(DWD_REQUEST).group_by("event_date").len()
     assert {str(d): n for d, n in requests.iter_rows()} == {d: m["requests"] for d, m in manifest["days"].items()}
-    books = lake.read_frame(settings, OPS_BOOKS)
+    books = Lake(settings).read_frame(OPS_BOOKS)
     assert books.height >= len(days) and books.get_column("balanced").all()
-    assert lake.read_frame(settings, DWD_QUARANTINE).height > 0  # the faults went to quarantine, not away
+    assert Lake(settings).read_frame(DWD_QUARANTINE).height > 0  # the faults went to quarantine, not away
 
     # Later days' feedback labelled earlier days' requests, and their ADS caught up in the same pass.
     assert sum(daily[day].results["ads.build_ads"]["counts"]["days_caught_up"] for day in days) >= len(days) - 1
@@ -200,17 +200,17 @@ def test_every_dag_runs_through_airflow_and_a_rerun_leaves_every_table_equal(sin
     assert trained.tasks == {"train": "success"} and trained.results["train"]["counts"]["features"] > 0
     shards = sorted(task for task, state in scored.tasks.items() if task.startswith("scores.score["))
     assert shards == ["scores.score[0]", "scores.score[1]"] and scored.tasks["scores.summarize_scores"] == "success"
-    scores = lake.read_frame(settings, ADS_USER_RISK_SCORES)
-    users = lake.read_frame(settings, DWD_REQUEST, filters=[("event_date", "=", dt.date.fromisoformat(days[-1]))])
+    scores = Lake(settings).read_frame(ADS_USER_RISK_SCORES)
+    users = Lake(settings).read_frame(DWD_REQUEST, filters=[("event_date", "=", dt.date.fromisoformat(days[-1]))])
     assert scores.get_column("event_date").unique().to_list() == [dt.date.fromisoformat(days[-1])]
     assert scores.height == users.get_column("user_pseudonym").drop_nulls().n_unique()
     assert sum(scored.results[shard]["counts"]["entities"] for shard in shards) == scores.height
-    assert lake.read_frame(settings, ADS_SCORE_DAILY).height == 1
+    assert Lake(settings).read_frame(ADS_SCORE_DAILY).height == 1
     # Each daily run wrote the report of the week ending with its day into the lake.
     for day in days:
         _assert_report(settings, dt.date.fromisoformat(day))
     # Every attempt is still on the record.
-    assert lake.read_frame(settings, OPS_AUDIT_LOG).height > single_runs.attempts_after_first_pass
+    assert Lake(settings).read_frame(OPS_AUDIT_LOG).height > single_runs.attempts_after_first_pass
 
 
 def _assert_report(settings: Settings, day: dt.date) -> None:
@@ -441,7 +441,7 @@ def test_the_same_dags_on_postgres_celery_and_s3_where_a_backfill_of_three_days_
     assert built == sorted(r["dag_run_id"] for r in runs for _ in OUTLETS["dwd.build_dwd"])
     # The lake is on S3 and equals, table by table, the lake the three single runs left.
     assert DWD_REQUEST.uri(settings).startswith("s3://")
-    requests = lake.read_frame(settings, DWD_REQUEST).group_by("event_date").len()
+    requests = Lake(settings).read_frame(DWD_REQUEST).group_by("event_date").len()
     assert {str(d): n for d, n in requests.iter_rows()} == {d: m["requests"] for d, m in manifest["days"].items()}
     assert_same_lake(single_runs.after_first_pass, lake_rows(settings))
     # Each run wrote the week ending with its day into the lake on S3, where every worker finds it.

@@ -20,7 +20,7 @@ from warehouse.dws import build as dws_build
 from warehouse.dws.build import affected_days, build_entity
 from warehouse.dws.transform import USER
 from warehouse.settings import Settings, load_settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake as Handle
 from warehouse.storage.publish import republish
 from warehouse.tables import DWD_REQUEST, table
 
@@ -239,9 +239,10 @@ def test_a_rebuild_is_idempotent_and_picks_up_a_dwd_change(built: Lake, monkeypa
     monkeypatch.setattr(dws_build, "BATCH_REQUESTS", 400)  # rebuilt in hash buckets, spilled to scratch files
     users = table("dws.user_features")
     before = dws(settings, users.name).filter(pl.col("event_date") == day).sort("user_pseudonym", "feature_ts")
-    version = lake.version(settings, users)
-    build_entity(settings, USER, day)
-    assert lake.version(settings, users) == version + 1  # type: ignore[operator]
+    lake = Handle(settings)
+    version = lake.version(users)
+    build_entity(lake, USER, day)
+    assert lake.version(users) == version + 1  # type: ignore[operator]
     again = dws(settings, users.name).filter(pl.col("event_date") == day).sort("user_pseudonym", "feature_ts")
     assert again.equals(before)
 
@@ -249,7 +250,7 @@ def test_a_rebuild_is_idempotent_and_picks_up_a_dwd_change(built: Lake, monkeypa
     user = before.sort("request_count_1h")["user_pseudonym"][-1]
     gone = next(r["request_id"] for r in built.requests[users.name][user] if r["ts"].date() == day)
     republish(
-        settings,
+        lake,
         DWD_REQUEST,
         lambda f: f.filter(pl.col("request_id") != gone).with_columns(
             duration_ms=pl.when(pl.col("user_pseudonym") == user)
@@ -260,7 +261,7 @@ def test_a_rebuild_is_idempotent_and_picks_up_a_dwd_change(built: Lake, monkeypa
     )
     for d in affected_days(day):
         if d in BUILT:
-            build_entity(settings, USER, d)
+            build_entity(lake, USER, d)
     built.requests = _requests_by_entity(settings)
     _CACHE.clear()
     after = dws(settings, users.name).filter(pl.col("user_pseudonym") == user)

@@ -46,7 +46,7 @@ from tests.feature_lake import DAY1, DAY2
 from tests.services import Redis, free_port, stop_tree
 from warehouse.privacy import pseudonym
 from warehouse.settings import ConfigError, Settings, load_settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import republish
 from warehouse.tables import table
 
@@ -135,7 +135,7 @@ def test_a_rebuilt_partition_is_materialized_again_and_read_offline(world: dict)
     only_day1, both_days = keys[-2], keys[0]  # the first half has a newer row on day 2
     before = reader(settings).read(views_of("user")[0], [only_day1, both_days], ["request_count_24h"])[0]
     republish(
-        settings,
+        Lake(settings),
         source,
         lambda f: f.with_columns(pl.col("request_count_24h") + 1000),
         partitions=[{"event_date": DAY1}],
@@ -146,7 +146,7 @@ def test_a_rebuilt_partition_is_materialized_again_and_read_offline(world: dict)
     assert next(v for v in report.views if v.view == "tenant_features").mode == "unchanged"
     after = reader(settings).read(views_of("user")[0], [only_day1, both_days], ["request_count_24h"])[0]
     assert after["request_count_24h"] == [before["request_count_24h"][0] + 1000, before["request_count_24h"][1]]
-    assert watermarks(settings)["user_features"]["version"] == lake.version(settings, source)
+    assert watermarks(settings)["user_features"]["version"] == Lake(settings).version(source)
 
     # Offline, through Feast's duckdb store over the Delta log: only the new values, and an entity
     # row with nothing within the TTL comes back with nulls, not dropped.
@@ -221,9 +221,9 @@ def test_consistency_is_clean_then_finds_a_planted_skew(world: dict) -> None:
     with pytest.raises(InputError, match="cannot be made again"):
         check_consistency(settings, DAY2 - dt.timedelta(days=1))
     assert {v.view: v.sampled for v in clean.views} == {
-        view_name(t): lake.read_frame(settings, t)[join_key(t)].n_unique() for t in feature_tables()
+        view_name(t): Lake(settings).read_frame(t)[join_key(t)].n_unique() for t in feature_tables()
     }
-    written = lake.read_frame(settings, table("ads.feature_consistency"))
+    written = Lake(settings).read_frame(table("ads.feature_consistency"))
     assert written.height == sum(len(feature_names(t)) + 1 for t in feature_tables())
     assert written["mismatches"].sum() == 0 and written["mismatch_rate"].max() == 0.0
 
@@ -240,7 +240,7 @@ def test_consistency_is_clean_then_finds_a_planted_skew(world: dict) -> None:
     skewed = check_consistency(settings, DAY2, sample=10_000)
     assert skewed.skewed() == [("tenant_features", "latency_p95_ms_24h", 1)]
     assert skewed.views[1].examples["latency_p95_ms_24h"][0][:2] == (victim, 123.25)
-    rows = lake.read_frame(settings, table("ads.feature_consistency")).filter(pl.col("mismatches") > 0)
+    rows = Lake(settings).read_frame(table("ads.feature_consistency")).filter(pl.col("mismatches") > 0)
     assert sorted(rows.select("feature_view", "feature").rows()) == [
         ("tenant_features", "*"),
         ("tenant_features", "latency_p95_ms_24h"),
@@ -529,7 +529,7 @@ def test_end_to_end_from_generated_logs(tmp_path: Path) -> None:
         pipeline.build_dwd(settings, day)
         pipeline.build_dws(settings, day)
     result = pipeline.materialize(settings, days[-1])
-    users = lake.read_frame(settings, table("dws.user_features"))
+    users = Lake(settings).read_frame(table("dws.user_features"))
     assert result.counts["user_features_entities"] == users["user_pseudonym"].n_unique() > 0
     latest = users.sort("feature_ts").group_by("user_pseudonym").last()
     row = latest.row(0, named=True)

@@ -34,7 +34,8 @@ from tests.services import Postgres, Redis
 from warehouse.ops.forget import searched_tables
 from warehouse.privacy import pseudonym
 from warehouse.settings import Settings, load_settings
-from warehouse.storage import lake, locks
+from warehouse.storage import locks
+from warehouse.storage.lake import Lake
 from warehouse.tables import table
 
 DAYS = [dt.date(2026, 3, 1), dt.date(2026, 3, 2)]
@@ -62,7 +63,7 @@ def _train(settings: Settings) -> None:
     from batch_inference.training import TrainingSet, fit_and_register
 
     source = table("dws.user_features")
-    rows = lake.read_frame(settings, source)
+    rows = Lake(settings).read_frame(source)
     names = [c.name for c in source.contract.columns if c.name.endswith(("_1h", "_24h", "_7d"))]
     frame = rows.with_columns(event_timestamp=pl.col("feature_ts"), label=(pl.int_range(pl.len()) % 2).cast(pl.Int8))
     fit_and_register(
@@ -93,7 +94,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, redis_server: Redis):
         _train(settings)
         pipeline.score(settings, DAYS[1], provider="cpu")  # materializes to SQLite (the configured store)
         pipeline.materialize(load_settings(_env(base, STRATA_ONLINE_STORE=redis_url)))  # a store used before
-        scored = set(lake.read_frame(settings, table("ads.user_risk_scores")).get_column("user_pseudonym"))
+        scored = set(Lake(settings).read_frame(table("ads.user_risk_scores")).get_column("user_pseudonym"))
         victim = next(u for u in _raw_users(settings.landing_dir) if pseudonym(KEY.encode(), u) in scored)
         client = redis.Redis.from_url(redis_url)
         dump = {k: client.dump(k) for k in client.keys()}  # noqa: SIM118 - Redis KEYS, not a dict

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from strata.cli import app
 from warehouse.privacy import pseudonym
 from warehouse.settings import Settings, load_settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import DWD_REQUEST, ODS_REQUESTS, OPS_BOOKS, OPS_LANDED_FILES
 
 DAY = dt.date(2026, 3, 1)
@@ -58,7 +58,7 @@ def _cli(*args: str) -> str:
 
 
 def _dwd(settings: Settings) -> pl.DataFrame:
-    return lake.read_frame(settings, DWD_REQUEST).drop("built_at", strict=False).sort("request_id")
+    return Lake(settings).read_frame(DWD_REQUEST).drop("built_at", strict=False).sort("request_id")
 
 
 def _with_an_http_span_of(user: str, line: bytes) -> bytes:
@@ -93,11 +93,11 @@ def test_forget_rewrites_a_shared_export_line_and_keeps_the_others_spans_byte_fo
 
     only_b = otlp_export_line(b)  # the same JSON text the exporter wrote for B's spans, in the same order
     # (A's HTTP span, no GenAI call, is gone too)
-    ods = lake.read_frame(settings, ODS_REQUESTS)
+    ods = Lake(settings).read_frame(ODS_REQUESTS)
     assert ods.get_column("raw_line").to_list() == [only_b]
     assert ods.get_column("line_no").to_list() == [1]
     assert export.read_bytes() == only_b + b"\n"
-    ledger = lake.read_frame(settings, OPS_LANDED_FILES)
+    ledger = Lake(settings).read_frame(OPS_LANDED_FILES)
     assert hashlib.sha256(only_b + b"\n").hexdigest() in ledger.get_column("file_sha256").to_list()
     kept = before.filter(pl.col("user_pseudonym") == pseudonym(key, B))
     assert kept.height == 5
@@ -108,11 +108,11 @@ def test_forget_rewrites_a_shared_export_line_and_keeps_the_others_spans_byte_fo
     _cli("build", "dwd", "--date", str(DAY))  # a rebuild from ODS gives the same DWD
 
     assert _dwd(settings).equals(kept)
-    books = lake.read_frame(settings, OPS_BOOKS).filter(pl.col("event_date") == DAY)
+    books = Lake(settings).read_frame(OPS_BOOKS).filter(pl.col("event_date") == DAY)
     assert books.get_column("balanced").all()
-    version = lake.version(settings, ODS_REQUESTS)
+    version = Lake(settings).version(ODS_REQUESTS)
     _cli("ingest", str(settings.landing_dir))  # the rewritten file is in the ledger: not landed again
-    assert lake.version(settings, ODS_REQUESTS) == version
+    assert Lake(settings).version(ODS_REQUESTS) == version
 
 
 def _post(url: str, body: bytes) -> int:
@@ -152,7 +152,7 @@ def test_a_forgotten_user_never_comes_back_from_a_resent_export_a_late_file_or_a
     said = " ".join(_cli("ingest", str(settings.landing_dir)).split())
 
     assert "11 record(s) of forgotten users suppressed" in said  # 5 + 5 spans re-sent, 1 late line
-    ods = lake.read_frame(settings, ODS_REQUESTS)
+    ods = Lake(settings).read_frame(ODS_REQUESTS)
     lines = b"\n".join(ods.get_column("raw_line").to_list())
     assert lines.count(b'"b-') == 5 * 3 + 1  # B's spans in the first, the open and the re-sent export, B's late line
     assert b"aold" not in lines and lines.count(A.encode()) == 1  # A only where they came back
@@ -168,7 +168,7 @@ def test_a_forgotten_user_never_comes_back_from_a_resent_export_a_late_file_or_a
         "b-late-7",
     ]
     assert dwd.filter(pl.col("user_pseudonym") == pseudonym(key, A)).get_column("request_id").to_list() == ["a-back-1"]
-    books = lake.read_frame(settings, OPS_BOOKS).filter(pl.col("event_date") == DAY)
+    books = Lake(settings).read_frame(OPS_BOOKS).filter(pl.col("event_date") == DAY)
     assert books.get_column("suppressed").to_list() == [11]
 
 
@@ -188,5 +188,5 @@ def test_a_second_forget_finds_the_landing_file_the_first_one_rewrote(strata_env
     _cli("forget", "--user", B)
 
     assert export.read_bytes() == otlp_export_line(rest) + b"\n"
-    assert lake.read_frame(settings, ODS_REQUESTS).get_column("raw_line").to_list() == [otlp_export_line(rest)]
+    assert Lake(settings).read_frame(ODS_REQUESTS).get_column("raw_line").to_list() == [otlp_export_line(rest)]
     assert_no_trace(settings.home, B)

@@ -21,7 +21,7 @@ from warehouse.ods.ingest import ingest
 from warehouse.ops.forget import forget_user
 from warehouse.ops.retention import apply_retention
 from warehouse.settings import ConfigError, load_settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import DWD_QUARANTINE, DWD_REQUEST, ODS_REQUESTS, OPS_AUDIT_LOG, OPS_LANDED_FILES, all_tables
 
 DAY = dt.date(2026, 3, 1)
@@ -66,10 +66,10 @@ def assert_exact_types(settings) -> None:
     from contracts import arrow_schema
 
     for table in all_tables():
-        if lake.open_table(settings, table) is None:
+        if Lake(settings).open_table(table) is None:
             continue
         want = {f.name: f.type for f in arrow_schema(table.contract) if f.name not in table.partition_columns}
-        for fragment in lake.snapshot(settings, table).get_fragments():
+        for fragment in Lake(settings).snapshot(table).get_fragments():
             found = {f.name: f.type for f in pq.read_schema(fragment.path, filesystem=fragment.filesystem)}
             assert {k: found.get(k) for k in want} == want, (table.name, fragment.path)
 
@@ -82,7 +82,7 @@ def test_ingest_after_forget_and_every_rewrite_keeps_exact_types(tmp_path: Path,
         feedback, [{"request_id": "r2", "ts": f"{DAY}T12:00:00Z", "kind": "thumb", "value": "up", "source": "app"}]
     )
     ingest(settings, [tmp_path / "a"])
-    build_day(settings, DAY)
+    build_day(Lake(settings), DAY)
     forget_user(settings, "victim")  # rewrites ODS, DWD, the quarantine
     assert_exact_types(settings)
     report = ingest(settings, [write_lines(tmp_path / "b.jsonl", [record("r3")])])  # failed before: string_view
@@ -100,9 +100,9 @@ def test_ingest_after_forget_and_every_rewrite_keeps_exact_types(tmp_path: Path,
         ],
     )
     ingest(settings, [tmp_path / "c"])
-    build_day(settings, DAY)
-    build_day(settings, DAY + dt.timedelta(days=1))
-    assert lake.read_frame(settings, DWD_REQUEST).filter(pl.col("request_id") == "r3")["feedback_value"].to_list() == [
+    build_day(Lake(settings), DAY)
+    build_day(Lake(settings), DAY + dt.timedelta(days=1))
+    assert Lake(settings).read_frame(DWD_REQUEST).filter(pl.col("request_id") == "r3")["feedback_value"].to_list() == [
         "spam"
     ]
     ingest(settings, [tmp_path / "b.jsonl"], reland=True)
@@ -150,8 +150,8 @@ def test_implausible_timestamps_are_quarantined_with_their_own_rules(tmp_path: P
         record("inf", duration_ms="Infinity"),
     ]
     ingest(settings, [write_lines(tmp_path / f"date={DAY}" / "r.jsonl", lines)])
-    result = build(settings, "requests", DAY)
-    rules = {r["request_id"]: r["rules"] for r in lake.read_frame(settings, DWD_QUARANTINE).iter_rows(named=True)}
+    result = build(Lake(settings), "requests", DAY)
+    rules = {r["request_id"]: r["rules"] for r in Lake(settings).read_frame(DWD_QUARANTINE).iter_rows(named=True)}
     assert result.published == 1 and set(rules) == {"y1969", "y1970", "y1999", "epoch_s", "inf"}
     assert all("ts.floor" in rules[r] and "ts.event_date" in rules[r] for r in ("y1969", "y1970", "y1999", "epoch_s"))
     assert rules["inf"] == ["duration_ms.type"]
@@ -167,7 +167,7 @@ def test_a_trace_whose_mapping_forgot_its_epoch_offset_is_quarantined_whole(tmp_
         "constants: {tenant_id: t, model: m}\n"
     )
     ingest(settings, [trace], mapping_file=mapping)
-    result = build(settings, "requests", DAY)
+    result = build(Lake(settings), "requests", DAY)
     assert result.published == 0 and result.rules.get("ts.floor") == 5
 
 
@@ -182,10 +182,10 @@ def test_a_build_without_its_key_writes_nothing(
     ingest(load_settings(), [tmp_path])
     monkeypatch.delenv("STRATA_PSEUDONYM_KEY")
     settings = load_settings()
-    versions = {t.name: lake.version(settings, t) for t in all_tables()}
+    versions = {t.name: Lake(settings).version(t) for t in all_tables()}
     with pytest.raises(ConfigError, match="STRATA_PSEUDONYM_KEY"):
-        build_day(settings, DAY)
-    assert {t.name: lake.version(settings, t) for t in all_tables()} == versions
+        build_day(Lake(settings), DAY)
+    assert {t.name: Lake(settings).version(t) for t in all_tables()} == versions
 
 
 def test_a_commit_refused_by_a_concurrent_writer_leaves_its_audit_row(tmp_path: Path, strata_env: Path) -> None:
@@ -196,13 +196,14 @@ def test_a_commit_refused_by_a_concurrent_writer_leaves_its_audit_row(tmp_path: 
         "import datetime as dt, sys, time\n"
         "import polars as pl\n"
         "from warehouse.settings import load_settings\n"
+        "from warehouse.storage.lake import Lake\n"
         "from warehouse.storage.publish import publish\n"
         "from warehouse.tables import OPS_BOOKS\n"
         "def rows():\n"
         "    print('writing', flush=True); time.sleep(4)\n"
         "    yield pl.DataFrame({'table_name': ['dwd.request'], 'event_date': [dt.date(2026, 3, 1)], 'ods_rows': [1],"
         " 'dwd_rows': [1], 'duplicates': [0], 'quarantined': [0], 'malformed': [0], 'balanced': [True]})\n"
-        "publish(load_settings(), OPS_BOOKS, rows(), partitions=[{'event_date': dt.date(2026, 3, 1)}],"
+        "publish(Lake(load_settings()), OPS_BOOKS, rows(), partitions=[{'event_date': dt.date(2026, 3, 1)}],"
         " expectations=False)\n"
     )
     env = {**os.environ, "STRATA_LAKE_URI": str(lake_root)}
@@ -233,8 +234,10 @@ def test_a_commit_refused_by_a_concurrent_writer_leaves_its_audit_row(tmp_path: 
     _, err = first.communicate(timeout=120)
     assert first.returncode != 0 and "concurrent" in err.lower(), err
     settings = load_settings({**env, "STRATA_HOME": str(tmp_path / "h1")})
-    audit = lake.read_frame(settings, OPS_AUDIT_LOG).filter(
-        pl.col("table_name") == "ops.books", pl.col("partition") == "event_date = '2026-03-01'"
+    audit = (
+        Lake(settings)
+        .read_frame(OPS_AUDIT_LOG)
+        .filter(pl.col("table_name") == "ops.books", pl.col("partition") == "event_date = '2026-03-01'")
     )
     assert sorted(audit["status"].to_list()) == ["failed", "published"]
     assert "concurrent" in audit.filter(pl.col("status") == "failed")["message"][0].lower()
@@ -246,15 +249,15 @@ def test_a_file_landed_by_mistake_is_reported_and_can_be_unlanded(tmp_path: Path
     landed = cli("ingest", "--format", "jsonl", str(manifest))
     assert landed.returncode == 1 and "every one of the" in landed.stderr and "strata unland" in landed.stderr
     settings = load_settings()
-    assert lake.read(settings, ODS_REQUESTS).num_rows == manifest.read_text().count("\n") + 1  # archived anyway
+    assert Lake(settings).read(ODS_REQUESTS).num_rows == manifest.read_text().count("\n") + 1  # archived anyway
 
     undone = cli("unland", str(manifest))
     assert undone.returncode == 0, undone.stderr
-    assert lake.read(settings, ODS_REQUESTS).num_rows == 0
-    ledger = lake.read_frame(settings, OPS_LANDED_FILES)
+    assert Lake(settings).read(ODS_REQUESTS).num_rows == 0
+    ledger = Lake(settings).read_frame(OPS_LANDED_FILES)
     assert ledger.height == 1 and ledger["unlanded_at"][0] is not None  # remembered, stamped
     assert cli("ingest", "--format", "jsonl", str(manifest)).returncode == 0  # skipped: it was seen
-    assert lake.read(settings, ODS_REQUESTS).num_rows == 0
+    assert Lake(settings).read(ODS_REQUESTS).num_rows == 0
     assert not ingest(settings, [manifest], fmt="jsonl").landed
     assert ingest(settings, [manifest], fmt="jsonl", reland=True).landed  # but it may land again on purpose
 
@@ -268,7 +271,7 @@ def test_one_unreadable_gzip_does_not_stop_the_others(tmp_path: Path, strata_env
     assert result.returncode == 1
     assert "b.jsonl.gz" in result.stderr and "not landed" in result.stderr
     assert "landed 2 file(s)" in result.stdout
-    assert sorted(lake.read_frame(load_settings(), ODS_REQUESTS)["request_id"].to_list()) == ["a1", "c1"]
+    assert sorted(Lake(load_settings()).read_frame(ODS_REQUESTS)["request_id"].to_list()) == ["a1", "c1"]
 
 
 def test_a_folder_named_for_no_calendar_date_stops_only_its_file(tmp_path: Path, strata_env: Path) -> None:
@@ -282,7 +285,7 @@ def test_a_folder_named_for_no_calendar_date_stops_only_its_file(tmp_path: Path,
         said = " ".join(result.stderr.split())
         assert f"not landed: {bad}: its path names the date 2026-13-45, which is no calendar date" in said, run
         assert f"landed {1 if run == 'first' else 0} file(s), {2 if run == 'first' else 0} lines" in result.stdout
-    assert sorted(lake.read_frame(load_settings(), ODS_REQUESTS)["request_id"].to_list()) == ["g1", "g2"]
+    assert sorted(Lake(load_settings()).read_frame(ODS_REQUESTS)["request_id"].to_list()) == ["g1", "g2"]
 
 
 def test_lineage_is_absolute_and_every_write_says_which_lake(tmp_path: Path, strata_env: Path) -> None:
@@ -301,7 +304,7 @@ def test_lineage_is_absolute_and_every_write_says_which_lake(tmp_path: Path, str
     text = " ".join(result.stdout.split())
     later = DAY + dt.timedelta(days=1)
     assert f"strata build dwd --date {DAY} --date {later}" in text  # what to run next
-    ods = lake.read_frame(load_settings(), ODS_REQUESTS)
+    ods = Lake(load_settings()).read_frame(ODS_REQUESTS)
     assert ods["source_file"].unique().to_list() == [str(day_folder / "r.jsonl")]
 
 
@@ -365,9 +368,9 @@ def test_ids_unfit_to_be_keys_are_quarantined_and_never_served(tmp_path: Path, s
         done = runner.invoke(app, args, env={"COLUMNS": "200"})
         assert done.exit_code == 0, (args, done.output)
 
-    quarantined = {r["request_id"]: r["rules"] for r in lake.read_frame(settings, DWD_QUARANTINE).iter_rows(named=True)}
+    quarantined = {r["request_id"]: r["rules"] for r in Lake(settings).read_frame(DWD_QUARANTINE).iter_rows(named=True)}
     assert quarantined == {request_id: [rule] for request_id, (_, rule) in UNFIT_IDS.items()}
-    assert sorted(lake.read_frame(settings, DWD_REQUEST)["request_id"]) == ["ok", "wide"]
+    assert sorted(Lake(settings).read_frame(DWD_REQUEST)["request_id"]) == ["ok", "wide"]
 
     def served(entity: str, key: str) -> bool:
         return any(v is not None for v in get_online_features(settings, entity, key).values())

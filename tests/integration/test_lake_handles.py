@@ -1,12 +1,11 @@
-"""How the lake is opened and read within one process: a Delta table is opened once per thread and
-kept up to date, DuckDB's lake reader is one instance per lake. Real Delta tables, real DuckDB."""
+"""How the lake is opened and read within one process: a handle opens a Delta table once and keeps
+it up to date, DuckDB's lake reader is one instance per lake. Real Delta tables, real DuckDB."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,7 +14,6 @@ import pytest
 from contracts import conform
 from tests.contract_rows import synthetic
 from warehouse.settings import Settings, load_settings
-from warehouse.storage import lake
 from warehouse.storage.duck import lake_reader
 from warehouse.storage.lake import Lake
 from warehouse.tables import OPS_BOOKS
@@ -30,60 +28,45 @@ def _rows(n: int) -> pa.Table:
     return conform(synthetic(OPS_BOOKS.contract, n), OPS_BOOKS.contract, check_values=False)  # keys repeat
 
 
-def _commit(settings: Settings, data: pa.Table) -> int:
-    return Lake.of(settings).commit(OPS_BOOKS, data, mode="append", partition_by=OPS_BOOKS.contract.partition_columns)
+def _commit(lake: Lake, data: pa.Table) -> int:
+    return lake.commit(OPS_BOOKS, data, mode="append", partition_by=OPS_BOOKS.contract.partition_columns)
 
 
 def test_a_table_opened_again_sees_every_commit_since_and_is_the_same_handle(settings: Settings) -> None:
-    assert lake.open_table(settings, OPS_BOOKS) is None
-    _commit(settings, _rows(2))
-    first = lake.open_table(settings, OPS_BOOKS)
+    lake, writer = Lake(settings), Lake(settings)  # the writer: another step, or another process
+    assert lake.open_table(OPS_BOOKS) is None
+    _commit(writer, _rows(2))
+    first = lake.open_table(OPS_BOOKS)
     assert first is not None and first.version() == 0
-    _commit(settings, _rows(3))
-    again = lake.open_table(settings, OPS_BOOKS)
+    _commit(writer, _rows(3))
+    again = lake.open_table(OPS_BOOKS)
     assert again is first and again.version() == 1
-    assert lake.read(settings, OPS_BOOKS).num_rows == 5
+    assert lake.read(OPS_BOOKS).num_rows == 5
 
 
 def test_a_table_removed_or_made_again_elsewhere_is_opened_afresh(settings: Settings) -> None:
+    lake = Lake(settings)
     for _ in range(3):
-        _commit(settings, _rows(1))
-    assert lake.open_table(settings, OPS_BOOKS).version() == 2  # type: ignore[union-attr]
+        _commit(lake, _rows(1))
+    assert lake.open_table(OPS_BOOKS).version() == 2  # type: ignore[union-attr]
     location = Path(OPS_BOOKS.uri(settings))
 
-    def elsewhere(change: object) -> None:  # another thread: another process as far as handles go
-        worker = threading.Thread(target=change)  # type: ignore[arg-type]
-        worker.start()
-        worker.join()
-
-    elsewhere(lambda: shutil.rmtree(location))
-    assert lake.open_table(settings, OPS_BOOKS) is None  # gone: not the handle of the table that was
+    shutil.rmtree(location)
+    assert lake.open_table(OPS_BOOKS) is None  # gone: not the handle of the table that was
     for _ in range(3):
-        _commit(settings, _rows(1))
-    assert lake.open_table(settings, OPS_BOOKS).version() == 2  # type: ignore[union-attr]
+        _commit(lake, _rows(1))
+    assert lake.open_table(OPS_BOOKS).version() == 2  # type: ignore[union-attr]
 
-    def make_again() -> None:  # up to the same version, with other rows
-        shutil.rmtree(location)
-        for n in (4, 1, 1):
-            _commit(settings, _rows(n))
-
-    elsewhere(make_again)
-    assert lake.open_table(settings, OPS_BOOKS).version() == 2  # type: ignore[union-attr]
-    assert lake.read(settings, OPS_BOOKS).num_rows == 6
-
-
-def test_another_thread_opens_its_own_handle(settings: Settings) -> None:
-    _commit(settings, _rows(1))
-    mine = lake.open_table(settings, OPS_BOOKS)
-    theirs: list[object] = []
-    worker = threading.Thread(target=lambda: theirs.append(lake.open_table(settings, OPS_BOOKS)))
-    worker.start()
-    worker.join()
-    assert theirs[0] is not None and theirs[0] is not mine
+    shutil.rmtree(location)  # made again elsewhere, up to the same version, with other rows
+    elsewhere = Lake(settings)
+    for n in (4, 1, 1):
+        _commit(elsewhere, _rows(n))
+    assert lake.open_table(OPS_BOOKS).version() == 2  # type: ignore[union-attr]
+    assert lake.read(OPS_BOOKS).num_rows == 6
 
 
 def test_lake_readers_share_an_instance_but_not_what_a_caller_registers(settings: Settings) -> None:
-    _commit(settings, _rows(3))
+    _commit(Lake(settings), _rows(3))
     one, two = lake_reader(settings), lake_reader(settings, ordered=False)
     one.register("wanted", pa.table({"k": [1]}))
     with pytest.raises(Exception, match="wanted"):
@@ -104,7 +87,7 @@ def test_a_process_that_reads_a_table_and_exits_at_once_exits_cleanly(settings: 
     Python, pyarrow's I/O threads were still calling into Python as the interpreter exited, and 31
     of 40 such processes aborted ("terminate called without an active exception", exit -6)."""
     for _ in range(4):  # several files: several I/O threads
-        _commit(settings, _rows(50))
+        _commit(Lake(settings), _rows(50))
     script = "from warehouse.settings import load_settings; from warehouse.storage.lake import Lake; "
     script += "from warehouse.tables import OPS_BOOKS; print(Lake(load_settings()).read(OPS_BOOKS).num_rows)"
     for _ in range(6):  # with the old filesystem, all six pass 1 time in ~5,000

@@ -24,8 +24,8 @@ from tests.services import S3_KEYS, create_bucket, s3_server
 from warehouse.privacy import pseudonym
 from warehouse.settings import Settings, load_settings
 from warehouse.sql.sandbox import QueryRefused, Session
-from warehouse.storage import lake
 from warehouse.storage.duck import connect
+from warehouse.storage.lake import Lake
 from warehouse.storage.objectstore import configure_duckdb, filesystem
 from warehouse.tables import ADS_USER_RISK_SCORES, DWD_REQUEST, ODS_REQUESTS
 
@@ -65,17 +65,17 @@ def test_ingest_build_forget_retention_and_duckdb_on_an_s3_lake(tmp_path: Path, 
     with gzip.open(next((tmp_path / "gen" / "requests").rglob("*.jsonl.gz"))) as handle:
         user = next(json.loads(line)["user_id"] for line in handle if b'"user_id"' in line)
     victim = pseudonym(settings.require_pseudonym_key(), user)
-    assert lake.read_frame(settings, DWD_REQUEST).filter(pl.col("user_pseudonym") == victim).height > 0
+    assert Lake(settings).read_frame(DWD_REQUEST).filter(pl.col("user_pseudonym") == victim).height > 0
     removed = pipeline.forget(settings, user)
     assert removed.counts["dwd.request_removed"] > 0
-    assert lake.read_frame(settings, DWD_REQUEST).filter(pl.col("user_pseudonym") == victim).height == 0
+    assert Lake(settings).read_frame(DWD_REQUEST).filter(pl.col("user_pseudonym") == victim).height == 0
 
     # DuckDB reads the Delta tables on S3 through the Delta log (httpfs from its wheel, a session secret).
     con = connect()
     configure_duckdb(con, settings)
     con.execute("LOAD delta")
     in_duckdb = con.execute(f"SELECT count(*) FROM delta_scan('{DWD_REQUEST.uri(settings)}')").fetchone()
-    assert in_duckdb == (lake.read(settings, DWD_REQUEST).num_rows,)
+    assert in_duckdb == (Lake(settings).read(DWD_REQUEST).num_rows,)
 
     # An analyst's session (strata sql) reads the tables on S3 and nothing else: raw lines stay out, and
     # the store's secret, which the session holds, shows redacted.
@@ -97,7 +97,7 @@ def test_ingest_build_forget_retention_and_duckdb_on_an_s3_lake(tmp_path: Path, 
     # Retention deletes and vacuums raw partitions on S3.
     deleted = pipeline.apply_retention(settings, days=1, today=dt.date(2026, 3, 1))
     assert deleted.counts["ods.request_log_raw_deleted"] > 0
-    assert lake.read(settings, ODS_REQUESTS).num_rows == 0
+    assert Lake(settings).read(ODS_REQUESTS).num_rows == 0
 
 
 @pytest.mark.slow  # ~35 s: enough traffic for reviews to label both classes, every read through moto
@@ -116,8 +116,8 @@ def test_training_and_scoring_on_an_s3_lake(tmp_path: Path, settings: Settings) 
     trained = pipeline.train(settings, days[2], days=3).detail
     assert trained.card.training_window == (str(days[0]), str(days[2]))
     scored = pipeline.score(settings, days[3], provider="cpu")
-    scores = lake.read_frame(settings, ADS_USER_RISK_SCORES)
-    users = lake.read_frame(settings, DWD_REQUEST, filters=[("event_date", "=", days[3])])
+    scores = Lake(settings).read_frame(ADS_USER_RISK_SCORES)
+    users = Lake(settings).read_frame(DWD_REQUEST, filters=[("event_date", "=", days[3])])
     assert scored.counts["entities"] == scores.height == users.get_column("user_pseudonym").drop_nulls().n_unique()
     assert ADS_USER_RISK_SCORES.uri(settings).startswith("s3://")
     # The busiest user of the scored day: their score is in the table and online.

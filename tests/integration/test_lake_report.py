@@ -13,6 +13,7 @@ from batch_inference.registry import ModelCard, register
 from strata import lake_report
 from strata.console import FitTable
 from warehouse.settings import load_settings
+from warehouse.storage.lake import Lake
 from warehouse.tables import Table
 
 DAY = dt.date(2026, 1, 7)
@@ -28,9 +29,9 @@ def _render(items: list[Any], width: int = 200) -> str:
 def test_sections_of_layers_not_built_yet_are_one_line_each(strata_env: Path) -> None:
     settings = load_settings()
     said: list[Any] = []
-    lake_report.ads_section(settings, said.append, DAY)
+    lake_report.ads_section(Lake(settings), said.append, DAY)
     lake_report.features_section(settings, said.append, "u_1")
-    lake_report.model_section(settings, said.append, DAY)
+    lake_report.model_section(Lake(settings), said.append, DAY)
     assert all(isinstance(line, str) and "— skipped" in line for line in said) and len(said) == 6
 
 
@@ -74,8 +75,8 @@ def test_ads_answers_and_the_model_are_read_from_whatever_columns_their_tables_h
     )
 
     said: list[Any] = []
-    lake_report.ads_section(settings, said.append, DAY)
-    lake_report.model_section(settings, said.append, DAY, planted=frozenset({"b"}))
+    lake_report.ads_section(Lake(settings), said.append, DAY)
+    lake_report.model_section(Lake(settings), said.append, DAY, planted=frozenset({"b"}))
     tables = [s for s in said if isinstance(s, FitTable)]
     assert [t.title for t in tables] == [
         "cost per tenant (ads.tenant_daily, 2026-01-07)",
@@ -108,7 +109,7 @@ def test_the_analyst_answers_read_at_80_columns_in_plain_units(strata_env: Path)
     )
     models.write_delta(Table("ads.model_daily").uri(settings))
     said: list[Any] = []
-    lake_report.ads_section(settings, said.append, DAY)
+    lake_report.ads_section(Lake(settings), said.append, DAY)
     text = _render([s for s in said if isinstance(s, FitTable)], width=80)
     lines = text.splitlines()
     assert max(map(len, lines)) <= 80 and "…" not in text, text

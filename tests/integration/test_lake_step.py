@@ -15,6 +15,7 @@ from warehouse.dwd.build import build_day
 from warehouse.ods.ingest import ingest
 from warehouse.settings import Settings, load_settings
 from warehouse.storage import locks
+from warehouse.storage.lake import Lake
 
 DAY = dt.date(2026, 1, 5)
 
@@ -53,7 +54,7 @@ def test_a_dwd_build_takes_each_partition_lock_once_and_opens_ods_once(
     monkeypatch.setattr(locks, "hold", counted)
     monkeypatch.setattr(DeltaTable, "__init__", opened)
     monkeypatch.setattr(DeltaTable, "update_incremental", refreshed)
-    reports = build_day(landed, DAY)
+    reports = build_day(Lake(landed), DAY)
 
     assert set(reports) == {"feedback", "requests"} and reports["requests"].published > 0
     request_partition = f"dwd.request#event_date={DAY}"

@@ -17,7 +17,7 @@ from strata.cli import app
 from warehouse.privacy import pseudonym
 from warehouse.settings import load_settings
 from warehouse.sources.otlp import ERROR_CLASSES
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import table
 
 CAPTURE = TEST_DATA / "producers" / "litellm"
@@ -46,7 +46,7 @@ def lake_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def _requests() -> pl.DataFrame:
-    frame = pl.from_arrow(lake.read(load_settings(), table("dwd.request")))
+    frame = pl.from_arrow(Lake(load_settings()).read(table("dwd.request")))
     assert isinstance(frame, pl.DataFrame)
     return frame
 
@@ -77,7 +77,7 @@ def test_every_call_lands_once_as_the_client_saw_it(lake_home: Path) -> None:
 
 
 def test_the_tenant_given_to_a_mapped_file_is_kept_with_its_source_for_rebuilds(lake_home: Path) -> None:
-    ods = pl.from_arrow(lake.read(load_settings(), table("ods.request_log_raw")))
+    ods = pl.from_arrow(Lake(load_settings()).read(table("ods.request_log_raw")))
     assert isinstance(ods, pl.DataFrame)
     assert ods.get_column("source").unique().to_list() == [
         f"mapping:litellm@{ods.get_column('source')[0].split('@')[1].split(';')[0]};tenant=no-team"

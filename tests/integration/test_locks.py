@@ -16,7 +16,8 @@ import pytest
 
 from tests.services import Postgres
 from warehouse.settings import load_settings
-from warehouse.storage import lake, locks
+from warehouse.storage import locks
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import publish
 from warehouse.tables import DWD_REQUEST, DWD_TENANT_QUOTA
 
@@ -36,13 +37,15 @@ import sys
 import polars as pl
 from warehouse.settings import load_settings
 from warehouse.storage import locks
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import publish
 from warehouse.tables import DWD_TENANT_QUOTA
 with locks.hold(load_settings(), write=[(DWD_TENANT_QUOTA, None)]):
     print("held", flush=True)
     sys.stdin.readline()
-    publish(load_settings(), DWD_TENANT_QUOTA, pl.DataFrame({"tenant_id": ["first"], "effective_from": ["2026-01-01"],
-            "daily_request_quota": ["1"], "daily_token_quota": ["1"]}), mode="overwrite", expectations=False)
+    row = {"tenant_id": ["first"], "effective_from": ["2026-01-01"]} | {
+        "daily_request_quota": ["1"], "daily_token_quota": ["1"]}
+    publish(Lake(load_settings()), DWD_TENANT_QUOTA, pl.DataFrame(row), mode="overwrite", expectations=False)
 """
 
 
@@ -135,14 +138,16 @@ def test_a_writer_that_lost_its_lock_publishes_nothing(backend: str) -> None:
                 "daily_token_quota": ["2"],
             }
         )
-        assert publish(load_settings(), DWD_TENANT_QUOTA, second, mode="overwrite", expectations=False).version == 0
+        assert (
+            publish(Lake(load_settings()), DWD_TENANT_QUOTA, second, mode="overwrite", expectations=False).version == 0
+        )
     finally:
         _release(first)
     assert first.stderr is not None
     stderr = first.stderr.read()
     assert first.returncode == 1 and "LockLost: dwd.tenant_quota: this process no longer holds the lock" in stderr
-    assert lake.version(load_settings(), DWD_TENANT_QUOTA) == 0
-    assert lake.read_frame(load_settings(), DWD_TENANT_QUOTA)["tenant_id"].to_list() == ["second"]
+    assert Lake(load_settings()).version(DWD_TENANT_QUOTA) == 0
+    assert Lake(load_settings()).read_frame(DWD_TENANT_QUOTA)["tenant_id"].to_list() == ["second"]
 
 
 def test_a_table_wide_writer_excludes_partition_writers_and_a_waiter_gets_its_turn(

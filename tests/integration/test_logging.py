@@ -18,7 +18,7 @@ from synthetic_workload import generate
 from tests.small_model import register_a_model
 from warehouse.privacy import pseudonym
 from warehouse.settings import Settings, load_settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import DWD_REQUEST
 
 DAY = dt.date(2026, 1, 5)
@@ -57,7 +57,7 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Setting
         pipeline.check_consistency(settings, DAY, sample=50)
         register_a_model(settings, DAY, DAY)
         pipeline.score(settings, DAY, provider="cpu")
-        pseudonyms = lake.read_frame(settings, DWD_REQUEST).get_column("user_pseudonym").drop_nulls().to_list()
+        pseudonyms = Lake(settings).read_frame(DWD_REQUEST).get_column("user_pseudonym").drop_nulls().to_list()
         pipeline.forget(settings, (manifest["abusive_user_ids"] or [_users(out)[0]])[0])
         pipeline.apply_retention(settings, days=1, today=DAY + dt.timedelta(days=3))
     finally:

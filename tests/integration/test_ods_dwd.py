@@ -22,7 +22,7 @@ from warehouse.dwd.build import build, build_day
 from warehouse.dwd.prices import load_prices
 from warehouse.ods.ingest import ingest
 from warehouse.settings import Settings, load_settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import table
 
 START = dt.date(2026, 1, 5)
@@ -48,7 +48,7 @@ FAULT_RULES = {
 
 
 def table_frame(settings: Settings, name: str, drop: tuple[str, ...] = ()) -> pl.DataFrame:
-    frame = pl.from_arrow(lake.read(settings, table(name)))
+    frame = pl.from_arrow(Lake(settings).read(table(name)))
     assert isinstance(frame, pl.DataFrame)
     return frame.drop(list(drop), strict=False)
 
@@ -84,17 +84,17 @@ def built(generated: tuple[Path, dict], tmp_path_factory: pytest.TempPathFactory
     ingest(settings, [out / "requests", out / "feedback"])
     load_prices(settings, out / "prices.csv")
     for day in DAYS:
-        build_day(settings, day)
+        build_day(Lake(settings), day)
     return settings
 
 
 def test_dwd_counts_equal_the_manifest(built: Settings, generated: tuple[Path, dict]) -> None:
     _, manifest = generated
-    books = pl.from_arrow(lake.read(built, table("ops.books"))).filter(pl.col("table_name") == "dwd.request")
-    quarantine = pl.from_arrow(lake.read(built, table("dwd.quarantine"))).filter(
+    books = pl.from_arrow(Lake(built).read(table("ops.books"))).filter(pl.col("table_name") == "dwd.request")
+    quarantine = pl.from_arrow(Lake(built).read(table("dwd.quarantine"))).filter(
         pl.col("target_table") == "dwd.request"
     )
-    request = pl.from_arrow(lake.read(built, table("dwd.request")))
+    request = pl.from_arrow(Lake(built).read(table("dwd.request")))
     for day in DAYS:
         truth = manifest["days"][day.isoformat()]
         row = books.filter(pl.col("event_date") == day).row(0, named=True)
@@ -119,7 +119,7 @@ def test_dwd_counts_equal_the_manifest(built: Settings, generated: tuple[Path, d
 
 def test_dwd_token_and_error_sums_per_model_equal_the_manifest(built: Settings, generated: tuple[Path, dict]) -> None:
     _, manifest = generated
-    request = pl.from_arrow(lake.read(built, table("dwd.request")))
+    request = pl.from_arrow(Lake(built).read(table("dwd.request")))
     for day in DAYS:
         sums = (
             request.filter(pl.col("event_date") == day)
@@ -140,7 +140,7 @@ def test_dwd_token_and_error_sums_per_model_equal_the_manifest(built: Settings, 
 
 def test_dwd_is_clean_pseudonymized_and_priced(built: Settings, generated: tuple[Path, dict]) -> None:
     out, _ = generated
-    request = pl.from_arrow(lake.read(built, table("dwd.request")))
+    request = pl.from_arrow(Lake(built).read(table("dwd.request")))
     assert request.get_column("request_id").is_unique().all()
     assert request.get_column("ts").dt.date().eq(request.get_column("event_date")).all()
     raw_users = {
@@ -174,7 +174,7 @@ def _is_json(line: bytes) -> bool:
 
 def test_ods_keeps_every_line_byte_exact(built: Settings, generated: tuple[Path, dict]) -> None:
     out, manifest = generated
-    ods = pl.from_arrow(lake.read(built, table("ods.request_log_raw")))
+    ods = pl.from_arrow(Lake(built).read(table("ods.request_log_raw")))
     assert ods.height == sum(d["lines"] for d in manifest["days"].values())
     some_file = next((out / "requests").rglob("*.jsonl.gz"))
     import gzip
@@ -196,11 +196,11 @@ def test_reingest_and_rebuild_change_nothing(built: Settings, generated: tuple[P
     out, _ = generated
     tables = ["ods.request_log_raw", "ods.feedback_raw", "dwd.request", "dwd.feedback", "dwd.quarantine", "ops.books"]
     before = {t: table_frame(built, t) for t in tables}
-    versions = {t: lake.version(built, table(t)) for t in tables[:2]}
+    versions = {t: Lake(built).version(table(t)) for t in tables[:2]}
     report = ingest(built, [out / "requests", out / "feedback"])
     assert not report.landed and report.skipped
-    assert {t: lake.version(built, table(t)) for t in tables[:2]} == versions  # ODS untouched: no new version
-    build_day(built, DAYS[0])
+    assert {t: Lake(built).version(table(t)) for t in tables[:2]} == versions  # ODS untouched: no new version
+    build_day(Lake(built), DAYS[0])
     for name in tables:
         assert_same_rows(table_frame(built, name), before[name], name)
 
@@ -211,11 +211,11 @@ def test_late_events_and_late_feedback_are_picked_up_by_a_rerun(tmp_path: Path, 
     landing = tmp_path / "landing"
     first = _write(landing / "requests" / "a.jsonl", [_record("r1", day, user="alice"), _record("r2", day)])
     ingest(settings, [first])
-    report = build(settings, "requests", day)
+    report = build(Lake(settings), "requests", day)
     assert report.books.dwd_rows == 2 and report.counts.incomplete == 2  # no price list was loaded
     late = _write(landing / "requests" / "late.jsonl", [_record("r3", day, hour=23)])
     ingest(settings, [late])
-    assert build(settings, "requests", day).books.dwd_rows == 3
+    assert build(Lake(settings), "requests", day).books.dwd_rows == 3
     later = day + dt.timedelta(days=3)
     fb = _write(
         landing / "feedback" / "fb.jsonl",
@@ -230,11 +230,11 @@ def test_late_events_and_late_feedback_are_picked_up_by_a_rerun(tmp_path: Path, 
         ],
     )
     ingest(settings, [fb])
-    build_day(settings, later)  # builds that day's feedback and merges it into earlier requests
-    labels = pl.from_arrow(lake.read(settings, table("dwd.request"))).sort("request_id")
+    build_day(Lake(settings), later)  # builds that day's feedback and merges it into earlier requests
+    labels = pl.from_arrow(Lake(settings).read(table("dwd.request"))).sort("request_id")
     assert labels.get_column("feedback_value").to_list() == ["abusive", None, None]
-    build(settings, "requests", day)  # a rebuild of the request day keeps the label
-    assert pl.from_arrow(lake.read(settings, table("dwd.request"))).sort("request_id").get_column(
+    build(Lake(settings), "requests", day)  # a rebuild of the request day keeps the label
+    assert pl.from_arrow(Lake(settings).read(table("dwd.request"))).sort("request_id").get_column(
         "feedback_value"
     ).to_list() == ["abusive", None, None]
 
@@ -271,12 +271,13 @@ def test_sigkill_during_a_dwd_build_then_rerun_equals_a_clean_build(
         "import datetime as dt, sys, time\n"
         "import warehouse.dwd.build as dwd, warehouse.dwd.transform as transform, warehouse.ods.scan as scan\n"
         "from warehouse.settings import load_settings\n"
+        "from warehouse.storage.lake import Lake\n"
         "real = transform.parse_rows\n"
         "def slow(*a, **k):\n"
         "    print('started', flush=True); time.sleep(0.5); return real(*a, **k)\n"
         "transform.parse_rows = slow\n"
         "scan.BATCH_ROWS = 1000\n"
-        f"dwd.build(load_settings(), 'requests', dt.date.fromisoformat('{DAYS[0].isoformat()}'))\n"
+        f"dwd.build(Lake(load_settings()), 'requests', dt.date.fromisoformat('{DAYS[0].isoformat()}'))\n"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", script], env={**os.environ, **env}, stdout=subprocess.PIPE, text=True
@@ -286,11 +287,11 @@ def test_sigkill_during_a_dwd_build_then_rerun_equals_a_clean_build(
         assert proc.stdout.readline().strip() == "started"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
-    assert lake.open_table(settings, table("dwd.request")) is None  # nothing became visible
-    build(settings, "requests", DAYS[0])
+    assert Lake(settings).open_table(table("dwd.request")) is None  # nothing became visible
+    build(Lake(settings), "requests", DAYS[0])
     clean = load_settings({**env, "STRATA_HOME": str(tmp_path / "clean")})
     ingest(clean, [out / "requests" / f"date={DAYS[0].isoformat()}"])
-    build(clean, "requests", DAYS[0])
+    build(Lake(clean), "requests", DAYS[0])
     for name in ("dwd.request", "dwd.quarantine", "ops.books"):
         lineage = ("batch_id", "quarantined_at")  # when and in which run a line arrived
         assert_same_rows(table_frame(settings, name, lineage), table_frame(clean, name, lineage), name)
@@ -304,10 +305,10 @@ def test_azure_trace_ingests_through_its_mapping(strata_env: Path) -> None:
     settings = load_settings()
     report = ingest(settings, [source], mapping_file=Path("azure_llm_2023_conv"))
     assert report.landed[0].lines == len(rows) + 1  # the header line is archived too
-    books = [build(settings, "requests", dt.date.fromisoformat(day)).books for day in sorted(days)]
+    books = [build(Lake(settings), "requests", dt.date.fromisoformat(day)).books for day in sorted(days)]
     # Every line is in some day's books, the header line too (it takes its neighbours' date).
     assert sum(b.ods_rows for b in books) == len(rows) + 1 and sum(b.malformed for b in books) == 1
-    request = pl.from_arrow(lake.read(settings, table("dwd.request")))
+    request = pl.from_arrow(Lake(settings).read(table("dwd.request")))
     assert request.height == len(rows)
     assert request.get_column("input_tokens").sum() == sum(int(r["ContextTokens"]) for r in rows)
     assert request.get_column("output_tokens").sum() == sum(int(r["GeneratedTokens"]) for r in rows)
@@ -324,19 +325,19 @@ def test_a_day_of_only_bad_lines_publishes_its_quarantine_and_books(tmp_path: Pa
     bad.parent.mkdir()
     bad.write_bytes(b'{"broken\nnot json\n' + json.dumps({**_record("r1", day), "model": None}).encode() + b"\n")
     ingest(settings, [bad])
-    report = build(settings, "requests", day)
+    report = build(Lake(settings), "requests", day)
     assert report.books.balanced
     assert (report.books.dwd_rows, report.books.malformed, report.books.quarantined) == (0, 2, 1)
     assert report.rules == {"line.invalid_json": 2, "model.required": 1}
-    assert lake.read(settings, table("dwd.request")).num_rows == 0
-    assert lake.read(settings, table("dwd.quarantine")).num_rows == 3
+    assert Lake(settings).read(table("dwd.request")).num_rows == 0
+    assert Lake(settings).read(table("dwd.quarantine")).num_rows == 3
 
 
 def test_a_csv_file_without_a_mapping_is_refused_before_anything_lands(strata_env: Path) -> None:
     settings = load_settings()
     with pytest.raises(InputError, match="give a mapping file or the name of a shipped one"):
         ingest(settings, [AZURE_SAMPLE])
-    assert lake.open_table(settings, table("ods.request_log_raw")) is None
+    assert Lake(settings).open_table(table("ods.request_log_raw")) is None
 
 
 def test_a_file_landed_with_a_wrong_mapping_is_landed_again_with_reland(tmp_path: Path, strata_env: Path) -> None:
@@ -353,8 +354,8 @@ def test_a_file_landed_with_a_wrong_mapping_is_landed_again_with_reland(tmp_path
 
     def build_and_sum(days: set[dt.date]) -> int:
         for day in sorted(days):
-            build(settings, "requests", day)
-        return pl.from_arrow(lake.read(settings, table("dwd.request"))).get_column("input_tokens").sum()
+            build(Lake(settings), "requests", day)
+        return pl.from_arrow(Lake(settings).read(table("dwd.request"))).get_column("input_tokens").sum()
 
     first = ingest(settings, [AZURE_SAMPLE], mapping_file=wrong)
     days = {dt.date.fromisoformat(r["TIMESTAMP"][:10]) for r in rows}
@@ -362,16 +363,16 @@ def test_a_file_landed_with_a_wrong_mapping_is_landed_again_with_reland(tmp_path
     again = ingest(settings, [AZURE_SAMPLE], mapping_file=Path("azure_llm_2023_conv"))
     assert not again.landed and again.skipped[0].landed_as == first.landed[0].source  # says how it was landed
     assert again.skipped[0].source != again.skipped[0].landed_as
-    version = lake.version(settings, table("ods.request_log_raw"))
+    version = Lake(settings).version(table("ods.request_log_raw"))
     fixed = ingest(settings, [AZURE_SAMPLE], mapping_file=Path("azure_llm_2023_conv"), reland=True)
     # One commit.
-    assert fixed.landed[0].replaced and lake.version(settings, table("ods.request_log_raw")) == version + 1
-    ods = pl.from_arrow(lake.read(settings, table("ods.request_log_raw")))
+    assert fixed.landed[0].replaced and Lake(settings).version(table("ods.request_log_raw")) == version + 1
+    ods = pl.from_arrow(Lake(settings).read(table("ods.request_log_raw")))
     assert ods.height == len(rows) + 1  # replaced, not added: the header line and every row once
     assert ods.get_column("source").unique().to_list() == [fixed.landed[0].source]
     assert fixed.stale_dates == days  # the header line too: it takes the date of the lines around it
     assert build_and_sum(days) == sum(int(r["ContextTokens"]) for r in rows)
-    assert pl.from_arrow(lake.read(settings, table("dwd.request"))).height == len(rows)
+    assert pl.from_arrow(Lake(settings).read(table("dwd.request"))).height == len(rows)
 
 
 def test_otlp_export_ingests_to_dwd(tmp_path: Path, strata_env: Path) -> None:
@@ -384,9 +385,9 @@ def test_otlp_export_ingests_to_dwd(tmp_path: Path, strata_env: Path) -> None:
     path.write_bytes(otlp_export_line(records[:3]) + b"\n" + otlp_export_line(records[3:]) + b"\n{broken\n")
     settings = load_settings()
     ingest(settings, [path], fmt="otlp-json")
-    report = build(settings, "requests", day)
+    report = build(Lake(settings), "requests", day)
     assert (report.books.ods_rows, report.books.dwd_rows, report.books.malformed) == (6, 5, 1)
-    assert sorted(pl.from_arrow(lake.read(settings, table("dwd.request"))).get_column("request_id").to_list()) == [
+    assert sorted(pl.from_arrow(Lake(settings).read(table("dwd.request"))).get_column("request_id").to_list()) == [
         f"span-{i}" for i in range(5)
     ]
 
@@ -420,7 +421,7 @@ def test_an_otlp_batch_across_midnight_lands_every_span_in_its_own_day(tmp_path:
     assert ods.get_column("event_dates").to_list() == [[first, second], None]
     books = {}
     for day in (second, first, second):  # the second day built twice: idempotent
-        books[day] = build_day(settings, day)["requests"].books
+        books[day] = build_day(Lake(settings), day)["requests"].books
     assert (books[first].ods_rows, books[first].dwd_rows) == (34, 34)
     assert (books[second].ods_rows, books[second].dwd_rows, books[second].duplicates) == (37, 35, 2)
     dwd = table_frame(settings, "dwd.request")
@@ -479,7 +480,7 @@ def test_spans_without_a_tenant_take_the_sources_then_the_service_name(tmp_path:
     settings = load_settings()
     ingest(settings, [export("sourced", [key_value("service.name", "svc")])], tenant="acme")
     ingest(settings, [export("serviced", [key_value("service.name", "svc")]), export("lost", [])])
-    run = build(settings, "requests", day)
+    run = build(Lake(settings), "requests", day)
     tenants = dict(table_frame(settings, "dwd.request").select("request_id", "tenant_id").iter_rows())
     assert tenants == {"sourced": "acme", "serviced": "svc"}
     assert run.rules == {"tenant_id.required": 1}
@@ -498,7 +499,7 @@ def test_a_request_logged_both_as_a_line_and_as_a_span_is_one_row(tmp_path: Path
     spans = [{**_record(i, day), "ts": at, "attributes": {}} for i in ("call-1", "call-3")]
     (tmp_path / "logs" / "traces.otlp.jsonl").write_bytes(otlp_export_line(spans) + b"\n")
     assert not ingest(settings, [tmp_path / "logs"]).failed
-    report = build_day(settings, day)["requests"]
+    report = build_day(Lake(settings), day)["requests"]
     dwd = table_frame(settings, "dwd.request")
     assert sorted(dwd.get_column("request_id").to_list()) == ["call-1", "call-2", "call-3"]
     assert report.books.dwd_rows == 3 and report.books.duplicates == 1

@@ -20,7 +20,7 @@ from warehouse.dwd.build import build_day
 from warehouse.dwd.prices import load_prices
 from warehouse.ods.ingest import ingest
 from warehouse.settings import load_settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import table
 
 CLIENT = Path(__file__).resolve().parents[1] / "genai_client.py"
@@ -67,8 +67,8 @@ def test_an_instrumented_openai_client_equals_dwd_request(tmp_path: Path, strata
     # no --format, no --tenant: the spans name none either; the receiver's segments landed on its shutdown
     report = ingest(settings, [exports, settings.landing_dir])
     assert {f.source for f in report.landed} == {"otlp-json"} and len(report.landed) >= 3
-    runs = [build_day(settings, day)["requests"] for day in report.dates]
-    dwd = pl.from_arrow(lake.read(settings, table("dwd.request")))
+    runs = [build_day(Lake(settings), day)["requests"] for day in report.dates]
+    dwd = pl.from_arrow(Lake(settings).read(table("dwd.request")))
     assert isinstance(dwd, pl.DataFrame)
 
     assert Counter((c["model"], c["operation"], c["status"]) for c in truth) == Counter(

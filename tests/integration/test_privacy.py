@@ -27,7 +27,7 @@ from features.store import sqlite_path
 from strata.cli import app
 from warehouse.settings import Settings, load_settings
 from warehouse.sql.sandbox import is_raw
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import PII, all_tables, table
 
 PRODUCERS = Path(__file__).resolve().parents[1] / "data" / "producers"
@@ -73,7 +73,7 @@ def _span_values(line: dict[str, Any]) -> Iterator[tuple[str, str]]:
 
 def _needles(settings: Settings) -> set[str]:
     """The private values the producers sent, read from ODS's raw lines, plus the plan's fixed ones."""
-    ods = pl.from_arrow(lake.read(settings, table("ods.request_log_raw")))
+    ods = pl.from_arrow(Lake(settings).read(table("ods.request_log_raw")))
     assert isinstance(ods, pl.DataFrame)
     found = set(FIXED)
     for raw in ods.get_column("raw_line").to_list():
@@ -111,7 +111,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                     assert response.status == 200
         _cli(settings, "ingest", str(settings.landing_dir))
         _cli(settings, "ingest", str(LITELLM / "payloads.jsonl"), "--mapping", "litellm", "--tenant", "acme")
-        ods = pl.from_arrow(lake.read(settings, table("ods.request_log_raw")))
+        ods = pl.from_arrow(Lake(settings).read(table("ods.request_log_raw")))
         assert isinstance(ods, pl.DataFrame)
         dates = [str(d) for d in ods.get_column("event_date").drop_nulls().unique().sort().to_list()]
         flags = [arg for d in dates for arg in ("--date", d)]
@@ -151,15 +151,15 @@ def _leaks(text: str, needles: set[str]) -> list[str]:
 def test_no_private_value_above_ods(world: dict[str, Any]) -> None:
     settings, needles = world["settings"], world["needles"]
     assert {"hello from the test server", "10.0.0.7", "user-3"} <= needles  # the producers did send them
-    dwd = pl.from_arrow(lake.read(settings, table("dwd.request")))
+    dwd = pl.from_arrow(Lake(settings).read(table("dwd.request")))
     assert isinstance(dwd, pl.DataFrame) and dwd.height >= 40
     assert dwd.get_column("attributes").str.contains("otel.span_id").any()  # lineage stays
     leaks = {}
     scanned = 0
     for t in all_tables():
-        if t.layer not in ("dwd", "dws", "ads") or lake.version(settings, t) is None:
+        if t.layer not in ("dwd", "dws", "ads") or Lake(settings).version(t) is None:
             continue
-        frame = pl.from_arrow(lake.read(settings, t))
+        frame = pl.from_arrow(Lake(settings).read(t))
         assert isinstance(frame, pl.DataFrame)
         for column in t.contract.columns:
             if column.classification == PII or column.name not in frame.columns:
@@ -172,7 +172,7 @@ def test_no_private_value_above_ods(world: dict[str, Any]) -> None:
     text = "\n".join(v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for r in online for v in r)
     if found := _leaks(text, needles):
         leaks["online store"] = found
-    layers = {t.layer for t in all_tables() if lake.version(settings, t) is not None}
+    layers = {t.layer for t in all_tables() if Lake(settings).version(t) is not None}
     assert {"dwd", "dws", "ads"} <= layers and scanned >= 8 and len(online) > 100 and not leaks, leaks
 
 
@@ -180,7 +180,7 @@ def test_strata_sql_without_raw_shows_no_private_value(world: dict[str, Any]) ->
     settings, needles = world["settings"], world["needles"]
     leaks, read = {}, 0
     for t in all_tables():
-        if is_raw(t) or lake.version(settings, t) is None:
+        if is_raw(t) or Lake(settings).version(t) is None:
             continue
         output = _cli(settings, "sql", f"select * from {t.name}", "-f", "csv")
         if found := _leaks(output, needles):
@@ -204,7 +204,7 @@ def test_forget_finds_a_user_by_every_dialects_keys(tmp_path: Path, strata_env: 
 
 
 def _raw_lines(settings: Settings) -> list[bytes]:
-    ods = pl.from_arrow(lake.read(settings, table("ods.request_log_raw")))
+    ods = pl.from_arrow(Lake(settings).read(table("ods.request_log_raw")))
     assert isinstance(ods, pl.DataFrame)
     return ods.get_column("raw_line").to_list()
 
@@ -213,8 +213,8 @@ def _layer_rows(settings: Settings, layer: str) -> dict[str, tuple[int | None, p
     """Each table of ``layer`` in the lake: its version and its rows (sorted, build times left out)."""
     rows = {}
     for t in all_tables():
-        if t.layer == layer and (version := lake.version(settings, t)) is not None:
-            frame = pl.from_arrow(lake.read(settings, t))
+        if t.layer == layer and (version := Lake(settings).version(t)) is not None:
+            frame = pl.from_arrow(Lake(settings).read(t))
             assert isinstance(frame, pl.DataFrame)
             frame = frame.drop([c for c in frame.columns if c.endswith("_at")])
             rows[t.name] = (version, frame.sort(frame.columns))
@@ -233,7 +233,7 @@ def test_privacy_clean_rebuilds_a_lake_built_before_the_policy(
     with monkeypatch.context() as mp:  # the DWD build as it was before the policy: attributes kept whole
         mp.setattr("warehouse.dwd.transform.without_private", lambda frame, contract: frame)
         _cli(settings, "build", "dwd", *flags)
-    old = lake.version(settings, request)
+    old = Lake(settings).version(request)
     query = ["sql", "select attributes from dwd.request", "-f", "csv"]
     held = _cli(settings, *query, "--as-of", f"dwd.request={old}")
     assert "gen_ai.input.messages" in held and "hello from the test server" in _leaks(held, needles)

@@ -22,7 +22,7 @@ from warehouse.ods.ingest import ingest
 from warehouse.privacy import pseudonym
 from warehouse.settings import load_settings
 from warehouse.sources.otlp import ERROR_CLASSES
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import table
 
 CAPTURES = Path(__file__).resolve().parents[1] / "data" / "producers"
@@ -81,9 +81,9 @@ def landed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[dic
             report = ingest(settings, [settings.landing_dir])
             set_aside = 0
             for day in report.dates:
-                books = build_day(settings, day)["requests"].books
+                books = build_day(Lake(settings), day)["requests"].books
                 set_aside += books.quarantined + books.malformed
-            frame = pl.from_arrow(lake.read(settings, table("dwd.request")))
+            frame = pl.from_arrow(Lake(settings).read(table("dwd.request")))
             assert isinstance(frame, pl.DataFrame)
             rows[producer] = (truth[producer], frame.sort("ts"), set_aside)
     return rows

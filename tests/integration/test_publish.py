@@ -24,7 +24,7 @@ from conftest import REPO
 from deltalake import DeltaTable
 
 from warehouse.settings import Settings, load_settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import AuditFailed, InvariantFailure, Tally, keeps_every_row, publish
 from warehouse.tables import OPS_AUDIT_LOG, Table, table
 
@@ -83,7 +83,7 @@ def feedback(day: dt.date, start: int, n: int, *, batch: str = "b1") -> pl.DataF
 
 def contents(settings: Settings, table: Table) -> pl.DataFrame:
     """The table's current rows, sorted by every column (row order is not part of a Delta table)."""
-    df = pl.from_arrow(lake.read(settings, table))
+    df = pl.from_arrow(Lake(settings).read(table))
     assert isinstance(df, pl.DataFrame)
     return df.sort(df.columns, nulls_last=True)
 
@@ -100,7 +100,7 @@ def commits(settings: Settings, table: Table) -> int:
 
 def audit_log(settings: Settings) -> pl.DataFrame:
     """ops.audit_log in the order the attempts started (empty before the first attempt)."""
-    if lake.version(settings, OPS_AUDIT_LOG) is None:
+    if Lake(settings).version(OPS_AUDIT_LOG) is None:
         return pl.DataFrame()
     return contents(settings, OPS_AUDIT_LOG).sort("started_at")
 
@@ -114,13 +114,13 @@ def same_rows(a: pl.DataFrame, b: pl.DataFrame) -> bool:
 
 def test_publish_commits_one_version_and_one_audit_row(settings: Settings) -> None:
     first = publish(
-        settings,
+        Lake(settings),
         table("ops.books"),
         books(DAY1, "dwd.request", "dwd.feedback"),
         partitions=[{"event_date": DAY1}],
         now=NOW,
     )  # full audit, GX suite included
-    assert first.version == 0 and lake.version(settings, table("ops.books")) == 0
+    assert first.version == 0 and Lake(settings).version(table("ops.books")) == 0
     assert commits(settings, table("ops.books")) == 1
     log = audit_log(settings)
     assert log.height == 1
@@ -146,8 +146,10 @@ def test_publish_commits_one_version_and_one_audit_row(settings: Settings) -> No
     bad = books(DAY2, "dwd.request", "dwd.feedback", "dwd.quarantine").with_columns(
         ods_rows=pl.when(pl.col("table_name") == "dwd.quarantine").then(-5).otherwise(pl.col("ods_rows"))
     )
-    second = publish(settings, table("ops.books"), bad, partitions=[{"event_date": DAY2}], now=NOW, expectations=False)
-    assert second.version == 1 and lake.version(settings, table("ops.books")) == 1
+    second = publish(
+        Lake(settings), table("ops.books"), bad, partitions=[{"event_date": DAY2}], now=NOW, expectations=False
+    )
+    assert second.version == 1 and Lake(settings).version(table("ops.books")) == 1
     assert commits(settings, table("ops.books")) == 2
     assert (second.rows_in, second.rows_published, second.rows_rejected) == (3, 2, 1)
     log = audit_log(settings)
@@ -179,7 +181,7 @@ def test_row_checks_reject_bad_rows_and_publish_only_good_ones(settings: Setting
         },
         schema_overrides={"effective_from": pl.Date},
     )
-    result = publish(settings, table("dwd.model_price"), prices, mode="overwrite", now=NOW, expectations=False)
+    result = publish(Lake(settings), table("dwd.model_price"), prices, mode="overwrite", now=NOW, expectations=False)
 
     rejected = {r["model"]: (r["input_price_per_1k"], r["rules"]) for r in result.rejected.iter_rows(named=True)}
     assert rejected == {
@@ -204,7 +206,7 @@ def test_row_checks_reject_values_outside_the_allowed_set(settings: Settings) ->
         ]
     )
     result = publish(
-        settings,
+        Lake(settings),
         table("dwd.feedback"),
         pl.concat([good, bad]),
         partitions=[{"event_date": DAY1}],
@@ -232,12 +234,12 @@ def test_row_checks_reject_values_outside_the_allowed_set(settings: Settings) ->
 
 def _snapshot(settings: Settings, table: Table) -> tuple[int | None, list[tuple], list[str]]:
     """What a reader sees: the version, the sorted rows and the data files it references."""
-    return lake.version(settings, table), contents(settings, table).rows(), data_files(settings, table)
+    return Lake(settings).version(table), contents(settings, table).rows(), data_files(settings, table)
 
 
 def test_failed_invariant_leaves_table_unchanged(settings: Settings) -> None:
     publish(
-        settings,
+        Lake(settings),
         table("ops.books"),
         books(DAY1, "dwd.request", "dwd.feedback"),
         partitions=[{"event_date": DAY1}],
@@ -245,7 +247,7 @@ def test_failed_invariant_leaves_table_unchanged(settings: Settings) -> None:
         expectations=False,
     )
     publish(
-        settings,
+        Lake(settings),
         table("ops.books"),
         books(DAY2, "dwd.request"),
         partitions=[{"event_date": DAY2}],
@@ -266,7 +268,7 @@ def test_failed_invariant_leaves_table_unchanged(settings: Settings) -> None:
     replacement = pl.concat([books(DAY1, "dwd.request", ods=99), books(DAY1, "dwd.Bad_name", ods=99)])
     with pytest.raises(AuditFailed) as err:
         publish(
-            settings,
+            Lake(settings),
             table("ops.books"),
             replacement,
             partitions=[{"event_date": DAY1}],
@@ -297,7 +299,7 @@ def test_failed_invariant_leaves_table_unchanged(settings: Settings) -> None:
 @pytest.mark.parametrize("rows", [0, 1001], ids=["below", "above"])
 def test_row_count_bounds_refuse_publish(settings: Settings, rows: int) -> None:
     publish(
-        settings,
+        Lake(settings),
         table("ops.books"),
         books(DAY1, "dwd.request"),
         partitions=[{"event_date": DAY1}],
@@ -309,7 +311,14 @@ def test_row_count_bounds_refuse_publish(settings: Settings, rows: int) -> None:
     frame = books(DAY1, *names) if rows else books(DAY1, "dwd.request").clear()
     with pytest.raises(AuditFailed) as err:
         # ops.books needs 1..1000 rows per write; the empty write would otherwise wipe the partition
-        publish(settings, table("ops.books"), frame, partitions=[{"event_date": DAY1}], now=NOW, expectations=rows == 0)
+        publish(
+            Lake(settings),
+            table("ops.books"),
+            frame,
+            partitions=[{"event_date": DAY1}],
+            now=NOW,
+            expectations=rows == 0,
+        )
     assert err.value.rules == ["table.row_count"]
     assert "ops.books" in str(err.value) and f"{rows} rows published" in str(err.value)
     assert _snapshot(settings, table("ops.books")) == before
@@ -319,7 +328,7 @@ def test_row_count_bounds_refuse_publish(settings: Settings, rows: int) -> None:
 
 def test_failed_expectation_suite_leaves_table_unchanged(settings: Settings) -> None:
     publish(
-        settings,
+        Lake(settings),
         table("ops.books"),
         books(DAY1, "dwd.request"),
         partitions=[{"event_date": DAY1}],
@@ -331,7 +340,7 @@ def test_failed_expectation_suite_leaves_table_unchanged(settings: Settings) -> 
     # key (dwd.request, 2026-01-01) twice.
     stream = iter([books(DAY1, "dwd.request", ods=50), books(DAY1, "dwd.feedback", "dwd.request", ods=60)])
     with pytest.raises(AuditFailed) as err:
-        publish(settings, table("ops.books"), stream, partitions=[{"event_date": DAY1}], now=NOW)
+        publish(Lake(settings), table("ops.books"), stream, partitions=[{"event_date": DAY1}], now=NOW)
     assert err.value.rules == ["primary_key.unique"]
     message = str(err.value)
     assert "ops.books" in message and "primary_key.unique" in message and "'dwd.request'" in message
@@ -344,7 +353,9 @@ def test_check_time_now_applies_to_conform_and_audit(settings: Settings) -> None
     """Rows that pass the row checks at ``now`` must not be refused by a later wall-clock check."""
     day = dt.date(2100, 1, 1)
     later = dt.datetime(2100, 1, 1, 18, tzinfo=UTC)
-    result = publish(settings, table("dwd.feedback"), feedback(day, 0, 3), partitions=[{"event_date": day}], now=later)
+    result = publish(
+        Lake(settings), table("dwd.feedback"), feedback(day, 0, 3), partitions=[{"event_date": day}], now=later
+    )
     assert result.rows_published == 3 and result.version == 0
 
 
@@ -353,7 +364,7 @@ def test_check_time_now_applies_to_conform_and_audit(settings: Settings) -> None
 
 def test_partition_replace_is_exact_and_idempotent(settings: Settings) -> None:
     publish(
-        settings,
+        Lake(settings),
         table("ops.books"),
         books(DAY1, "dwd.request", "dwd.feedback", ods=10),
         partitions=[{"event_date": DAY1}],
@@ -361,7 +372,7 @@ def test_partition_replace_is_exact_and_idempotent(settings: Settings) -> None:
         expectations=False,
     )
     publish(
-        settings,
+        Lake(settings),
         table("ops.books"),
         books(DAY2, "dwd.request", "dwd.feedback", ods=20),
         partitions=[{"event_date": DAY2}],
@@ -372,7 +383,9 @@ def test_partition_replace_is_exact_and_idempotent(settings: Settings) -> None:
     assert day1.height == 2
 
     new_day2 = books(DAY2, "dwd.request", ods=77)
-    r = publish(settings, table("ops.books"), new_day2, partitions=[{"event_date": DAY2}], now=NOW, expectations=False)
+    r = publish(
+        Lake(settings), table("ops.books"), new_day2, partitions=[{"event_date": DAY2}], now=NOW, expectations=False
+    )
     assert r.version == 2
     after = contents(settings, table("ops.books"))
     assert same_rows(after.filter(pl.col("event_date") == DAY1), day1)  # untouched
@@ -380,7 +393,7 @@ def test_partition_replace_is_exact_and_idempotent(settings: Settings) -> None:
     assert after.height == 3
 
     again = publish(
-        settings, table("ops.books"), new_day2, partitions=[{"event_date": DAY2}], now=NOW, expectations=False
+        Lake(settings), table("ops.books"), new_day2, partitions=[{"event_date": DAY2}], now=NOW, expectations=False
     )
     assert again.version == 3
     assert contents(settings, table("ops.books")).equals(after)
@@ -388,7 +401,7 @@ def test_partition_replace_is_exact_and_idempotent(settings: Settings) -> None:
     # a replace scoped by two columns (as dwd does for the books) leaves the sibling row alone
     one = books(DAY1, "dwd.feedback", ods=5)
     publish(
-        settings,
+        Lake(settings),
         table("ops.books"),
         one,
         partitions=[{"event_date": DAY1, "table_name": "dwd.feedback"}],
@@ -415,7 +428,7 @@ def test_stream_commits_once(settings: Settings) -> None:
             yield part
 
     result = publish(
-        settings, table("dwd.feedback"), frames(), partitions=[{"event_date": DAY1}], now=NOW, expectations=False
+        Lake(settings), table("dwd.feedback"), frames(), partitions=[{"event_date": DAY1}], now=NOW, expectations=False
     )
     assert pulled == [0, 1, 2]
     assert result.version == 0 and commits(settings, table("dwd.feedback")) == 1
@@ -430,7 +443,7 @@ class SourceBroke(RuntimeError):
 
 def test_stream_error_midway_commits_nothing_and_propagates(settings: Settings) -> None:
     publish(
-        settings,
+        Lake(settings),
         table("dwd.feedback"),
         feedback(DAY1, 0, 4),
         partitions=[{"event_date": DAY1}],
@@ -446,7 +459,12 @@ def test_stream_error_midway_commits_nothing_and_propagates(settings: Settings) 
 
     with pytest.raises(SourceBroke, match="landing file vanished after 100 rows"):
         publish(
-            settings, table("dwd.feedback"), frames(), partitions=[{"event_date": DAY1}], now=NOW, expectations=False
+            Lake(settings),
+            table("dwd.feedback"),
+            frames(),
+            partitions=[{"event_date": DAY1}],
+            now=NOW,
+            expectations=False,
         )
     assert _snapshot(settings, table("dwd.feedback")) == before
     assert commits(settings, table("dwd.feedback")) == 1
@@ -462,6 +480,7 @@ WRITER = r"""
 import datetime as dt, time
 import polars as pl
 from warehouse.settings import load_settings
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import publish
 from warehouse.tables import DWD_FEEDBACK
 
@@ -482,7 +501,7 @@ def frames():
             print("started", flush=True)
         time.sleep(0.01)
 
-publish(load_settings(), DWD_FEEDBACK, frames(), partitions=[{"event_date": day}], expectations=False,
+publish(Lake(load_settings()), DWD_FEEDBACK, frames(), partitions=[{"event_date": day}], expectations=False,
         now=dt.datetime(2026, 1, 3, tzinfo=dt.timezone.utc))
 print("finished", flush=True)
 """
@@ -495,7 +514,7 @@ def _table_files(root: Path) -> set[Path]:
 def test_killed_writer_leaves_nothing_visible(settings: Settings) -> None:
     old = pl.concat([feedback(DAY1, 0, 3), feedback(DAY2, 3, 3)])
     publish(
-        settings,
+        Lake(settings),
         table("dwd.feedback"),
         old,
         partitions=[{"event_date": DAY1}, {"event_date": DAY2}],
@@ -540,7 +559,7 @@ def test_killed_writer_leaves_nothing_visible(settings: Settings) -> None:
 
     new = feedback(DAY2, 100, 4, batch="after-kill")
     result = publish(
-        settings, table("dwd.feedback"), new, partitions=[{"event_date": DAY2}], now=NOW, expectations=False
+        Lake(settings), table("dwd.feedback"), new, partitions=[{"event_date": DAY2}], now=NOW, expectations=False
     )
     assert result.version == before[0] + 1
     assert same_rows(contents(settings, table("dwd.feedback")), pl.concat([feedback(DAY1, 0, 3), new]))
@@ -562,9 +581,13 @@ def test_rows_outside_the_replaced_partition_are_refused_even_on_a_new_table(str
     )
     with pytest.raises(Exception, match=r"(?i)invalid data|partition|predicate"):
         publish(
-            settings, table("ops.books"), rows, partitions=[{"event_date": dt.date(2026, 1, 1)}], expectations=False
+            Lake(settings),
+            table("ops.books"),
+            rows,
+            partitions=[{"event_date": dt.date(2026, 1, 1)}],
+            expectations=False,
         )
-    assert lake.open_table(settings, table("ops.books")) is None
+    assert Lake(settings).open_table(table("ops.books")) is None
 
 
 def test_a_table_that_keeps_every_row_publishes_nothing_when_a_row_is_refused(settings: Settings) -> None:
@@ -587,7 +610,7 @@ def test_a_table_that_keeps_every_row_publishes_nothing_when_a_row_is_refused(se
     keep_all = [keeps_every_row("quarantine.keeps_every_row")]
     partition = [{"event_date": dt.date(2026, 1, 1), "target_table": "dwd.request"}]
     first = publish(
-        settings,
+        Lake(settings),
         table("dwd.quarantine"),
         quarantine([1, 2]),
         partitions=partition,
@@ -596,7 +619,7 @@ def test_a_table_that_keeps_every_row_publishes_nothing_when_a_row_is_refused(se
     )
     with pytest.raises(AuditFailed) as err:  # line_no 0 breaks line_no.min: the row would be lost
         publish(
-            settings,
+            Lake(settings),
             table("dwd.quarantine"),
             quarantine([1, 0, 3]),
             partitions=partition,
@@ -604,5 +627,5 @@ def test_a_table_that_keeps_every_row_publishes_nothing_when_a_row_is_refused(se
             invariants=keep_all,
         )
     assert err.value.rules == ["quarantine.keeps_every_row"] and "line_no.min" in str(err.value)
-    assert lake.version(settings, table("dwd.quarantine")) == first.version
-    assert lake.read_frame(settings, table("dwd.quarantine")).height == 2
+    assert Lake(settings).version(table("dwd.quarantine")) == first.version
+    assert Lake(settings).read_frame(table("dwd.quarantine")).height == 2

@@ -9,7 +9,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from warehouse.storage import audit, lake
+from warehouse.storage import audit
 from warehouse.storage.lake import Lake
 from warehouse.storage.publish import (
     AuditFailed,
@@ -93,7 +93,7 @@ def test_commit_audited_commits_nothing_when_the_gate_refuses(strata_env: Path) 
             partitions=[{"event_date": DAY}],
             attempt="a1",
         )
-    assert lake.open_table(settings, DWD_FEEDBACK) is None
+    assert Lake(settings).open_table(DWD_FEEDBACK) is None
     assert stream.tally.rows_published == 4  # the whole stream passed before the gate
     version = commit_audited(
         Lake(settings),
@@ -104,7 +104,7 @@ def test_commit_audited_commits_nothing_when_the_gate_refuses(strata_env: Path) 
         partitions=[{"event_date": DAY}],
         attempt="a2",
     )
-    assert version == 0 and lake.read(settings, DWD_FEEDBACK).num_rows == 4
+    assert version == 0 and Lake(settings).read(DWD_FEEDBACK).num_rows == 4
 
 
 def test_record_failed_leaves_a_row_and_never_masks_the_callers_error(
@@ -114,8 +114,8 @@ def test_record_failed_leaves_a_row_and_never_masks_the_callers_error(
 
     settings = load_settings()
     refused = AuditFailed("ops.books", "(all)", [("books.balance", "off by one", [])])
-    record_failed(audit.Attempt(settings, OPS_BOOKS, "(all)").begin(), Tally(rows_in=2), refused)
-    row = lake.read_frame(settings, audit.OPS_AUDIT_LOG).row(0, named=True)
+    record_failed(audit.Attempt(Lake(settings), OPS_BOOKS, "(all)").begin(), Tally(rows_in=2), refused)
+    row = Lake(settings).read_frame(audit.OPS_AUDIT_LOG).row(0, named=True)
     assert (row["status"], row["rules_failed"], row["rows_in"]) == ("failed", ["books.balance"], 2)
 
     def broken(*args: object, **kwargs: object) -> None:
@@ -123,5 +123,5 @@ def test_record_failed_leaves_a_row_and_never_masks_the_callers_error(
 
     monkeypatch.setattr(audit, "record", broken)
     error = ValueError("the stream failed")
-    record_failed(audit.Attempt(settings, OPS_BOOKS, "(all)").begin(), Tally(), error)
+    record_failed(audit.Attempt(Lake(settings), OPS_BOOKS, "(all)").begin(), Tally(), error)
     assert error.__notes__ == ["ops.audit_log could not record this attempt either: OSError: disk full"]

@@ -29,6 +29,7 @@ from strata import pipeline
 from synthetic_workload import generate
 from warehouse.settings import Settings, load_settings
 from warehouse.storage import audit
+from warehouse.storage.lake import Lake
 from warehouse.tables import OPS_BOOKS
 
 TODAY = dt.datetime.now(dt.UTC).date()
@@ -136,13 +137,13 @@ def test_a_recovery_never_trips_on_the_notes_other_writers_leave_and_drop(tmp_pa
 
     def write() -> None:
         while time.monotonic() < deadline:
-            audit.Attempt(settings, OPS_BOOKS, f"event_date={dt.date(2026, 1, 1)}").begin().end("failed", None)
+            audit.Attempt(Lake(settings), OPS_BOOKS, f"event_date={dt.date(2026, 1, 1)}").begin().end("failed", None)
             attempts[0] += 1
 
     def recover() -> None:
         while time.monotonic() < deadline:
             try:
-                recovered.append(audit.recover(settings))
+                recovered.append(audit.recover(Lake(settings)))
             except Exception as exc:  # collected for the assertion
                 errors.append(repr(exc))
 
@@ -159,4 +160,4 @@ def test_a_recovery_never_trips_on_the_notes_other_writers_leave_and_drop(tmp_pa
     stale.write_text('{"id": "de')
     fresh.write_text('{"id": "wr')
     os.utime(stale, (time.time() - audit.ABANDONED_AFTER.total_seconds() - 60,) * 2)
-    assert audit.recover(settings) == 0 and not stale.exists() and fresh.exists()
+    assert audit.recover(Lake(settings)) == 0 and not stale.exists() and fresh.exists()

@@ -10,7 +10,7 @@ from contracts.errors import InputError
 from warehouse.dwd.prices import load_prices
 from warehouse.dwd.quotas import load_quotas
 from warehouse.settings import load_settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import DWD_MODEL_PRICE, DWD_TENANT_QUOTA, Table
 
 PRICE_HEADER = "model,effective_from,input_price_per_1k,output_price_per_1k\n"
@@ -19,7 +19,7 @@ QUOTA_HEADER = "tenant_id,effective_from,daily_request_quota,daily_token_quota\n
 
 def _state(table: Table) -> tuple[int | None, list[dict]]:
     settings = load_settings()
-    return lake.open_table(settings, table).version(), lake.read_frame(settings, table).to_dicts()  # type: ignore[union-attr]
+    return Lake(settings).open_table(table).version(), Lake(settings).read_frame(table).to_dicts()  # type: ignore[union-attr]
 
 
 def test_a_price_list_with_one_bad_row_changes_nothing(tmp_path: Path, strata_env: Path) -> None:
@@ -42,7 +42,7 @@ def test_a_price_list_whose_every_row_is_bad_names_each_rule(tmp_path: Path, str
     message = str(refused.value)
     for line, rule in ((2, "effective_from.type"), (3, "input_price_per_1k.min"), (4, "output_price_per_1k.required")):
         assert f"line {line}: broke {rule}" in message and f"{rule} (1 row)" in message
-    assert lake.open_table(load_settings(), DWD_MODEL_PRICE) is None
+    assert Lake(load_settings()).open_table(DWD_MODEL_PRICE) is None
 
 
 def test_a_quota_list_without_its_quota_columns_is_refused(tmp_path: Path, strata_env: Path) -> None:

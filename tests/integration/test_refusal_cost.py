@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from strata.cli import app
 from warehouse.settings import load_settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import table
 
 
@@ -53,7 +53,7 @@ def test_a_refused_call_of_a_priced_model_costs_0_with_or_without_usage(strata_e
     ):
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 0, result.output
-    dwd = pl.from_arrow(lake.read(load_settings(), table("dwd.request")))
+    dwd = pl.from_arrow(Lake(load_settings()).read(table("dwd.request")))
     assert dict(dwd.select("request_id", "cost_usd").rows()) == {
         "no-usage": 0.0,
         "usage": 0.0,

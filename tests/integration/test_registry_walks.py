@@ -16,7 +16,7 @@ from contracts.loader import SEARCH_PATH_VARIABLE, clear_cache
 from warehouse.ops.retention import apply_retention
 from warehouse.privacy import pseudonym
 from warehouse.settings import load_settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import publish
 from warehouse.tables import table
 
@@ -99,8 +99,10 @@ def test_forget_reaches_a_table_added_with_a_classified_column(added: Path) -> N
     key = settings.require_pseudonym_key()
     alice, bob = pseudonym(key, "alice"), pseudonym(key, "bob")
     notes, tickets = table("ads.user_notes"), table("ods.support_tickets")
-    publish(settings, notes, _rows("user_pseudonym", [alice, bob, alice, bob]), mode="overwrite", expectations=False)
-    publish(settings, tickets, _rows("user_id", ["alice", "bob", "alice"]), mode="overwrite", expectations=False)
+    publish(
+        Lake(settings), notes, _rows("user_pseudonym", [alice, bob, alice, bob]), mode="overwrite", expectations=False
+    )
+    publish(Lake(settings), tickets, _rows("user_id", ["alice", "bob", "alice"]), mode="overwrite", expectations=False)
 
     forgot = subprocess.run(
         [sys.executable, "-m", "strata.cli", "forget", "--user", "alice"],
@@ -113,21 +115,21 @@ def test_forget_reaches_a_table_added_with_a_classified_column(added: Path) -> N
     assert forgot.returncode == 0, forgot.stderr
     assert "ads.user_notes: removed 2 row(s)" in forgot.stdout
     assert "ods.support_tickets: removed 2 row(s)" in forgot.stdout
-    assert lake.read_frame(settings, notes).get_column("user_pseudonym").to_list() == [bob, bob]
-    assert lake.read_frame(settings, tickets).get_column("user_id").to_list() == ["bob"]
+    assert Lake(settings).read_frame(notes).get_column("user_pseudonym").to_list() == [bob, bob]
+    assert Lake(settings).read_frame(tickets).get_column("user_id").to_list() == ["bob"]
     for root in (Path(notes.uri(settings)), Path(tickets.uri(settings))):
         text = repr([pq.read_table(p).to_pylist() for p in root.rglob("*.parquet")])
         text += "".join(p.read_text() for p in (root / "_delta_log").iterdir() if p.suffix == ".json")
         assert alice not in text and "'alice'" not in text
     # The rewrite kept the contract's exact types.
-    assert lake.read(settings, notes).schema.field("user_pseudonym").type == "string"
+    assert Lake(settings).read(notes).schema.field("user_pseudonym").type == "string"
 
 
 def test_retention_reaches_a_table_added_with_a_pii_column(added: Path) -> None:
     settings = load_settings()
     tickets = table("ods.support_tickets")
-    publish(settings, tickets, _rows("user_id", ["a", "b", "c"]), mode="overwrite", expectations=False)
+    publish(Lake(settings), tickets, _rows("user_id", ["a", "b", "c"]), mode="overwrite", expectations=False)
     deleted = apply_retention(settings, days=30, today=dt.date(2026, 3, 10))
     assert deleted["ods.support_tickets"] == 2
     assert "ads.user_notes" not in deleted  # pseudonymous features are not raw data
-    assert lake.read_frame(settings, tickets).get_column("event_date").to_list() == [DAYS[1]]
+    assert Lake(settings).read_frame(tickets).get_column("event_date").to_list() == [DAYS[1]]

@@ -24,7 +24,6 @@ from warehouse.privacy import pseudonym
 from warehouse.settings import load_settings
 from warehouse.sources.collector.encoding import JSON, accept
 from warehouse.sources.collector.segments import convert_segment, frame
-from warehouse.storage import lake
 from warehouse.storage.lake import Lake
 from warehouse.tables import table
 
@@ -94,11 +93,12 @@ def test_forget_removes_a_user_from_every_layer_and_file(tmp_path: Path, strata_
         + "\n"
     )
     ingest(settings, [requests, feedback])
-    build_day(settings, DAY)
-    build_dws(settings, DAY)
+    build_day(Lake(settings), DAY)
+    build_dws(Lake(settings), DAY)
     users = table("dws.user_features")
     victim_rows = (
-        lake.read_frame(settings, users)
+        Lake(settings)
+        .read_frame(users)
         .filter(pl.col("user_pseudonym") == pseudonym(settings.require_pseudonym_key(), victim))
         .height
     )
@@ -118,7 +118,7 @@ def test_forget_removes_a_user_from_every_layer_and_file(tmp_path: Path, strata_
     assert victim not in after
     assert victim_key not in after
     assert other in after  # everyone else is still there
-    remaining = pl.from_arrow(lake.read(settings, table("dwd.request")))
+    remaining = pl.from_arrow(Lake(settings).read(table("dwd.request")))
     assert remaining.height == 4
 
 
@@ -129,13 +129,13 @@ def test_retention_deletes_old_ods_partitions_and_their_files(tmp_path: Path, st
     new = _land(tmp_path, "new.jsonl", [json.dumps(r).encode() for r in _records("u", 2, new_day, "b")], new_day)
     broken = _land(tmp_path, "broken.jsonl", [b'{"request_id": "old-broken", "user_id": "u", "ts": '], old_day)
     ingest(settings, [old, new, broken])
-    build_day(settings, old_day)
-    build_day(settings, new_day)
-    assert lake.read_frame(settings, table("dwd.quarantine")).height == 1
+    build_day(Lake(settings), old_day)
+    build_day(Lake(settings), new_day)
+    assert Lake(settings).read_frame(table("dwd.quarantine")).height == 1
     deleted = apply_retention(settings, days=30, today=dt.date(2026, 3, 10))
     assert deleted["ods.request_log_raw"] == 4
     assert deleted["dwd.quarantine"] == 1  # quarantined raw lines age out with the raw data
-    ods = pl.from_arrow(lake.read(settings, table("ods.request_log_raw")))
+    ods = pl.from_arrow(Lake(settings).read(table("ods.request_log_raw")))
     assert ods.get_column("event_date").unique().to_list() == [new_day]
     leftover = list((Path(settings.lake_uri) / "ods" / "request_log_raw").rglob("*.parquet"))
     assert all("2026-01-01" not in str(p) for p in leftover)
@@ -147,13 +147,13 @@ def test_files_whose_lines_retention_removed_are_not_landed_again(tmp_path: Path
     old = _land(tmp_path, "old.jsonl", [json.dumps(r).encode() for r in _records("u", 3, old_day, "a")], old_day)
     ingest(settings, [old])
     apply_retention(settings, days=30, today=dt.date(2026, 3, 10))
-    assert lake.read(settings, table("ods.request_log_raw")).num_rows == 0
+    assert Lake(settings).read(table("ods.request_log_raw")).num_rows == 0
 
     again = ingest(settings, [old])  # e.g. the scheduler ingesting the landing folder once more
 
     assert not again.landed and again.skipped[0].landed_as == "jsonl"
-    assert lake.read(settings, table("ods.request_log_raw")).num_rows == 0
-    ledger = lake.read_frame(settings, table("ops.landed_files"))
+    assert Lake(settings).read(table("ods.request_log_raw")).num_rows == 0
+    ledger = Lake(settings).read_frame(table("ops.landed_files"))
     assert ledger.select("table_name", "lines", "source").rows() == [("ods.request_log_raw", 3, "jsonl")]
 
 
@@ -169,13 +169,13 @@ def test_a_file_with_a_forgotten_user_is_never_landed_again(tmp_path: Path, stra
     only = _land(tmp_path, "only.jsonl", [json.dumps(r).encode() for r in _records(victim, 2, DAY, "w")], DAY)
     ingest(settings, [mixed, only])
     forget_user(settings, victim)
-    version = lake.version(settings, table("ods.request_log_raw"))
+    version = Lake(settings).version(table("ods.request_log_raw"))
 
     assert not ingest(settings, [mixed, only]).landed  # skipped, though `only` has no line left in ODS
     with pytest.raises(InputError, match="2 of its 4 lines were removed from ODS"):
         ingest(settings, [mixed], reland=True)
-    assert lake.version(settings, table("ods.request_log_raw")) == version
-    assert victim not in repr(lake.read(settings, table("ods.request_log_raw")).to_pylist())
+    assert Lake(settings).version(table("ods.request_log_raw")) == version
+    assert victim not in repr(Lake(settings).read(table("ods.request_log_raw")).to_pylist())
 
 
 def test_a_file_in_ods_but_not_in_the_ledger_is_still_skipped(tmp_path: Path, strata_env: Path) -> None:
@@ -185,7 +185,7 @@ def test_a_file_in_ods_but_not_in_the_ledger_is_still_skipped(tmp_path: Path, st
     ingest(settings, [path])
     shutil.rmtree(Path(table("ops.landed_files").uri(settings)))
     assert not ingest(settings, [path]).landed
-    assert lake.read(settings, table("ods.request_log_raw")).num_rows == 3
+    assert Lake(settings).read(table("ods.request_log_raw")).num_rows == 3
 
 
 def test_forget_removes_lines_a_mapping_gives_the_user_as_a_constant(tmp_path: Path, strata_env: Path) -> None:
@@ -198,7 +198,7 @@ def test_forget_removes_lines_a_mapping_gives_the_user_as_a_constant(tmp_path: P
     report = forget_user(settings, "trace-owner-42")
 
     assert report.rows["ods.request_log_raw"] == landed.lines
-    assert lake.read(settings, table("ods.request_log_raw")).num_rows == 0
+    assert Lake(settings).read(table("ods.request_log_raw")).num_rows == 0
 
 
 def test_forget_rewrites_the_landing_zone_and_the_ledger_still_skips_the_files(strata_env: Path) -> None:
@@ -223,9 +223,9 @@ def test_forget_rewrites_the_landing_zone_and_the_ledger_still_skips_the_files(s
     assert report.files == 2 and not only.exists()  # a file with only the user's lines is gone
     assert gzip.decompress(mixed.read_bytes()) == b"".join(line + b"\n" for line in kept_lines)
     assert_no_trace(settings.home, victim)
-    version = lake.version(settings, table("ods.request_log_raw"))
+    version = Lake(settings).version(table("ods.request_log_raw"))
     assert not ingest(settings, [settings.landing_dir]).landed  # the rewritten file is in the ledger
-    assert lake.version(settings, table("ods.request_log_raw")) == version
+    assert Lake(settings).version(table("ods.request_log_raw")) == version
 
 
 def test_forget_counts_what_no_ingest_has_landed_and_a_forget_after_the_ingest_finds_it(strata_env: Path) -> None:
@@ -276,7 +276,7 @@ def test_forget_redacts_the_user_in_audit_messages(tmp_path: Path, strata_env: P
     ingest(settings, [_land(tmp_path, "a.jsonl", [json.dumps(r).encode() for r in _records(victim, 1, DAY, "v")], DAY)])
     now = dt.datetime.now(dt.UTC)
     audit.record(
-        Lake.of(settings),
+        Lake(settings),
         attempt_id="a1",
         table_name="dws.user_features",
         partition=f"event_date={DAY}",
@@ -294,7 +294,7 @@ def test_forget_redacts_the_user_in_audit_messages(tmp_path: Path, strata_env: P
     report = forget_user(settings, victim)
 
     assert report.redacted == {"ops.audit_log": 1}
-    messages = lake.read_frame(settings, table("ops.audit_log")).get_column("message").to_list()
+    messages = Lake(settings).read_frame(table("ops.audit_log")).get_column("message").to_list()
     assert "user_pseudonym.pattern: 1 row(s) (e.g. '[forgotten]', '[forgotten]')" in messages
     assert_no_trace(settings.home, key)
     assert_no_trace(settings.home, victim)
@@ -323,7 +323,7 @@ def test_retention_takes_the_expired_lines_out_of_the_landing_zone(strata_env: P
     assert not old.exists()  # every line expired: the file is gone
     assert both.read_bytes() == b"".join(line + b"\n" for line in recent)  # only the expired line left it
     assert not ingest(settings, [settings.landing_dir]).landed  # the rewritten file is still skipped
-    assert lake.read(settings, table("ods.request_log_raw")).num_rows == 2
+    assert Lake(settings).read(table("ods.request_log_raw")).num_rows == 2
 
 
 def _converted_but_not_deleted(landing: Path, day: dt.date, lines: list[bytes]) -> tuple[Path, Path]:
@@ -358,4 +358,4 @@ def test_forget_and_retention_convert_pending_segments_first_so_none_brings_a_li
     assert converted.read_bytes() == b"".join(line + b"\n" for line in lines[2:])
     assert_no_trace(settings.home, victim)
     assert not ingest(settings, [settings.landing_dir]).landed  # nothing converted or landed again
-    assert lake.read(settings, table("ods.request_log_raw")).num_rows == 2
+    assert Lake(settings).read(table("ods.request_log_raw")).num_rows == 2

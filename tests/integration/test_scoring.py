@@ -19,8 +19,8 @@ from batch_inference.training import TrainingSet, fit_and_register
 from benchmarks.synthetic import feature_rows, pseudonyms, request_rows
 from strata.commands.models import app as models_app
 from warehouse.settings import Settings, load_settings
-from warehouse.storage import lake
 from warehouse.storage.duck import lake_reader
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import publish
 from warehouse.tables import ADS_SCORE_DAILY, ADS_USER_RISK_SCORES, DWD_REQUEST, table
 
@@ -38,9 +38,13 @@ def scored_lake(strata_env: Path) -> tuple[Settings, list[str]]:
     features = feature_rows(source, keys, DAY, seed=2).with_columns(  # a heavy user: beyond float32's exact ints
         input_tokens_sum_7d=pl.when(pl.int_range(pl.len()) == 0).then(17_701_118).otherwise("input_tokens_sum_7d")
     )
-    publish(settings, source, features, partitions=[{"event_date": DAY}], expectations=False)
+    publish(Lake(settings), source, features, partitions=[{"event_date": DAY}], expectations=False)
     active = publish(
-        settings, DWD_REQUEST, request_rows(keys.head(300), DAY), partitions=[{"event_date": DAY}], expectations=False
+        Lake(settings),
+        DWD_REQUEST,
+        request_rows(keys.head(300), DAY),
+        partitions=[{"event_date": DAY}],
+        expectations=False,
     )
     assert active.rows_published == 300
     names = [c.name for c in source.contract.columns if c.name.endswith(("_1h", "_24h", "_7d"))]
@@ -60,7 +64,7 @@ def scored_lake(strata_env: Path) -> tuple[Settings, list[str]]:
 
 
 def _scores(settings: Settings) -> pl.DataFrame:
-    return lake.read_frame(settings, ADS_USER_RISK_SCORES).sort("user_pseudonym")
+    return Lake(settings).read_frame(ADS_USER_RISK_SCORES).sort("user_pseudonym")
 
 
 def test_scores_equal_the_session_on_the_same_rows_and_a_rerun_replaces(
@@ -74,7 +78,8 @@ def test_scores_equal_the_session_on_the_same_rows_and_a_rerun_replaces(
     assert set(written.get_column("model_sha256")) == {model.card.sha256}
     assert set(written.get_column("model_version")) == {"v1"}
     features = (
-        lake.read_frame(settings, table("dws.user_features"))
+        Lake(settings)
+        .read_frame(table("dws.user_features"))
         .filter(pl.col("user_pseudonym").is_in(written.get_column("user_pseudonym").implode()))
         .sort("user_pseudonym")
     )
@@ -84,7 +89,7 @@ def test_scores_equal_the_session_on_the_same_rows_and_a_rerun_replaces(
     assert _scores(settings).equals(written)  # replaced, never duplicated
     row = summarize(settings, DAY, "user_risk", "v1")
     assert row["users_scored"] == 300 and row["drift_psi"] is None
-    assert lake.read_frame(settings, ADS_SCORE_DAILY).height == 1
+    assert Lake(settings).read_frame(ADS_SCORE_DAILY).height == 1
 
 
 def test_two_shards_together_equal_the_unsharded_run(scored_lake: tuple[Settings, list[str]], tmp_path: Path) -> None:
@@ -106,8 +111,10 @@ def test_a_day_of_many_users_scores_within_a_small_reader_memory(
     settings, names = scored_lake
     more = pseudonyms(16_000, seed=5)
     source = table("dws.user_features")
-    publish(settings, source, feature_rows(source, more, DAY, seed=6), partitions=[{"event_date": DAY}], mode="append")
-    publish(settings, DWD_REQUEST, request_rows(more, DAY), partitions=[{"event_date": DAY}], mode="append")
+    publish(
+        Lake(settings), source, feature_rows(source, more, DAY, seed=6), partitions=[{"event_date": DAY}], mode="append"
+    )
+    publish(Lake(settings), DWD_REQUEST, request_rows(more, DAY), partitions=[{"event_date": DAY}], mode="append")
     score(settings, "user_risk", DAY, provider="cpu")
     whole = _scores(settings)
     monkeypatch.setenv("STRATA_LAKE_READER_MEMORY", "40MB")
@@ -121,7 +128,7 @@ def test_a_day_of_many_users_scores_within_a_small_reader_memory(
 
 
 def _unchanged(settings: Settings, before: int | None) -> None:
-    assert lake.version(settings, ADS_USER_RISK_SCORES) == before
+    assert Lake(settings).version(ADS_USER_RISK_SCORES) == before
 
 
 def test_bad_models_and_inputs_stop_before_any_write(scored_lake: tuple[Settings, list[str]]) -> None:
@@ -140,14 +147,14 @@ def test_bad_models_and_inputs_stop_before_any_write(scored_lake: tuple[Settings
         "unsafe dtype": (variant(features=(*card.features[:-1], Feature("event_date", "float32"))), "event_date"),
     }
     nan_version = variant(extra={"accepts_missing": False})
-    before = lake.version(settings, ADS_USER_RISK_SCORES)
+    before = Lake(settings).version(ADS_USER_RISK_SCORES)
     for version, needle in cases.values():
         with pytest.raises(ModelError, match=needle):
             score(settings, "user_risk", DAY, version=version, provider="cpu")
         _unchanged(settings, before)
     # An active user with no feature row in the TTL gets NaN, which this version cannot take.
     publish(
-        settings,
+        Lake(settings),
         DWD_REQUEST,
         request_rows(pseudonyms(1, seed=99), DAY).with_columns(request_id=pl.lit("x")),
         partitions=[{"event_date": DAY}],

@@ -23,7 +23,7 @@ from synthetic_workload import generate
 from warehouse.errors import NoData
 from warehouse.privacy import pseudonym
 from warehouse.settings import load_settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.tables import ADS_USER_RISK_SCORES
 
 START = dt.date(2026, 2, 2)
@@ -57,12 +57,12 @@ def test_a_model_trained_on_three_days_ranks_the_planted_abusers_of_the_fourth_o
     assert card.feature_service == "user_risk_v1" and card.training_window == (str(days[0]), str(days[2]))
     pipeline.score(settings, days[3], provider="cpu")
 
-    scores = lake.read_frame(settings, ADS_USER_RISK_SCORES, filters=[("event_date", "=", days[3])])
+    scores = Lake(settings).read_frame(ADS_USER_RISK_SCORES, filters=[("event_date", "=", days[3])])
     # A day without requests is refused (a scheduled task skips it), not published empty.
-    version = lake.version(settings, ADS_USER_RISK_SCORES)
+    version = Lake(settings).version(ADS_USER_RISK_SCORES)
     with pytest.raises(NoData, match="no user_pseudonym was active on 2026-02-06: nothing to score"):
         pipeline.score(settings, days[3] + dt.timedelta(days=1), provider="cpu")
-    assert lake.version(settings, ADS_USER_RISK_SCORES) == version
+    assert Lake(settings).version(ADS_USER_RISK_SCORES) == version
     key = settings.require_pseudonym_key()
     planted = {pseudonym(key, user) for user in manifest["abusive_user_ids"]}
     assert len(planted) >= 10
@@ -80,8 +80,9 @@ def test_a_model_trained_on_three_days_ranks_the_planted_abusers_of_the_fourth_o
     assert online["request_count_7d"] is not None
     pipeline.forget(settings, user)
     assert (
-        lake.read_frame(settings, ADS_USER_RISK_SCORES)
-        .filter(lake.read_frame(settings, ADS_USER_RISK_SCORES)["user_pseudonym"] == pseudonym(key, user))
+        Lake(settings)
+        .read_frame(ADS_USER_RISK_SCORES)
+        .filter(Lake(settings).read_frame(ADS_USER_RISK_SCORES)["user_pseudonym"] == pseudonym(key, user))
         .is_empty()
     )
     assert all(v is None for v in pipeline.get_online_features(settings, "user", user).values())

@@ -40,8 +40,7 @@ from contracts.errors import InputError
 from warehouse.ads.project import PROJECT_DIR, DbtRun, RunDir, invoke, new_run
 from warehouse.errors import NoData
 from warehouse.progress import Progress
-from warehouse.settings import Settings
-from warehouse.storage import boundaries, lake
+from warehouse.storage import boundaries
 from warehouse.storage.lake import Lake
 from warehouse.storage.publish import keeps_every_row, publish
 from warehouse.tables import (
@@ -100,7 +99,7 @@ class AdsBuild:
 
 
 def build(
-    settings: Settings,
+    lake: Lake,
     days: Sequence[dt.date],
     *,
     progress: Progress | None = None,
@@ -130,17 +129,16 @@ def build(
             "`python -m warehouse.ads.models_yml`):\n  " + "\n  ".join(drift)
         )
     # The days' partitions of every mart, and the tables dbt reads, from the first read to the last commit.
-    step = Lake(settings)
-    with step.hold(write=[(mart, {"event_date": d}) for mart in MARTS for d in built], read=SOURCES):
-        if step.open_table(DWD_REQUEST) is None:
+    with lake.hold(write=[(mart, {"event_date": d}) for mart in MARTS for d in built], read=SOURCES):
+        if lake.open_table(DWD_REQUEST) is None:
             raise InputError(f"{DWD_REQUEST} does not exist: build DWD first (the dwd step)")
-        missing = sorted(set(built) - _dwd_days(step, built))
+        missing = sorted(set(built) - _dwd_days(lake, built))
         if missing:
             raise NoData(f"DWD was never built for {', '.join(map(str, missing))}: build it first (the dwd step)")
         if any(needs_expectations(mart) for mart in MARTS):
             warm_up()  # the audit worker imports Great Expectations while dbt runs
-        run = new_run(settings, f"build-{built[0]}" + (f"-{built[-1]}" if len(built) > 1 else ""))
-        sources, empty = read_sources(step)
+        run = new_run(lake.settings, f"build-{built[0]}" + (f"-{built[-1]}" if len(built) > 1 else ""))
+        sources, empty = read_sources(lake)
         variables: dict[str, object] = {
             "days": [d.isoformat() for d in built],
             "freshness_sla_hours": freshness_sla_hours(),
@@ -152,7 +150,7 @@ def build(
             "dbt build of the marts for %s (reading %s)", ", ".join(map(str, built)), ", ".join(t.name for t in sources)
         )
         dbt_run = invoke(
-            settings,
+            lake.settings,
             ["build", "--no-write-json"],
             run,
             variables,
@@ -161,7 +159,7 @@ def build(
             progress=progress,
         )
         boundaries.first_read("build ads")
-        published = [_publish(step, run, mart, built, progress, i) for i, mart in enumerate(MARTS)]
+        published = [_publish(lake, run, mart, built, progress, i) for i, mart in enumerate(MARTS)]
         run.remove()
         return AdsBuild(built, dbt_run, published)
 
@@ -170,14 +168,14 @@ def build(
 CATCH_UP_DAYS = 7
 
 
-def stale_days(settings: Settings, day: dt.date, lookback: int = CATCH_UP_DAYS) -> list[dt.date]:
+def stale_days(lake: Lake, day: dt.date, lookback: int = CATCH_UP_DAYS) -> list[dt.date]:
     """The days of the ``lookback`` before ``day`` whose ``dwd.request`` partition was written
     after their marts were (late labels merged in, a day rebuilt): they need building again."""
     first = day - dt.timedelta(days=lookback)
-    changed = _written_at(settings, DWD_REQUEST, first, day)
+    changed = _written_at(lake, DWD_REQUEST, first, day)
     built: dict[dt.date, int] = {}
     for mart in MARTS:  # a mart with no rows on a day has no files there
-        for d, at in _written_at(settings, mart, first, day).items():
+        for d, at in _written_at(lake, mart, first, day).items():
             built[d] = min(at, built.get(d, at))
     stale = sorted(d for d, at in changed.items() if d in built and at > built[d])
     if stale:
@@ -189,11 +187,11 @@ def stale_days(settings: Settings, day: dt.date, lookback: int = CATCH_UP_DAYS) 
     return stale
 
 
-def _written_at(settings: Settings, table: Table, first: dt.date, last: dt.date) -> dict[dt.date, int]:
+def _written_at(lake: Lake, table: Table, first: dt.date, last: dt.date) -> dict[dt.date, int]:
     """Per event date in [first, last): when its newest file was written (ms since the epoch)."""
     import pyarrow.compute as pc
 
-    delta = lake.open_table(settings, table)
+    delta = lake.open_table(table)
     if delta is None:
         return {}
     files = pa.table(delta.get_add_actions(flatten=True)).select(["partition.event_date", "modification_time"])
@@ -203,11 +201,11 @@ def _written_at(settings: Settings, table: Table, first: dt.date, last: dt.date)
     return dict(zip(newest.column(0).to_pylist(), newest.column(1).to_pylist()))
 
 
-def _dwd_days(step: Lake, days: Sequence[dt.date]) -> set[dt.date]:
+def _dwd_days(lake: Lake, days: Sequence[dt.date]) -> set[dt.date]:
     """Those of ``days`` that a DWD build has kept the books of (requests, feedback, or both)."""
-    if step.open_table(OPS_BOOKS) is None:
+    if lake.open_table(OPS_BOOKS) is None:
         return set()
-    kept = step.read(OPS_BOOKS, filters=[("event_date", "in", list(days))], columns=["event_date"])
+    kept = lake.read(OPS_BOOKS, filters=[("event_date", "in", list(days))], columns=["event_date"])
     return set(kept.column("event_date").to_pylist())
 
 
@@ -220,12 +218,12 @@ def freshness_sla_hours() -> dict[str, float]:
     }
 
 
-def read_sources(where: Lake | Settings) -> tuple[list[Table], dict[str, dict[str, str]]]:
+def read_sources(lake: Lake) -> tuple[list[Table], dict[str, dict[str, str]]]:
     """The sources dbt reads: those that exist (attached to its connection), and the optional ones
     that do not exist yet with their contract's columns and DuckDB types (read as empty relations)."""
     from contracts import dbt_columns
 
-    present = [t for t in SOURCES if lake.open_table(where, t) is not None]
+    present = [t for t in SOURCES if lake.open_table(t) is not None]
     empty = {
         t.name: {c["name"]: c["data_type"] for c in dbt_columns(t.contract)}
         for t in SOURCES
@@ -240,7 +238,7 @@ def needs_expectations(mart: Table) -> bool:
 
 
 def _publish(
-    step: Lake, run: RunDir, mart: Table, days: tuple[dt.date, ...], progress: Progress | None, index: int
+    lake: Lake, run: RunDir, mart: Table, days: tuple[dt.date, ...], progress: Progress | None, index: int
 ) -> Published:
     """Stream one mart from the run's DuckDB file into its Delta table, replacing ``days``."""
     import duckdb
@@ -255,7 +253,7 @@ def _publish(
             yield from reader
 
         result = publish(
-            step,
+            lake,
             mart,
             batches(),
             partitions=[{"event_date": d} for d in days],

@@ -19,6 +19,7 @@ from warehouse.ads.build import freshness_sla_hours, read_sources
 from warehouse.ads.project import PROJECT_DIR, invoke, new_run
 from warehouse.progress import Progress
 from warehouse.settings import Settings
+from warehouse.storage.lake import Lake
 from warehouse.tables import DWD_REQUEST
 
 #: What the site is made of, copied next to the page (the page needs only itself).
@@ -51,7 +52,7 @@ def generate(settings: Settings, *, project_dir: Path = PROJECT_DIR, progress: P
     """Generate the site and return the path of its page; ``progress`` hears of each model created
     empty and of the catalog (a few seconds each: dbt's start and the catalog's queries)."""
     run = new_run(settings, "docs")
-    sources, empty = read_sources(settings)
+    sources, empty = read_sources(Lake(settings))
     variables: dict[str, object] = {"days": [], "freshness_sla_hours": freshness_sla_hours(), "empty_sources": empty}
 
     def report(what: str, done: int, total: int) -> None:

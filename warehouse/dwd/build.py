@@ -31,7 +31,6 @@ from warehouse.ods.scan import borrowed_arrivals, borrowed_files, ods_batches, o
 from warehouse.ops.suppression import suppressed_on
 from warehouse.progress import Progress
 from warehouse.runner import RunResult, claim, run
-from warehouse.settings import Settings
 from warehouse.sources.canonical import Kind
 from warehouse.sources.formats import parser_for
 from warehouse.storage.lake import Lake
@@ -40,12 +39,12 @@ from warehouse.tables import DWD_FEEDBACK, DWD_MODEL_PRICE, OPS_SUPPRESSED_RECOR
 log = logging.getLogger(f"strata.{__name__}")
 
 
-def build(where: Lake | Settings, kind: Kind, day: dt.date, progress: Progress | None = None) -> RunResult:
+def build(lake: Lake, kind: Kind, day: dt.date, progress: Progress | None = None) -> RunResult:
     """Build one event date of ``dwd.request`` or ``dwd.feedback`` from ODS (idempotent).
 
     Streams the day's ODS rows batch by batch: memory stays bounded however large the day.
     """
-    result = _build_locked(Lake.for_step(where), kind, day, progress, require=True)
+    result = _build_locked(lake, kind, day, progress, require=True)
     if result is None:
         raise NoData(
             f"no ODS {kind} rows with event_date {day}: nothing to build "
@@ -118,14 +117,13 @@ def _build_locked(
 _DAY_ORDER: tuple[Kind, ...] = ("feedback", "requests")
 
 
-def build_day(lake: Lake | Settings, day: dt.date, progress: Progress | None = None) -> dict[Kind, RunResult]:
+def build_day(lake: Lake, day: dt.date, progress: Progress | None = None) -> dict[Kind, RunResult]:
     """Build D's feedback (merging its labels into earlier requests), then D's requests, on one
     handle of the lake: each input table is opened once, each lock taken once.
 
     A day may hold only feedback (reviews arrive after the traffic they judge). The
     configuration is checked before anything is read or written.
     """
-    lake = Lake.for_step(lake)
     lake.settings.require_pseudonym_key()
     reports: dict[Kind, RunResult] = {}
     for kind in _DAY_ORDER:

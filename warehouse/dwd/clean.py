@@ -26,7 +26,6 @@ from warehouse.errors import NoData
 from warehouse.ops.retention import vacuum_now
 from warehouse.privacy import without_private
 from warehouse.progress import Progress
-from warehouse.settings import Settings
 from warehouse.storage.lake import Lake
 from warehouse.storage.publish import republish
 from warehouse.tables import Table, all_tables
@@ -51,9 +50,9 @@ def with_policy() -> list[Table]:
     return [t for t in all_tables() if any(c.attribute_policy for c in t.contract.columns)]
 
 
-def partition_dates(where: Lake | Settings, table: Table) -> list[dt.date]:
+def partition_dates(lake: Lake, table: Table) -> list[dt.date]:
     """The ``event_date`` partitions ``table`` holds now, in order (none when it does not exist)."""
-    delta = Lake.of(where).open_table(table)
+    delta = lake.open_table(table)
     if delta is None or "event_date" not in table.partition_columns:
         return []
     files = pa.table(delta.get_add_actions(flatten=True))
@@ -64,14 +63,13 @@ def _passed(table: Table, rows: pl.DataFrame) -> pl.DataFrame:
     return without_private(rows, table.contract)
 
 
-def clean_dwd(settings: Settings, progress: Progress | None = None) -> CleanReport:
+def clean_dwd(lake: Lake, progress: Progress | None = None) -> CleanReport:
     """Rebuild every date of the DWD tables from ODS and vacuum the old versions of those whose
     columns name an attribute policy: afterwards no version of them holds what the policy drops.
 
     The DWD tables are locked exclusively from the first rebuild to the last vacuum, so no build
     writes between (a vacuum with no retention would delete a write in flight).
     """
-    lake = Lake.for_step(settings)
     lake.settings.require_pseudonym_key()
     targets = list(TARGETS.values())
     cleaned = with_policy()
@@ -92,5 +90,5 @@ def clean_dwd(settings: Settings, progress: Progress | None = None) -> CleanRepo
             if stale:
                 report.filtered.append(day)
         for table in cleaned:
-            report.vacuumed[table.name] = vacuum_now(settings, table, purge_log=True)
+            report.vacuumed[table.name] = vacuum_now(lake, table, purge_log=True)
     return report

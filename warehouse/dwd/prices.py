@@ -43,7 +43,7 @@ def load_prices(settings: Settings, csv_path: Path) -> int:
     from warehouse.storage.publish import publish
 
     frame = read_checked(csv_path, DWD_MODEL_PRICE, "price", optional=_OPTIONAL)
-    result = publish(settings, DWD_MODEL_PRICE, frame, mode="overwrite")
+    result = publish(Lake(settings), DWD_MODEL_PRICE, frame, mode="overwrite")
     assert result.version is not None and not result.rows_rejected
     return result.version
 

@@ -22,9 +22,10 @@ def load_quotas(settings: Settings, csv_path: Path) -> int:
     file with a bad row changes nothing (see :mod:`warehouse.dwd.reference`).
     """
     from warehouse.dwd.reference import read_checked
+    from warehouse.storage.lake import Lake
     from warehouse.storage.publish import publish
 
     frame = read_checked(csv_path, DWD_TENANT_QUOTA, "quota")
-    result = publish(settings, DWD_TENANT_QUOTA, frame, mode="overwrite")
+    result = publish(Lake(settings), DWD_TENANT_QUOTA, frame, mode="overwrite")
     assert result.version is not None
     return result.version

@@ -27,7 +27,6 @@ from warehouse.dws.transform import ENTITIES, SOURCE_COLUMNS, Entity, day_bounds
 from warehouse.errors import NoData
 from warehouse.progress import Progress
 from warehouse.runner import Batch, Counts, RunResult, claim, run
-from warehouse.settings import Settings
 from warehouse.storage import boundaries
 from warehouse.storage.lake import Lake
 from warehouse.tables import DWD_REQUEST
@@ -66,7 +65,7 @@ def affected_days(day: dt.date) -> list[dt.date]:
     return [day + dt.timedelta(days=i) for i in range(AFFECTED_DAYS + 1)]
 
 
-def build(lake: Lake | Settings, day: dt.date, progress: Progress | None = None) -> dict[str, RunResult]:
+def build(lake: Lake, day: dt.date, progress: Progress | None = None) -> dict[str, RunResult]:
     """Publish D's partition of the three DWS tables from ``dwd.request`` (idempotent), on one
     handle of the lake.
 
@@ -75,7 +74,6 @@ def build(lake: Lake | Settings, day: dt.date, progress: Progress | None = None)
     some in the days before is built: its rows are those requests leaving the windows."""
     import pyarrow.compute as pc
 
-    lake = Lake.for_step(lake)
     delta = lake.open_table(DWD_REQUEST)
     if delta is None:
         raise InputError(f"{DWD_REQUEST} does not exist: build DWD first (the dwd step)")
@@ -88,9 +86,8 @@ def build(lake: Lake | Settings, day: dt.date, progress: Progress | None = None)
     return {entity.target.name: build_entity(lake, entity, day, progress) for entity in ENTITIES}
 
 
-def build_entity(lake: Lake | Settings, entity: Entity, day: dt.date, progress: Progress | None = None) -> RunResult:
+def build_entity(lake: Lake, entity: Entity, day: dt.date, progress: Progress | None = None) -> RunResult:
     """Publish D's partition of one DWS table: read its requests, then stream batches of whole entities."""
-    lake = Lake.for_step(lake)
     with (
         claim(lake, entity.target, day, reads=[DWD_REQUEST], books=False, quarantine=False),
         _Buckets(lake, entity, day) as buckets,

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
@@ -47,25 +47,16 @@ from warehouse.settings import TENANT, Settings
 from warehouse.sources import files as landed
 from warehouse.sources.canonical import Kind
 from warehouse.sources.collector.segments import convert_pending
-from warehouse.sources.formats import (
-    HEAD_BYTES,
-    JSONL,
-    OTLP,
-    kind_of,
-    otlp_signal,
-    parser_for,
-    register_mapping,
-    with_tenant,
-)
-from warehouse.sources.mapping import Mapping, describe, load_mapping, nested_at, resolve_mapping, shipped_mappings
-from warehouse.storage import lake, locks
+from warehouse.sources.formats import Format, PassOver, parser_for, register_mapping, searched, source_for
+from warehouse.sources.mapping import Mapping, describe, load_mapping, nested_at, resolve_mapping
+from warehouse.storage import locks
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import keeps_every_row, publish
 from warehouse.tables import OPS_LANDED_FILES, OPS_SUPPRESSED_RECORDS, Table
 
 #: Good lines of a mapped file searched for where an absent field's name is nested.
 NESTED_SAMPLE = 200
 
-Format: TypeAlias = Literal["auto", "jsonl", "csv", "otlp-json"]
 #: Lines parsed and written per batch: bounds memory however large a file is.
 CHUNK_LINES = 100_000
 
@@ -153,55 +144,16 @@ class _Found:
         return ODS_TABLES[self.kind]
 
 
-class _PassOver(Exception):
-    """A file a folder search found that this run does not read (the message says why)."""
-
-
-def _source_for(
-    path: Path, fmt: Format, mapping: Mapping | None, tenant: str | None, explicit: bool
-) -> tuple[str, Kind]:
-    """How a file is read: by its mapping, its ``--format``, else by its content (never its name)."""
-    if mapping is not None:  # a tenant constant names every row's tenant
-        return with_tenant(mapping.source, None if "tenant_id" in mapping.constants else tenant), mapping.kind
-    name = path.name.lower()
-    if fmt == "csv" or (fmt == "auto" and name.endswith(landed.SUFFIXES["csv"])):
-        # Landed as JSON lines, every line would be malformed, and the file then counts as landed.
-        raise InputError(
-            f"{path}: a CSV file needs a mapping of its columns onto the canonical fields: give a "
-            f"mapping file or the name of a shipped one ({', '.join(shipped_mappings())})"
-            + (", or the format jsonl if it holds JSON lines" if fmt == "auto" else ""),
-            argument="mapping_file",
-        )
-    signal = otlp_signal(landed.head(path, HEAD_BYTES)) if fmt in ("auto", "otlp-json") else None
-    if signal in ("metrics", "logs"):
-        reason = f"an OpenTelemetry {signal} export (Strata reads OTLP traces)"
-        if explicit:
-            raise InputError(f"{path}: {reason}; export traces (OTEL_TRACES_EXPORTER) and ingest that file")
-        raise _PassOver(reason)
-    if fmt == "otlp-json" or signal == "traces":
-        return with_tenant(OTLP, tenant), "requests"
-    if fmt == "auto" and name.endswith(landed.SUFFIXES["otlp"]):  # .json: an export, or not logs at all
-        if not explicit:
-            raise _PassOver("a .json file that is not an OTLP trace export")
-        raise InputError(
-            f"{path}: a .json file that is not an OTLP trace export (its first line starts no "
-            "resourceSpans): give the format jsonl if it holds request JSON lines",
-            argument="fmt",
-        )
-    return JSONL, kind_of(path)
-
-
 def _find(
     paths: list[Path], fmt: Format, mapping: Mapping | None, tenant: str | None, report: IngestReport
 ) -> list[_Found]:
-    """The files to consider, hashed; a repeat within this run is skipped."""
-    kinds = ["csv", "lines"] if mapping else ["otlp", "lines"] if fmt in ("otlp-json", "auto") else ["lines"]
+    """The files to consider, each with how it is read, hashed; a repeat within this run is skipped."""
     found: dict[str, _Found] = {}
     for given in paths:
-        for path in landed.discover([given], kinds):
+        for path in landed.discover([given], searched(fmt, mapping)):
             try:
-                source, kind = _source_for(path, fmt, mapping, tenant, explicit=not given.is_dir())
-            except _PassOver as why:
+                source, kind = source_for(path, fmt, mapping, tenant, explicit=not given.is_dir())
+            except PassOver as why:
                 report.passed_over.append((path, str(why)))
                 continue
             item = _Found(path, source, kind, hashlib.sha256(path.read_bytes()).hexdigest())
@@ -216,7 +168,7 @@ def ingest(
     settings: Settings,
     paths: list[Path],
     *,
-    fmt: Format = "auto",
+    fmt: Format = Format.auto,
     mapping_file: Path | None = None,
     progress: Progress | None = None,
     reland: bool = False,
@@ -248,7 +200,7 @@ def ingest(
         report.files.append(FileResult(segment, ODS_TABLES["requests"], "failed", error=error))
         log.warning("not converted, not landed: %s", error)
     found = _find(conversion.paths, fmt, mapping, tenant or settings.default_tenant, report)
-    step = _Landing(settings, report, mapping, reland, progress, total=len(found))
+    step = _Landing(Lake(settings), report, mapping, reland, progress, total=len(found))
     for table in sorted({f.table for f in found}, key=lambda t: t.name):
         step.land(table, [f for f in found if f.table == table])
     for warning in report.warnings:
@@ -258,9 +210,9 @@ def ingest(
 
 @dataclass
 class _Landing:
-    """One ingest run, table by table."""
+    """One ingest run, table by table, on one handle of the lake."""
 
-    settings: Settings
+    lake: Lake
     report: IngestReport
     mapping: Mapping | None
     reland: bool
@@ -275,11 +227,11 @@ class _Landing:
         write: list[tuple[Table, dict[str, object] | None]] = (
             [(table, None)] if self.reland else [(table, {"file_sha256": sha}) for sha in hashes]
         )
-        with locks.hold(self.settings, write=write, read=[OPS_LANDED_FILES, OPS_SUPPRESSED_RECORDS]):
-            ledger.reconcile(self.settings, table, hashes)  # a crash between the ODS and ledger commits
-            self.suppression = Suppression.load(self.settings)  # under the locks: a forget ran before, or waits
+        with locks.hold(self.lake.settings, write=write, read=[OPS_LANDED_FILES, OPS_SUPPRESSED_RECORDS]):
+            ledger.reconcile(self.lake, table, hashes)  # a crash between the ODS and ledger commits
+            self.suppression = Suppression.load(self.lake)  # under the locks: a forget ran before, or waits
             seen = {
-                row["file_sha256"]: row for row in ledger.seen_files(self.settings, table, hashes).iter_rows(named=True)
+                row["file_sha256"]: row for row in ledger.seen_files(self.lake, table, hashes).iter_rows(named=True)
             }
             plan = []
             for item in found:
@@ -298,9 +250,9 @@ class _Landing:
 
     def _commit(self, table: Table, plan: list[tuple[_Found, dict[str, Any] | None]]) -> None:
         if self.mapping is not None:  # kept beside ODS only when something lands with it
-            register_mapping(self.settings, self.mapping)
+            register_mapping(self.lake.settings, self.mapping)
         relanding = any(earlier is not None for _, earlier in plan)
-        replaced = _rows_of(self.settings, table, [item.sha256 for item, earlier in plan if earlier is not None])
+        replaced = _rows_of(self.lake, table, [item.sha256 for item, earlier in plan if earlier is not None])
         self.report.stale_dates |= record_dates(replaced)
         kept = dict(replaced.get_column("file_sha256").value_counts().iter_rows())
         landed_now: list[FileResult] = []
@@ -347,7 +299,7 @@ class _Landing:
         mode: Literal["append", "replace_partitions"] = "replace_partitions" if relanding else "append"
         swap = [{"file_sha256": item.sha256} for item, _ in plan] if relanding else []
         published = publish(
-            self.settings,
+            self.lake,
             table,
             frames(),
             mode=mode,
@@ -356,8 +308,8 @@ class _Landing:
             invariants=[keeps_every_row("ods.keeps_every_line")],
         )
         if relanding:  # a rewrite of rows already there: their exact types must survive it
-            lake.check_file_types(self.settings, table, published.version)
-        ledger.record(self.settings, landings, replace=relanding)
+            self.lake.check_file_types(table, published.version)
+        ledger.record(self.lake, landings, replace=relanding)
         self._suppressed(table, list(zip(landed_now, landings, strict=True)))
         log.info(
             "%s version %s: %s %d file(s), %s lines (%s malformed)",
@@ -388,7 +340,7 @@ class _Landing:
             for result, landing in landed_now
             for day, n in result.suppressed_dates.items()
         ]
-        record_suppressed(self.settings, counts)
+        record_suppressed(self.lake, counts)
         rows = [
             {"source_file": landing.source_file, "file_sha256": landing.file_sha256, "line_no": n, "raw_line": line}
             for result, landing in landed_now
@@ -396,14 +348,14 @@ class _Landing:
         ]
         if rows:
             schema = {"source_file": pl.String, "file_sha256": pl.String, "line_no": pl.Int64, "raw_line": pl.Binary}
-            rewrite_landed(self.settings, table, pl.DataFrame(rows, schema=schema))
+            rewrite_landed(self.lake, table, pl.DataFrame(rows, schema=schema))
 
     def _chunks(
         self, item: _Found, file: landed.LandedFile, lines: landed.Lines, result: FileResult, ingested_at: dt.datetime
     ) -> Iterator[pl.DataFrame]:
         """ODS rows of one file, a chunk at a time; the result gathers its counts, dates and warnings."""
         suppressing = bool(self.suppression) and item.kind == "requests"  # feedback names no user
-        parse = parser_for(self.settings, item.source, item.kind, keys_only=True, also=("user_id",) * suppressing)
+        parse = parser_for(self.lake.settings, item.source, item.kind, keys_only=True, also=("user_id",) * suppressing)
         mapped = set(self.mapping.fields) if self.mapping is not None else set()
         present: set[str] = set()
         sample: list[bytes] = []  # good lines that say where an absent field's name is nested
@@ -428,7 +380,7 @@ class _Landing:
                 ingested_at=ingested_at,
                 batch_id=self.report.batch_id,
                 first_line=start + 1,
-                floor=self.settings.ts_floor,
+                floor=self.lake.settings.ts_floor,
             ).with_columns(line_no=pl.Series(line_no, dtype=pl.Int64))
             result.malformed += int(frame.get_column("is_malformed").sum())
             dates |= record_dates(frame)
@@ -463,15 +415,14 @@ class _Landing:
         )
 
 
-def _rows_of(settings: Settings, table: Table, hashes: list[str]) -> pl.DataFrame:
+def _rows_of(lake: Lake, table: Table, hashes: list[str]) -> pl.DataFrame:
     """``file_sha256``, ``event_date`` (and ``event_dates`` where the table has it) of the ODS rows of these files."""
-    if not hashes or lake.open_table(settings, table) is None:
+    if not hashes or lake.open_table(table) is None:
         return pl.DataFrame(schema={"file_sha256": pl.String, "event_date": pl.Date})
     return lake.read_frame(
-        settings,
         table,
         filters=[("file_sha256", "in", hashes)],
-        columns=lake.present_columns(settings, table, ["file_sha256", "event_date", "event_dates"]),
+        columns=lake.present_columns(table, ["file_sha256", "event_date", "event_dates"]),
     )
 
 

@@ -21,7 +21,8 @@ from warehouse.ods import ODS_TABLES
 from warehouse.ods.rows import record_dates
 from warehouse.ops import ledger
 from warehouse.settings import Settings
-from warehouse.storage import lake, locks
+from warehouse.storage import locks
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import republish
 from warehouse.tables import OPS_LANDED_FILES
 
@@ -40,11 +41,11 @@ def _without_files(hashes: list[str]) -> Callable[[pl.DataFrame], pl.DataFrame]:
     return lambda rows: rows.filter(~pl.col("file_sha256").is_in(hashes))
 
 
-def _landed(settings: Settings, files: Sequence[Path], batch: str | None) -> pl.DataFrame:
+def _landed(lake: Lake, files: Sequence[Path], batch: str | None) -> pl.DataFrame:
     """Ledger rows (file_sha256, table_name) of the files named, by content or path, or of the batch."""
-    if lake.open_table(settings, OPS_LANDED_FILES) is None:
+    if lake.open_table(OPS_LANDED_FILES) is None:
         raise InputError("nothing was landed yet: the ledger ops.landed_files does not exist")
-    rows = lake.read_frame(settings, OPS_LANDED_FILES, columns=["file_sha256", "table_name", "source_file", "batch_id"])
+    rows = lake.read_frame(OPS_LANDED_FILES, columns=["file_sha256", "table_name", "source_file", "batch_id"])
     if batch is not None:
         found = rows.filter(pl.col("batch_id") == batch)
         if found.is_empty():
@@ -72,26 +73,26 @@ def unland(settings: Settings, files: Sequence[Path] = (), *, batch: str | None 
     if bool(files) == (batch is not None):
         raise InputError("name the files to unland, or a batch, not both", argument="batch")
     report = UnlandReport()
+    lake = Lake(settings)
     with locks.hold(settings, write=[(t, None) for t in ODS_TABLES.values()] + [(OPS_LANDED_FILES, None)]):
-        found = _landed(settings, files, batch)
+        found = _landed(lake, files, batch)
         report.files = found.height
         now = dt.datetime.now(dt.UTC)
         for table in ODS_TABLES.values():
             hashes = found.filter(pl.col("table_name") == table.name).get_column("file_sha256").to_list()
-            if not hashes or lake.open_table(settings, table) is None:
+            if not hashes or lake.open_table(table) is None:
                 continue
             rows = lake.read_frame(
-                settings,
                 table,
-                columns=lake.present_columns(settings, table, ["event_date", "event_dates"]),
+                columns=lake.present_columns(table, ["event_date", "event_dates"]),
                 filters=[("file_sha256", "in", hashes)],
             )
             dates = rows.get_column("event_date").unique()
             report.stale_dates |= record_dates(rows)
             if dates.len():
                 before, after = republish(
-                    settings, table, _without_files(hashes), [{"event_date": d} for d in sorted(dates.to_list())]
+                    lake, table, _without_files(hashes), [{"event_date": d} for d in sorted(dates.to_list())]
                 )
                 report.rows[table.name] = before - after
-            ledger.stamp_unlanded(settings, table, hashes, now)
+            ledger.stamp_unlanded(lake, table, hashes, now)
     return report

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from warehouse.settings import Settings
 from warehouse.storage.lake import Lake
 from warehouse.storage.publish import publish
 from warehouse.tables import OPS_BOOKS
@@ -32,7 +31,7 @@ class Books:
         return self.ods_rows == self.dwd_rows + self.duplicates + self.quarantined + self.malformed
 
 
-def record_books(where: Lake | Settings, books: Books) -> None:
+def record_books(lake: Lake, books: Books) -> None:
     """Replace the (table, event date) row of ``ops.books`` with this build's books."""
     frame = pl.DataFrame(
         [
@@ -50,7 +49,7 @@ def record_books(where: Lake | Settings, books: Books) -> None:
         ]
     )
     publish(
-        where,
+        lake,
         OPS_BOOKS,
         frame,
         partitions=[{"event_date": books.event_date, "table_name": books.table}],

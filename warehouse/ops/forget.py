@@ -49,7 +49,8 @@ from warehouse.ops.retention import vacuum_now
 from warehouse.ops.suppression import add_forgotten
 from warehouse.privacy import pseudonym
 from warehouse.settings import Settings
-from warehouse.storage import audit, lake, locks
+from warehouse.storage import audit, locks
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import republish
 from warehouse.tables import FREE_TEXT, OPS_FORGOTTEN_USERS, OPS_LANDED_FILES, PII, PSEUDONYMOUS, Table, all_tables
 
@@ -226,12 +227,12 @@ class _Marked:
         return pl.Series([key in self.match.rewritten for key in keys], dtype=pl.Boolean)
 
 
-def _find(settings: Settings, table: Table, match: _Matcher) -> tuple[_Marked | None, set[str]]:
+def _find(lake: Lake, table: Table, match: _Matcher) -> tuple[_Marked | None, set[str]]:
     """The user's rows of ``table`` by its classified columns, and the request ids they hold."""
     contract = table.contract
     linked = ["request_id"] if "request_id" in contract else []
     columns = sorted({*match.columns, *contract.primary_key, *table.partition_columns, *linked, *_lineage(table)})
-    hits = [frame.filter(match(frame)) for frame in _batches(lake.snapshot(settings, table), columns)]
+    hits = [frame.filter(match(frame)) for frame in _batches(lake.snapshot(table), columns)]
     found = pl.concat(hits, how="vertical_relaxed") if hits else pl.DataFrame()
     if not found.height:
         return None, set()
@@ -281,19 +282,20 @@ def forget_user(settings: Settings, user_id: str) -> ForgetReport:
     key = settings.require_pseudonym_key()
     pseud = pseudonym(key, user_id)
     candidates = searched_tables()
+    lake = Lake(settings)
     with locks.hold(settings, write=[(t, None) for t in [*candidates, OPS_LANDED_FILES, OPS_FORGOTTEN_USERS]]):
-        audit.recover(settings)  # a forget that crashed: its commits get their audit rows first
-        add_forgotten(settings, key, user_id, dt.datetime.now(dt.UTC))  # first: no old record of theirs lands after
-        return _forget(settings, user_id, pseud, [t for t in candidates if lake.open_table(settings, t) is not None])
+        audit.recover(lake)  # a forget that crashed: its commits get their audit rows first
+        add_forgotten(lake, key, user_id, dt.datetime.now(dt.UTC))  # first: no old record of theirs lands after
+        return _forget(lake, user_id, pseud, [t for t in candidates if lake.open_table(t) is not None])
 
 
-def _forget(settings: Settings, user_id: str, pseud: str, existing: list[Table]) -> ForgetReport:
+def _forget(lake: Lake, user_id: str, pseud: str, existing: list[Table]) -> ForgetReport:
     # First pass: the user's rows by their classified columns, and the request ids they hold.
     request_ids: set[str] = set()
     marked: dict[Table, _Marked] = {}
     for table in existing:
         if table.classified(PII) or table.classified(PSEUDONYMOUS):
-            found, ids = _find(settings, table, _Matcher(settings, table, user_id, pseud))
+            found, ids = _find(lake, table, _Matcher(lake.settings, table, user_id, pseud))
             request_ids |= ids
             if found is not None:
                 marked[table] = found
@@ -306,14 +308,14 @@ def _forget(settings: Settings, user_id: str, pseud: str, existing: list[Table])
         parts = [marked[table].lineage] if table in marked else []
         if request_ids and _lineage(table) and "request_id" in table.contract:
             linked = pc.field("request_id").isin(sorted(request_ids))
-            parts += [_where_from(f) for f in _batches(lake.snapshot(settings, table), _lineage(table), linked)]
+            parts += [_where_from(f) for f in _batches(lake.snapshot(table), _lineage(table), linked)]
         lineage = (
             pl.concat(parts, how="diagonal_relaxed").unique(LINEAGE, keep="first", maintain_order=True)
             if parts
             else pl.DataFrame()
         )
         if lineage.height:
-            report.files += rewrite_landed(settings, table, lineage)
+            report.files += rewrite_landed(lake, table, lineage)
 
     # Second pass: rewrite every partition holding a marked row or a row of the user's requests.
     request_list = pl.Series("request_id", sorted(request_ids), pl.String).implode()
@@ -323,7 +325,7 @@ def _forget(settings: Settings, user_id: str, pseud: str, existing: list[Table])
         partitions = list(mark.partitions) if mark else []
         if linked:
             for frame in _batches(
-                lake.snapshot(settings, table),
+                lake.snapshot(table),
                 ["request_id", *table.partition_columns],
                 pc.field("request_id").isin(sorted(request_ids)),
             ):
@@ -341,15 +343,15 @@ def _forget(settings: Settings, user_id: str, pseud: str, existing: list[Table])
                 frame = frame.filter(~mask)
                 return mark.rewrite(frame) if mark is not None else frame
 
-            before, after = republish(settings, table, kept, [p for p in partitions if p])
+            before, after = republish(lake, table, kept, [p for p in partitions if p])
             if before > after:
                 report.rows[table.name] = before - after
-        redacted = bool(table.classified(FREE_TEXT)) and _redact(settings, table, [user_id, pseud], report)
+        redacted = bool(table.classified(FREE_TEXT)) and _redact(lake, table, [user_id, pseud], report)
         if redacted or table.classified(PII) or table.classified(PSEUDONYMOUS) or "request_id" in table.contract:
             # (The audit log takes appends without a lock: it is vacuumed only when a redaction needs it.)
-            vacuum_now(settings, table, purge_log=True)
-    report.reports = drop_naming(settings, pseud)
-    report.unlanded = unlanded(settings)
+            vacuum_now(lake, table, purge_log=True)
+    report.reports = drop_naming(lake.settings, pseud)
+    report.unlanded = unlanded(lake)
     return report
 
 
@@ -357,7 +359,7 @@ def _forget(settings: Settings, user_id: str, pseud: str, existing: list[Table])
 REDACTED = "[forgotten]"
 
 
-def _redact(settings: Settings, table: Table, texts: list[str], report: ForgetReport) -> bool:
+def _redact(lake: Lake, table: Table, texts: list[str], report: ForgetReport) -> bool:
     """Replace ``texts`` in the table's free-text columns (an audit message quoting a failed rule's
     examples): the rows stay, their partitions holding a match are rewritten. Whether any was."""
     columns = [c.name for c in table.classified(FREE_TEXT)]
@@ -368,7 +370,7 @@ def _redact(settings: Settings, table: Table, texts: list[str], report: ForgetRe
         ).to_series()
 
     read = sorted({*columns, *table.partition_columns})
-    hits = [f.filter(holds(f)) for f in _batches(lake.snapshot(settings, table), read)]
+    hits = [f.filter(holds(f)) for f in _batches(lake.snapshot(table), read)]
     found = pl.concat(hits, how="vertical_relaxed") if hits else pl.DataFrame()
     if not found.height:
         return False
@@ -379,6 +381,6 @@ def _redact(settings: Settings, table: Table, texts: list[str], report: ForgetRe
         return frame
 
     partitions = found.select(table.partition_columns).unique().to_dicts() if table.partition_columns else []
-    republish(settings, table, redacted, partitions)
+    republish(lake, table, redacted, partitions)
     report.redacted[table.name] = found.height
     return True

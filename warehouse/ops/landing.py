@@ -30,12 +30,11 @@ from pathlib import Path
 
 import polars as pl
 
-from warehouse.settings import Settings
 from warehouse.sources.collector.segments import convert_pending
 from warehouse.sources.collector.spool import segments_held, spool_dir
-from warehouse.sources.files import SUFFIXES, Lines, discover, head, load, split_lines
-from warehouse.sources.formats import HEAD_BYTES, otlp_signal
-from warehouse.storage import lake
+from warehouse.sources.files import Lines, discover, load, split_lines
+from warehouse.sources.formats import HEAD_BYTES, SUFFIXES, head, otlp_signal
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import publish
 from warehouse.tables import OPS_LANDED_FILES, Table
 
@@ -44,14 +43,14 @@ log = logging.getLogger(f"strata.{__name__}")
 LINEAGE = ["source_file", "file_sha256", "line_no"]
 
 
-def rewrite_landed(settings: Settings, table: Table, rows: pl.DataFrame) -> int:
+def rewrite_landed(lake: Lake, table: Table, rows: pl.DataFrame) -> int:
     """Rewrite the landing files of ``rows`` (an ODS table's ``LINEAGE``) without those lines, or
     with a row's ``raw_line`` in place of its line where ``rows`` has one (an export line left with
     others' spans); returns how many files were rewritten or deleted.
 
     A file an earlier erasure rewrote (its hash one the ledger recorded for it) no longer numbers
     its lines as its ODS rows do: there a row's line is found by its text, ``old_line``."""
-    zone = settings.landing_dir.resolve()
+    zone = lake.settings.landing_dir.resolve()
     if zone.is_dir():
         for _, error in convert_pending([zone]).failed:
             log.warning("landing zone: %s", error)
@@ -67,7 +66,7 @@ def rewrite_landed(settings: Settings, table: Table, rows: pl.DataFrame) -> int:
         lines = split_lines(load(path).content)
         if current == sha:
             replaced = _replacements(group)
-        elif "old_line" in group.columns and _ledger_has(settings, table, current):
+        elif "old_line" in group.columns and _ledger_has(lake, table, current):
             replaced = _replacements(group, _numbers_now(lines, group))
         else:
             continue  # changed by someone else since it was landed
@@ -82,7 +81,7 @@ def rewrite_landed(settings: Settings, table: Table, rows: pl.DataFrame) -> int:
             staged = path.with_name(f".{path.name}.forget-{os.getpid()}")
             staged.write_bytes(data)
             staged.replace(path)
-            _record_rewrite(settings, table, current, hashlib.sha256(data).hexdigest(), len(lines) - len(drop))
+            _record_rewrite(lake, table, current, hashlib.sha256(data).hexdigest(), len(lines) - len(drop))
         changed += 1
     return changed
 
@@ -110,12 +109,11 @@ def _numbers_now(lines: Lines, rows: pl.DataFrame) -> dict[int, int]:
     return now
 
 
-def _ledger_has(settings: Settings, table: Table, sha: str) -> bool:
+def _ledger_has(lake: Lake, table: Table, sha: str) -> bool:
     """Whether the ledger knows a file of ``table`` by this hash (landed so, or rewritten so by an erasure)."""
-    if lake.open_table(settings, OPS_LANDED_FILES) is None:
+    if lake.open_table(OPS_LANDED_FILES) is None:
         return False
     found = lake.read_frame(
-        settings,
         OPS_LANDED_FILES,
         columns=["file_sha256"],
         filters=[("file_sha256", "=", sha), ("table_name", "=", table.name)],
@@ -130,17 +128,15 @@ def _line_as_kept(lines: Lines, i: int, replaced: dict[int, bytes | None]) -> by
     return block if new is None else new + (b"\n" if block[-1:].tobytes() == b"\n" else b"")
 
 
-def _record_rewrite(settings: Settings, table: Table, old: str, new: str, lines: int) -> None:
+def _record_rewrite(lake: Lake, table: Table, old: str, new: str, lines: int) -> None:
     """The ledger row of a rewritten file: its landing's, under the new hash, with the lines left."""
-    if lake.open_table(settings, OPS_LANDED_FILES) is None:
+    if lake.open_table(OPS_LANDED_FILES) is None:
         return
-    before = lake.read_frame(
-        settings, OPS_LANDED_FILES, filters=[("file_sha256", "=", old), ("table_name", "=", table.name)]
-    )
+    before = lake.read_frame(OPS_LANDED_FILES, filters=[("file_sha256", "=", old), ("table_name", "=", table.name)])
     if before.is_empty():
         return
     publish(
-        settings,
+        lake,
         OPS_LANDED_FILES,
         before.head(1).with_columns(file_sha256=pl.lit(new), lines=pl.lit(lines)),
         mode="append",
@@ -158,17 +154,17 @@ class Unlanded:
     segments: int
 
 
-def unlanded(settings: Settings) -> Unlanded:
+def unlanded(lake: Lake) -> Unlanded:
     """Count the landing zone's files no ingest has landed, and the receiver's spool segments."""
-    zone = settings.landing_dir.resolve()
+    zone = lake.settings.landing_dir.resolve()
     files = 0
     if zone.is_dir():
         landed_paths: set[str] = set()
-        if lake.open_table(settings, OPS_LANDED_FILES) is not None:
-            ledger = lake.read_frame(settings, OPS_LANDED_FILES, columns=["source_file"])
+        if lake.open_table(OPS_LANDED_FILES) is not None:
+            ledger = lake.read_frame(OPS_LANDED_FILES, columns=["source_file"])
             landed_paths = set(ledger.get_column("source_file").to_list())
-        for path in discover([zone], ["lines", "otlp"]):
+        for path in discover([zone], SUFFIXES["lines"] + SUFFIXES["otlp"]):
             is_export = path.name.endswith(SUFFIXES["otlp"])  # landed only if an OTLP trace export
             if str(path) not in landed_paths and (not is_export or otlp_signal(head(path, HEAD_BYTES)) == "traces"):
                 files += 1
-    return Unlanded(files, segments_held(spool_dir(settings.home)))
+    return Unlanded(files, segments_held(spool_dir(lake.settings.home)))

@@ -18,8 +18,7 @@ from dataclasses import asdict, dataclass
 
 import polars as pl
 
-from warehouse.settings import Settings
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.storage.publish import publish, republish
 from warehouse.tables import OPS_LANDED_FILES, Table
 
@@ -38,8 +37,8 @@ class Landing:
     landed_at: dt.datetime
 
 
-def _rows(settings: Settings, ods_table: Table, hashes: Collection[str]) -> pl.DataFrame:
-    if not hashes or lake.open_table(settings, OPS_LANDED_FILES) is None:
+def _rows(lake: Lake, ods_table: Table, hashes: Collection[str]) -> pl.DataFrame:
+    if not hashes or lake.open_table(OPS_LANDED_FILES) is None:
         return pl.DataFrame(
             schema={
                 "file_sha256": pl.String,
@@ -49,27 +48,26 @@ def _rows(settings: Settings, ods_table: Table, hashes: Collection[str]) -> pl.D
             }
         )
     rows = lake.read_frame(
-        settings, OPS_LANDED_FILES, filters=[("file_sha256", "in", sorted(hashes)), ("table_name", "=", ods_table.name)]
+        OPS_LANDED_FILES, filters=[("file_sha256", "in", sorted(hashes)), ("table_name", "=", ods_table.name)]
     )
     if "unlanded_at" not in rows.columns:  # a ledger written before files could be unlanded
         rows = rows.with_columns(unlanded_at=pl.lit(None, pl.Datetime("us", "UTC")))
     return rows.select("file_sha256", "source", "lines", "unlanded_at")
 
 
-def seen_files(settings: Settings, ods_table: Table, hashes: Collection[str]) -> pl.DataFrame:
+def seen_files(lake: Lake, ods_table: Table, hashes: Collection[str]) -> pl.DataFrame:
     """The ledger rows (``file_sha256``, ``source`` — how it was read —, ``lines``,
     ``unlanded_at``) of those of ``hashes`` ever landed in ``ods_table``."""
-    return _rows(settings, ods_table, hashes).unique("file_sha256", keep="last")
+    return _rows(lake, ods_table, hashes).unique("file_sha256", keep="last")
 
 
-def reconcile(settings: Settings, ods_table: Table, hashes: Collection[str]) -> int:
+def reconcile(lake: Lake, ods_table: Table, hashes: Collection[str]) -> int:
     """Write the ledger rows of files among ``hashes`` that ODS holds but the ledger lacks;
     returns how many. The caller holds those files' locks."""
-    missing = set(hashes) - set(_rows(settings, ods_table, hashes).get_column("file_sha256").to_list())
-    if not missing or lake.open_table(settings, ods_table) is None:
+    missing = set(hashes) - set(_rows(lake, ods_table, hashes).get_column("file_sha256").to_list())
+    if not missing or lake.open_table(ods_table) is None:
         return 0
     ods = lake.read_frame(
-        settings,
         ods_table,
         filters=[("file_sha256", "in", sorted(missing))],
         columns=["file_sha256", "source_file", "source", "is_malformed", "batch_id", "ingested_at"],
@@ -84,18 +82,18 @@ def reconcile(settings: Settings, ods_table: Table, hashes: Collection[str]) -> 
         pl.col("batch_id").first(),
         pl.col("ingested_at").min().alias("landed_at"),
     )
-    record(settings, [Landing(table_name=ods_table.name, **row) for row in found.iter_rows(named=True)])
+    record(lake, [Landing(table_name=ods_table.name, **row) for row in found.iter_rows(named=True)])
     return found.height
 
 
-def record(settings: Settings, landings: Sequence[Landing], *, replace: bool = False) -> None:
+def record(lake: Lake, landings: Sequence[Landing], *, replace: bool = False) -> None:
     """Add the landings to the ledger, after their ODS commit; ``replace`` swaps their earlier rows."""
     if not landings:
         return
     frame = pl.DataFrame([asdict(landing) for landing in landings])
     keys = [{"file_sha256": landing.file_sha256, "table_name": landing.table_name} for landing in landings]
     publish(
-        settings,
+        lake,
         OPS_LANDED_FILES,
         frame,
         mode="replace_partitions" if replace else "append",
@@ -104,7 +102,7 @@ def record(settings: Settings, landings: Sequence[Landing], *, replace: bool = F
     )
 
 
-def stamp_unlanded(settings: Settings, ods_table: Table, hashes: Collection[str], at: dt.datetime) -> None:
+def stamp_unlanded(lake: Lake, ods_table: Table, hashes: Collection[str], at: dt.datetime) -> None:
     """Stamp the ledger rows of these files as unlanded (their lines removed on purpose)."""
     wanted = sorted(hashes)
 
@@ -112,11 +110,11 @@ def stamp_unlanded(settings: Settings, ods_table: Table, hashes: Collection[str]
         mine = pl.col("file_sha256").is_in(wanted) & (pl.col("table_name") == ods_table.name)
         return rows.with_columns(unlanded_at=pl.when(mine).then(pl.lit(at)).otherwise(pl.col("unlanded_at")))
 
-    republish(settings, OPS_LANDED_FILES, stamped, [{"table_name": ods_table.name}])
+    republish(lake, OPS_LANDED_FILES, stamped, [{"table_name": ods_table.name}])
 
 
-def recent(settings: Settings, last: int) -> pl.DataFrame:
+def recent(lake: Lake, last: int) -> pl.DataFrame:
     """The ``last`` most recent landings, newest first (empty when nothing was landed yet)."""
-    if lake.open_table(settings, OPS_LANDED_FILES) is None:
+    if lake.open_table(OPS_LANDED_FILES) is None:
         return pl.DataFrame(schema={name: pl.String for name in Landing.__dataclass_fields__})
-    return lake.read_frame(settings, OPS_LANDED_FILES).sort(["landed_at", "source_file"], descending=True).head(last)
+    return lake.read_frame(OPS_LANDED_FILES).sort(["landed_at", "source_file"], descending=True).head(last)

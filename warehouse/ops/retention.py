@@ -18,15 +18,16 @@ from deltalake import DeltaTable
 from contracts.errors import InputError
 from warehouse.ops.landing import LINEAGE, rewrite_landed
 from warehouse.settings import Settings
-from warehouse.storage import audit, lake, locks
+from warehouse.storage import audit, locks
 from warehouse.storage.boundaries import passed
+from warehouse.storage.lake import Lake
 from warehouse.storage.objectstore import filesystem
 from warehouse.tables import PII, Table, all_tables
 
 log = logging.getLogger(f"strata.{__name__}")
 
 
-def vacuum_now(settings: Settings, table: Table, *, purge_log: bool = False) -> int:
+def vacuum_now(lake: Lake, table: Table, *, purge_log: bool = False) -> int:
     """Delete every file no longer in the table's current version; returns how many.
 
     The caller holds the table's exclusive lock: with no retention, a vacuum would delete
@@ -35,13 +36,13 @@ def vacuum_now(settings: Settings, table: Table, *, purge_log: bool = False) -> 
     With ``purge_log`` the transaction log before the current version goes too: old
     log entries keep column statistics (min/max values) of the files they added.
     """
-    delta = lake.open_table(settings, table)
+    delta = lake.open_table(table)
     if delta is None:
         return 0
-    locks.verify(settings, table)
+    lake.verify(table)
     removed = delta.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
     passed(f"vacuum {table.name}")
-    if purge_log and _older_log_entries(settings, delta):
+    if purge_log and _older_log_entries(lake.settings, delta):
         retention = delta.metadata().configuration.get("delta.logRetentionDuration")
         delta.alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds"})
         delta.create_checkpoint()
@@ -89,21 +90,22 @@ def apply_retention(settings: Settings, *, days: int | None = None, today: dt.da
     log.info(
         "deleting raw data before %s (keeping %d day(s)) from %s", cutoff, keep_days, ", ".join(t.name for t in tables)
     )
+    lake = Lake(settings)
     with locks.hold(settings, write=[(t, None) for t in tables]):
-        audit.recover(settings)
+        audit.recover(lake)
         for table in tables:
-            delta = lake.open_table(settings, table)
+            delta = lake.open_table(table)
             if delta is None:
                 continue
             column = _date_partition(table)
             if all(c in table.contract for c in LINEAGE):  # the landing files lose the expired lines first
-                expired = lake.snapshot(settings, table).to_table(columns=LINEAGE, filter=pc.field(column) < cutoff)
+                expired = lake.snapshot(table).to_table(columns=LINEAGE, filter=pc.field(column) < cutoff)
                 if expired.num_rows:
-                    rewrite_landed(settings, table, pl.from_arrow(expired))  # type: ignore[arg-type]
+                    rewrite_landed(lake, table, pl.from_arrow(expired))  # type: ignore[arg-type]
             locks.verify(settings, table)
             metrics = delta.delete(f"{column} < '{cutoff.isoformat()}'")
             passed(f"commit {table.name}")
             deleted[table.name] = int(metrics.get("num_deleted_rows", 0))
-            files = vacuum_now(settings, table)
+            files = vacuum_now(lake, table)
             log.info("%s: %s row(s) deleted, %d file(s) vacuumed", table.name, f"{deleted[table.name]:,}", files)
     return deleted

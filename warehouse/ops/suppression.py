@@ -29,10 +29,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from warehouse.privacy import pseudonym
-from warehouse.settings import Settings
 from warehouse.sources.span_erasure import NotReadable, remove_spans
 from warehouse.sources.timestamps import parse_ts
-from warehouse.storage import lake
 from warehouse.storage.lake import Lake
 from warehouse.storage.publish import publish
 from warehouse.tables import OPS_FORGOTTEN_USERS, OPS_SUPPRESSED_RECORDS, Table
@@ -46,7 +44,7 @@ def list_key(key: bytes) -> bytes:
     return hmac.new(key, b"strata: the suppression list of forgotten users", hashlib.sha256).digest()
 
 
-def add_forgotten(settings: Settings, key: bytes, user_id: str, at: dt.datetime) -> None:
+def add_forgotten(lake: Lake, key: bytes, user_id: str, at: dt.datetime) -> None:
     """Put one user on the suppression list from ``at`` on (a user forgotten before: from ``at`` now).
 
     The list is written whole, one row per user, so a forget run again after a crash leaves it as
@@ -55,16 +53,16 @@ def add_forgotten(settings: Settings, key: bytes, user_id: str, at: dt.datetime)
     frame = pl.DataFrame({"user_pseudonym": [listed], "forgotten_at": [at]}).with_columns(
         pl.col("forgotten_at").dt.cast_time_unit("us")
     )
-    if lake.open_table(settings, OPS_FORGOTTEN_USERS) is not None:
-        others = lake.read_frame(settings, OPS_FORGOTTEN_USERS).filter(pl.col("user_pseudonym") != listed)
+    if lake.open_table(OPS_FORGOTTEN_USERS) is not None:
+        others = lake.read_frame(OPS_FORGOTTEN_USERS).filter(pl.col("user_pseudonym") != listed)
         frame = pl.concat([others, frame], how="vertical_relaxed")
-    publish(settings, OPS_FORGOTTEN_USERS, frame, mode="overwrite", expectations=False)
+    publish(lake, OPS_FORGOTTEN_USERS, frame, mode="overwrite", expectations=False)
 
 
-def record_suppressed(where: Lake | Settings, rows: list[dict[str, object]]) -> None:
+def record_suppressed(lake: Lake, rows: list[dict[str, object]]) -> None:
     """Append the counts of records an ingest left out (``ops.suppressed_records`` rows)."""
     if rows:
-        publish(where, OPS_SUPPRESSED_RECORDS, pl.DataFrame(rows), mode="append", expectations=False)
+        publish(lake, OPS_SUPPRESSED_RECORDS, pl.DataFrame(rows), mode="append", expectations=False)
 
 
 def suppressed_on(lake: Lake, table: Table, day: dt.date) -> int:
@@ -103,12 +101,12 @@ class Suppression:
     _seen: dict[str, dt.datetime | None] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, settings: Settings) -> Suppression:
+    def load(cls, lake: Lake) -> Suppression:
         """The list as it is now (empty when no forget ever ran)."""
-        if lake.open_table(settings, OPS_FORGOTTEN_USERS) is None:
+        if lake.open_table(OPS_FORGOTTEN_USERS) is None:
             return cls(b"", {})
-        rows = lake.read_frame(settings, OPS_FORGOTTEN_USERS, columns=["user_pseudonym", "forgotten_at"])
-        return cls(list_key(settings.require_pseudonym_key()), dict(rows.iter_rows()))
+        rows = lake.read_frame(OPS_FORGOTTEN_USERS, columns=["user_pseudonym", "forgotten_at"])
+        return cls(list_key(lake.settings.require_pseudonym_key()), dict(rows.iter_rows()))
 
     def __bool__(self) -> bool:
         return bool(self.forgotten)

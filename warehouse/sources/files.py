@@ -15,15 +15,9 @@ import pyarrow.compute as pc
 from isal import igzip
 
 from contracts.errors import InputError
+from warehouse.sources.formats import GZIP_MAGIC
 
-_GZIP_MAGIC = b"\x1f\x8b"
 _DATE_IN_PATH = re.compile(r"(?:^|[/_=-])(\d{4}-\d{2}-\d{2})(?:[/_.]|$)")
-#: What a folder search picks up, by what the files will be read as.
-SUFFIXES = {
-    "lines": (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz"),
-    "otlp": (".json", ".json.gz"),
-    "csv": (".csv", ".csv.gz"),
-}
 
 
 @dataclass(frozen=True)
@@ -53,15 +47,10 @@ def path_date(path: Path) -> dt.date | None:
         ) from exc
 
 
-def discover(paths: Iterable[Path], kinds: Iterable[str] = ("lines",)) -> list[Path]:
+def discover(paths: Iterable[Path], suffixes: tuple[str, ...]) -> list[Path]:
     """Files named by ``paths``, as absolute paths (the lineage ODS keeps); folders are searched
-    recursively for the suffixes of ``kinds``.
-
-    A folder search takes JSON lines files; ``.json`` (OTLP exports) and ``.csv`` files only
-    when the caller reads them so, so a ``manifest.json`` or price list beside the logs is
-    not mistaken for logs. A file named explicitly is always taken.
-    """
-    suffixes = tuple(s for kind in kinds for s in SUFFIXES[kind])
+    recursively for files ending with ``suffixes`` (:func:`warehouse.sources.formats.searched`).
+    A file named explicitly is always taken."""
     files: list[Path] = []
     for path in (p.expanduser().resolve() for p in paths):
         if path.is_dir():
@@ -73,20 +62,6 @@ def discover(paths: Iterable[Path], kinds: Iterable[str] = ("lines",)) -> list[P
     return files
 
 
-def head(path: Path, size: int) -> bytes:
-    """About the first ``size`` bytes of a file's content (a gzip file's inflated), to tell its format."""
-    import zlib
-
-    with path.open("rb") as handle:
-        data = handle.read(size)
-    if data[:2] == _GZIP_MAGIC:
-        try:
-            return zlib.decompressobj(wbits=31).decompress(data, size)
-        except zlib.error:
-            return b""
-    return data
-
-
 def load(path: Path) -> LandedFile:
     """Read a file (gzip recognised by its magic bytes); the hash is of the bytes as landed.
 
@@ -96,7 +71,7 @@ def load(path: Path) -> LandedFile:
     date = path_date(path)
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
-    if data[:2] == _GZIP_MAGIC:
+    if data[:2] == GZIP_MAGIC:
         try:
             data = igzip.decompress(data)
         except (OSError, EOFError) as exc:

@@ -42,7 +42,7 @@ import pyarrow as pa
 from contracts.errors import InputError
 from warehouse.settings import Settings
 from warehouse.sql.guard import QueryRefused, check, denied_functions
-from warehouse.storage import lake
+from warehouse.storage.lake import Lake
 from warehouse.storage.objectstore import configure_duckdb
 from warehouse.storage.scratch import scratch_dir
 from warehouse.tables import PII, Table, all_tables, table
@@ -141,10 +141,11 @@ class Session:
     ) -> list[View]:
         views = []
         unknown = set(pins)
+        lake = Lake(settings)
         for t in all_tables():
             if is_raw(t) and not self.raw:
                 continue
-            delta = lake.open_table(settings, t)
+            delta = lake.open_table(t)
             if delta is None:
                 continue
             unknown.discard(t)

@@ -26,7 +26,6 @@ import polars as pl
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from warehouse.settings import Settings
 from warehouse.storage.lake import Lake
 from warehouse.storage.objectstore import is_object_store
 from warehouse.tables import OPS_AUDIT_LOG, Table, table
@@ -52,16 +51,12 @@ class _Note(TypedDict):
 class Attempt:
     """One write attempt of one table, from its note to its row."""
 
-    where: Lake | Settings
+    lake: Lake = field(repr=False)
     table: Table
     partition: str
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     started_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
     _clock: float = field(default_factory=time.perf_counter)
-    lake: Lake = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.lake = Lake.of(self.where)
 
     def begin(self) -> Attempt:
         """Leave the note, before anything is written."""
@@ -172,15 +167,13 @@ def record(
 
 
 def recover_once(lake: Lake) -> None:
-    """:func:`recover`, once per step's handle (each time for a following handle, which lives
-    as long as its thread)."""
-    if lake.follow or not lake.recovered:
+    """:func:`recover`, once per step's handle."""
+    if not lake.recovered:
         recover(lake)
 
 
-def recover(where: Lake | Settings) -> int:
+def recover(lake: Lake) -> int:
     """Record the attempts whose process died between their commit and their row; how many."""
-    lake = Lake.of(where)
     lake.recovered = True
     fs, folder = _folder(lake)
     if fs.get_file_info(folder).type == pafs.FileType.NotFound:

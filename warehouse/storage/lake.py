@@ -10,7 +10,6 @@ its lock commits nothing (:func:`warehouse.storage.locks.verify`).
 from __future__ import annotations
 
 import datetime as dt
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, cast
@@ -65,14 +64,12 @@ class Lake:
     the attempts a crash cut short were recorded (:attr:`recovered`). A step opens each table it
     has locked once: from its first open under the lock it reads the table as it was then, plus its
     own commits (a commit brings the table up to date first and updates it in place); a table it
-    has not locked is brought up to date on each open. :meth:`of` gives the old call shape, a plain
-    ``Settings``: a handle per thread that follows every table to its latest commit on each open.
+    has not locked is brought up to date on each open.
     """
 
-    def __init__(self, settings: Settings, *, follow: bool = False) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.options = storage_options(settings)
-        self.follow = follow
         #: Whether ``ops.audit_log`` holds a row for every attempt a crashed process left (see
         #: :func:`warehouse.storage.audit.recover`); publish makes it so once per handle.
         self.recovered = False
@@ -82,22 +79,6 @@ class Lake:
         self._pinned: set[str] = set()
         #: The object store's filesystem, made once (None for a lake on local disk).
         self._s3 = filesystem(settings, settings.lake_uri)[0] if is_object_store(settings.lake_uri) else None
-
-    @staticmethod
-    def of(where: Lake | Settings) -> Lake:
-        """``where`` itself, or this thread's following handle for those settings (the old call shape)."""
-        if isinstance(where, Lake):
-            return where
-        lakes: dict[Settings, Lake] = _threads.__dict__.setdefault("lakes", {})
-        lake = lakes.get(where)
-        if lake is None:
-            lake = lakes[where] = Lake(where, follow=True)
-        return lake
-
-    @staticmethod
-    def for_step(where: Lake | Settings) -> Lake:
-        """``where`` itself, or a new handle for a step that was given only the settings."""
-        return where if isinstance(where, Lake) else Lake(where)
 
     # ------------------------------------------------------------------ where tables live
 
@@ -128,7 +109,7 @@ class Lake:
         if cached is not None and table.name in self._pinned:
             return cached[0]
         delta = self._latest(table)
-        if delta is not None and not self.follow and locks.Key.of(table) in self._held:
+        if delta is not None and locks.Key.of(table) in self._held:
             self._pinned.add(table.name)
         return delta
 
@@ -171,6 +152,13 @@ class Lake:
         """Current committed version, or None when the table does not exist."""
         delta = self.open_table(table)
         return None if delta is None else delta.version()
+
+    def present_columns(self, table: Table, columns: Sequence[str]) -> list[str]:
+        """Those of ``columns`` the table has (a column a compatible contract change added may be
+        missing from a table written before it)."""
+        delta = self.open_table(table)
+        names = set() if delta is None else {f.name for f in delta.schema().fields}
+        return [c for c in columns if c in names]
 
     def dataset(self, delta: DeltaTable) -> ds.Dataset:
         """The Delta table's version as a pyarrow dataset, read through pyarrow's own filesystem.
@@ -378,68 +366,6 @@ class Lake:
             assert delta is not None
         passed(f"commit {table.name}")
         return delta.version()
-
-
-#: Per thread: settings → the following handle of the old call shape (:meth:`Lake.of`).
-_threads = threading.local()
-
-
-# The old call shape: a function of the settings (or a handle), for callers not yet handed a Lake.
-
-
-def open_table(where: Lake | Settings, table: Table) -> DeltaTable | None:
-    """:meth:`Lake.open_table`."""
-    return Lake.of(where).open_table(table)
-
-
-def version(where: Lake | Settings, table: Table) -> int | None:
-    """:meth:`Lake.version`."""
-    return Lake.of(where).version(table)
-
-
-def read(
-    where: Lake | Settings,
-    table: Table,
-    *,
-    filters: Sequence[tuple[str, str, object]] | None = None,
-    columns: Sequence[str] | None = None,
-) -> pa.Table:
-    """:meth:`Lake.read`."""
-    return Lake.of(where).read(table, filters=filters, columns=columns)
-
-
-def read_frame(
-    where: Lake | Settings,
-    table: Table,
-    *,
-    filters: Sequence[tuple[str, str, object]] | None = None,
-    columns: Sequence[str] | None = None,
-) -> pl.DataFrame:
-    """:meth:`Lake.read_frame`."""
-    return Lake.of(where).read_frame(table, filters=filters, columns=columns)
-
-
-def snapshot(where: Lake | Settings, table: Table) -> ds.Dataset:
-    """:meth:`Lake.snapshot`."""
-    return Lake.of(where).snapshot(table)
-
-
-def check_file_types(where: Lake | Settings, table: Table, version: int | None) -> None:
-    """:meth:`Lake.check_file_types`."""
-    Lake.of(where).check_file_types(table, version)
-
-
-def commit_actions(where: Lake | Settings, table: Table, version: int) -> list[dict[str, Any]]:
-    """:meth:`Lake.commit_actions`."""
-    return Lake.of(where).commit_actions(table, version)
-
-
-def present_columns(settings: Settings, table: Table, columns: Sequence[str]) -> list[str]:
-    """Those of ``columns`` the table has (a column a compatible contract change added may be
-    missing from a table written before it)."""
-    delta = open_table(settings, table)
-    names = set() if delta is None else {f.name for f in delta.schema().fields}
-    return [c for c in columns if c in names]
 
 
 def _comparison(column: str, op: str, value: object) -> pc.Expression:

@@ -28,7 +28,6 @@ import pyarrow.compute as pc
 
 from contracts.errors import InputError
 from contracts.model import Contract
-from warehouse.settings import Settings
 from warehouse.storage import audit
 from warehouse.storage.lake import Lake, partition_predicate
 from warehouse.storage.memory import detach
@@ -222,7 +221,7 @@ def _arrow(piece: Piece) -> pa.Table:
 
 
 def publish(
-    where: Lake | Settings,
+    lake: Lake,
     table: Table,
     data: Data,
     *,
@@ -246,7 +245,6 @@ def publish(
     when that verdict is clean, :func:`record_published` / :func:`record_failed` write the
     attempt's row in ``ops.audit_log``.
     """
-    lake = Lake.of(where)
     owned = [dict(p) for p in partitions]  # the caller's mappings stay theirs
     audit.recover_once(lake)  # attempts a crash cut short get their row first
     if expectations:
@@ -457,7 +455,7 @@ def record_failed(attempt: audit.Attempt, tally: Tally, error: Exception) -> Non
 
 
 def republish(
-    where: Lake | Settings,
+    lake: Lake,
     table: Table,
     change: Callable[[pl.DataFrame], pl.DataFrame],
     partitions: Sequence[Mapping[str, object]] = (),
@@ -470,7 +468,6 @@ def republish(
     (a Delta delete or MERGE would rewrite them with types of its own), and logged — and the
     files the commit added are checked to carry exactly those types.
     """
-    lake = Lake.of(where)
     owned = [dict(p) for p in partitions]
     mode: Mode = "replace_partitions" if owned else "overwrite"
     with _locked(lake, table, mode, owned):
