@@ -310,13 +310,12 @@ def _through(load: _Load) -> float:
     return load.acked * SPANS / (SECONDS + load.stop_s)
 
 
-def _request_path(deferred: _Load, base: _Load) -> list[Measurement]:
-    """The run whose one segment is handed over at the stop, against the baseline."""
-    label = f"{SENDERS} senders × {SECONDS:g} s, {SPANS}-span protobuf requests"
+def _answered(run: str, ours: _Load, base: _Load) -> list[Measurement]:
+    """A run's spans/s answered 200 and into the landing zone, against the baseline's."""
     return [
         Measurement(
-            f"spans/s answered 200, request path alone: one segment, handed over at the stop ({label})",
-            _spans_per_s(deferred),
+            f"spans/s answered 200, {run}",
+            _spans_per_s(ours),
             "spans/s",
             BASELINE,
             _spans_per_s(base),
@@ -324,11 +323,19 @@ def _request_path(deferred: _Load, base: _Load) -> list[Measurement]:
         ),
         Measurement(
             "… and into the landing zone (answered ÷ window + the stop)",
-            _through(deferred),
+            _through(ours),
             "spans/s",
             BASELINE,
             _through(base),
         ),
+    ]
+
+
+def _request_path(deferred: _Load, base: _Load) -> list[Measurement]:
+    """The run whose one segment is handed over at the stop, against the baseline."""
+    label = f"{SENDERS} senders × {SECONDS:g} s, {SPANS}-span protobuf requests"
+    return [
+        *_answered(f"request path alone: one segment, handed over at the stop ({label})", deferred, base),
         Measurement(
             "… p99 request latency",
             _p99(deferred.latencies),
@@ -343,21 +350,7 @@ def _request_path(deferred: _Load, base: _Load) -> list[Measurement]:
 def _sustained(ours: _Load, base: _Load) -> list[Measurement]:
     """The run rolling 1 s segments and handing them over meanwhile, against the baseline."""
     return [
-        Measurement(
-            "spans/s answered 200, sustained: 1 s segments rolled and handed over meanwhile",
-            _spans_per_s(ours),
-            "spans/s",
-            BASELINE,
-            _spans_per_s(base),
-            target_ratio=0.7,
-        ),
-        Measurement(
-            "… and into the landing zone (answered ÷ window + the stop)",
-            _through(ours),
-            "spans/s",
-            BASELINE,
-            _through(base),
-        ),
+        *_answered("sustained: 1 s segments rolled and handed over meanwhile", ours, base),
         Measurement(
             "… spool not yet handed over when the senders stop",
             ours.spooled / 2**20,

@@ -37,8 +37,8 @@ SAMPLE = min(50_000, USERS)
 
 
 def _lake(workdir: Path):
-    from batch_inference.training import TrainingSet, fit_and_register
     from benchmarks.synthetic import feature_rows, pseudonyms, request_rows
+    from tests.small_model import feature_names, fit_user_risk
     from warehouse.settings import load_settings
     from warehouse.storage.lake import Lake
     from warehouse.storage.publish import publish
@@ -53,21 +53,8 @@ def _lake(workdir: Path):
     lake = Lake(settings)
     publish(lake, source, features, partitions=[{"event_date": DAY}], expectations=False, checked=True)
     publish(lake, DWD_REQUEST, request_rows(keys, DAY), partitions=[{"event_date": DAY}], expectations=False)
-    names = [c.name for c in source.contract.columns if c.name.endswith(("_1h", "_24h", "_7d"))]
-    sample = features.head(SAMPLE).with_columns(
-        event_timestamp=pl.col("feature_ts"),
-        label=(pl.col(names[0]).rank() / SAMPLE + pl.Series(np.random.default_rng(3).random(SAMPLE)) > 1.0).cast(
-            pl.Int8
-        ),
-    )
-    split = sample.get_column("event_timestamp").sort()[SAMPLE // 2]
-    fit_and_register(
-        settings,
-        "user_risk",
-        TrainingSet(sample, "user_pseudonym", names, "user_risk_v1", source.name, dt.timedelta(days=8)),
-        split_at=split,
-        window=(DAY, DAY),
-    )
+    abusive = pl.col(feature_names()[0]).rank() / SAMPLE + pl.Series(np.random.default_rng(3).random(SAMPLE)) > 1.0
+    fit_user_risk(settings, features.head(SAMPLE), abusive, (DAY, DAY))
     return settings
 
 

@@ -188,28 +188,38 @@ def run_demo(settings: Settings, *, days: int, requests_per_day: int, seed: int,
 
 def _generate(generated: Path, *, start: dt.date, days: int, requests_per_day: int, seed: int, echo: Echo) -> dict:
     """Step 1: the week's files, with faults, late duplicates and late feedback; the generator's manifest."""
-    from strata.console import progress
-    from synthetic_workload import generate
-
     echo(
         f"[bold]1/3 generate[/] {days} day(s) × {requests_per_day:,} requests from {start} with faults (1% of "
         f"lines), late duplicates and late feedback → {generated}"
     )
-    with progress("generating") as step:
-        manifest = generate(
-            generated,
-            days=days,
-            requests_per_day=requests_per_day,
-            seed=seed,
-            start=start,
-            fault_rate=0.01,
-            progress=step,
-        )
+    manifest = generate_with_progress(
+        generated, start=start, days=days, requests_per_day=requests_per_day, seed=seed, fault_rate=0.01
+    )
     echo(
         f"  {len(manifest['abusive_user_ids'])} planted abusive users, "
         f"{manifest['feedback']['lines']:,} feedback events arriving up to 3 days late"
     )
     return manifest
+
+
+def generate_with_progress(
+    folder: Path, *, start: dt.date, days: int, requests_per_day: int, seed: int, fault_rate: float
+) -> dict:
+    """The generator's dataset written into ``folder`` under a progress bar (``strata generate``, the demo);
+    its manifest."""
+    from strata.console import progress
+    from synthetic_workload import generate
+
+    with progress("generating") as step:
+        return generate(
+            folder,
+            days=days,
+            requests_per_day=requests_per_day,
+            seed=seed,
+            start=start,
+            fault_rate=fault_rate,
+            progress=step,
+        )
 
 
 def _run_dags(settings: Settings, generated: Path, manifest: dict, *, days: int, echo: Echo) -> bool:

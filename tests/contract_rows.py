@@ -1,4 +1,4 @@
-"""Rows that keep every rule of a contract, built from the contract alone (for tests)."""
+"""The shipped contracts, and rows that keep every rule of a contract, built from it alone (for tests)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,35 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
+#: The contracts the project ships, named by hand: the tests of every contract read this list, not the folder.
+CONTRACT_NAMES = frozenset(
+    {
+        "ods.request_log_raw",
+        "ods.feedback_raw",
+        "dwd.request",
+        "dwd.feedback",
+        "dwd.quarantine",
+        "ops.audit_log",
+        "ops.books",
+        "ops.landed_files",
+        "ops.forgotten_users",
+        "ops.suppressed_records",
+        "dwd.model_price",
+        "dws.user_features",
+        "dws.tenant_features",
+        "dws.model_features",
+        "dwd.tenant_quota",
+        "ads.model_daily",
+        "ads.tenant_daily",
+        "ads.latency_breakdown",
+        "ads.retry_storms",
+        "ads.version_mix",
+        "ads.data_quality",
+        "ads.user_risk_scores",
+        "ads.score_daily",
+        "ads.feature_consistency",
+    }
+)
 TS = datetime(2026, 1, 1, 12, tzinfo=UTC)
 PATTERN_EXAMPLES = {
     "^[0-9a-f]{32}$": "0123456789abcdef0123456789abcdef",

@@ -274,6 +274,14 @@ def wheel_postgres() -> Iterator[Postgres]:
     server, what = Postgres("127.0.0.1", free_port(), _os_user(), "postgres"), "PostgreSQL from the wheel"
     try:
         with open(log, "ab") as out:
+            # both programs run in the folder, as the server's user, their output in the log
+            logged: dict[str, Any] = {
+                "cwd": folder,
+                "stdout": out,
+                "stderr": subprocess.STDOUT,
+                "stdin": subprocess.DEVNULL,
+                **as_server,
+            }
             if subprocess.run(
                 [
                     bin_dir / "initdb",
@@ -287,11 +295,7 @@ def wheel_postgres() -> Iterator[Postgres]:
                     "--no-sync",
                     "--no-instructions",
                 ],
-                cwd=folder,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                **as_server,
+                **logged,
             ).returncode:
                 raise _failed(what, log)
             process = subprocess.Popen(
@@ -314,11 +318,7 @@ def wheel_postgres() -> Iterator[Postgres]:
                     "-c",
                     "max_connections=200",
                 ],
-                cwd=folder,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                **as_server,
+                **logged,
             )
         try:
             _started(process, lambda: psycopg.connect(server.url(), connect_timeout=1).close(), what, log)

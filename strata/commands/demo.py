@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from strata.console import out, progress, say
+from strata.console import out, say
 from strata.options import parse_date
 
 app = typer.Typer()
@@ -24,19 +24,12 @@ def generate_cmd(
     """Write realistic AI-service request logs, feedback, prices, tenant quotas and a ground-truth manifest."""
     import datetime as dt
 
-    from synthetic_workload import generate
+    from strata.demo import generate_with_progress
 
     start_day = parse_date(start, "--start") if start else dt.date(2026, 1, 1)
-    with progress("generating") as step:
-        manifest = generate(
-            out_dir,
-            days=days,
-            requests_per_day=requests_per_day,
-            seed=seed,
-            start=start_day,
-            fault_rate=fault_rate,
-            progress=step,
-        )
+    manifest = generate_with_progress(
+        out_dir, start=start_day, days=days, requests_per_day=requests_per_day, seed=seed, fault_rate=fault_rate
+    )
     total_lines = sum(day["lines"] for day in manifest["days"].values())
     out.print(
         f"wrote {len(manifest['files'])} files, {total_lines:,} request lines over {days} day(s) "

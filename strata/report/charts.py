@@ -130,3 +130,29 @@ def stacked_by_day(figure: go.Figure, frame: pl.DataFrame, key: str, measures: S
     figure.update_layout(barmode="stack")
     # Days in date order, not in the order the traces first name them (a tenant new on a day came last).
     figure.update_xaxes(type="category", categoryorder="category ascending")
+
+
+def stacked_parts(
+    figure: go.Figure,
+    categories: list[str],
+    frame: pl.DataFrame,
+    parts: Sequence[tuple[str, int]],
+    *,
+    across: bool = False,
+) -> None:
+    """The ``parts`` of ``frame`` (columns, each with its :data:`PALETTE` index) stacked into one bar per
+    category, upright or ``across``: one trace per part."""
+    import plotly.graph_objects as go
+
+    for part, colour in parts:
+        values = frame.get_column(part).to_list()
+        figure.add_trace(
+            go.Bar(
+                x=values if across else categories,
+                y=categories if across else values,
+                name=part.replace("_", " "),
+                orientation="h" if across else None,
+                marker_color=PALETTE[colour],
+            )
+        )
+    figure.update_layout(barmode="stack")

@@ -197,16 +197,10 @@ def quality(lake: LakeView) -> Section:
     )
     figure = charts.blank()
     days = [str(d) for d in books.get_column("event_date")]
-    for i, part in enumerate(("dwd_rows", "duplicates", "quarantined", "malformed")):
-        figure.add_trace(
-            go.Bar(
-                x=days,
-                y=books.get_column(part).to_list(),
-                name=part.replace("_", " "),
-                marker_color=charts.PALETTE[(2, 7, 1, 3)[i]],
-            )
-        )
-    figure.update_layout(barmode="stack", yaxis_title="dwd.request records", title="the books of dwd.request")
+    charts.stacked_parts(
+        figure, days, books, (("dwd_rows", 2), ("duplicates", 7), ("quarantined", 1), ("malformed", 3))
+    )
+    figure.update_layout(yaxis_title="dwd.request records", title="the books of dwd.request")
     figure.update_xaxes(type="category")
     section.charts["books"] = figure
     if "dwd.quarantine" in lake.present:
@@ -259,8 +253,6 @@ def quality(lake: LakeView) -> Section:
 def consistency(lake: LakeView) -> Section:
     """Online against offline: the sampled entities per feature view and day that agree, differ or are
     missing online (``ads.feature_consistency``)."""
-    import plotly.graph_objects as go
-
     section = Section(
         "consistency",
         "Online / offline consistency",
@@ -275,17 +267,9 @@ def consistency(lake: LakeView) -> Section:
         "ORDER BY event_date, feature_view"
     )
     figure = charts.blank(max(260, 90 + 22 * frame.height))
-    for i, part in enumerate(("agree", "mismatches", "missing")):
-        figure.add_trace(
-            go.Bar(
-                y=frame.get_column("checked").to_list(),
-                x=frame.get_column(part).to_list(),
-                name=part,
-                orientation="h",
-                marker_color=charts.PALETTE[(2, 3, 7)[i]],
-            )
-        )
-    figure.update_layout(barmode="stack", xaxis_title="entities sampled", margin={"l": 200})
+    checked = frame.get_column("checked").to_list()
+    charts.stacked_parts(figure, checked, frame, (("agree", 2), ("mismatches", 3), ("missing", 7)), across=True)
+    figure.update_layout(xaxis_title="entities sampled", margin={"l": 200})
     figure.update_yaxes(autorange="reversed")
     section.charts["consistency"] = figure
     differ = frame.select(pl.col("mismatches").sum() + pl.col("missing").sum()).item()

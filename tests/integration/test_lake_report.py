@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from pathlib import Path
 from typing import Any
@@ -9,9 +10,10 @@ from typing import Any
 import polars as pl
 from rich.console import Console
 
-from batch_inference.registry import ModelCard, register
+from batch_inference.registry import register
 from strata import lake_report
 from strata.console import FitTable
+from tests.small_model import STAND_IN_CARD
 from warehouse.settings import load_settings
 from warehouse.storage.lake import Lake
 from warehouse.tables import Table
@@ -58,19 +60,7 @@ def test_ads_answers_and_the_model_are_read_from_whatever_columns_their_tables_h
     scores.write_delta(Table("ads.user_risk_scores").uri(settings))
     register(
         settings,
-        ModelCard(
-            name="user_risk",
-            version="",
-            features=(),
-            feature_service="user_risk_v1",
-            entity="user_pseudonym",
-            training_window=("2026-01-01", "2026-01-06"),
-            metrics={"roc_auc": 0.93, "parity_max_abs": 1e-7},
-            sha256="",
-            libraries={},
-            threshold=0.5,
-            created_at="2026-01-07T00:00:00Z",
-        ),
+        dataclasses.replace(STAND_IN_CARD, metrics={"roc_auc": 0.93, "parity_max_abs": 1e-7}),
         b"not a real model",
     )
 

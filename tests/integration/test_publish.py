@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import polars as pl
@@ -25,7 +25,16 @@ from deltalake import DeltaTable
 
 from warehouse.settings import Settings, load_settings
 from warehouse.storage.lake import Lake
-from warehouse.storage.publish import AuditFailed, InvariantFailure, Tally, keeps_every_row, publish
+from warehouse.storage.publish import (
+    AuditFailed,
+    Data,
+    Invariant,
+    InvariantFailure,
+    PublishResult,
+    Tally,
+    keeps_every_row,
+    publish,
+)
 from warehouse.tables import OPS_AUDIT_LOG, Table, table
 
 DAY1, DAY2 = dt.date(2026, 1, 1), dt.date(2026, 1, 2)
@@ -62,6 +71,21 @@ def books(day: dt.date, *names: str, ods: int = 10) -> pl.DataFrame:
     )
 
 
+def publish_books(
+    settings: Settings, data: Data, day: dt.date, *, invariants: Sequence[Invariant] = (), expectations: bool = False
+) -> PublishResult:
+    """``data`` published as the ``ops.books`` partition of ``day``, checked at NOW (the GX suite when asked)."""
+    return publish(
+        Lake(settings),
+        table("ops.books"),
+        data,
+        partitions=[{"event_date": day}],
+        invariants=invariants,
+        now=NOW,
+        expectations=expectations,
+    )
+
+
 def feedback(day: dt.date, start: int, n: int, *, batch: str = "b1") -> pl.DataFrame:
     """``n`` valid dwd.feedback rows of ``day`` with distinct keys from ``start``."""
     base = dt.datetime(day.year, day.month, day.day, 12, tzinfo=UTC)
@@ -83,8 +107,7 @@ def feedback(day: dt.date, start: int, n: int, *, batch: str = "b1") -> pl.DataF
 
 def contents(settings: Settings, table: Table) -> pl.DataFrame:
     """The table's current rows, sorted by every column (row order is not part of a Delta table)."""
-    df = pl.from_arrow(Lake(settings).read(table))
-    assert isinstance(df, pl.DataFrame)
+    df = Lake(settings).read_frame(table)
     return df.sort(df.columns, nulls_last=True)
 
 
@@ -113,13 +136,8 @@ def same_rows(a: pl.DataFrame, b: pl.DataFrame) -> bool:
 
 
 def test_publish_commits_one_version_and_one_audit_row(settings: Settings) -> None:
-    first = publish(
-        Lake(settings),
-        table("ops.books"),
-        books(DAY1, "dwd.request", "dwd.feedback"),
-        partitions=[{"event_date": DAY1}],
-        now=NOW,
-    )  # full audit, GX suite included
+    # the full audit, GX suite included
+    first = publish_books(settings, books(DAY1, "dwd.request", "dwd.feedback"), DAY1, expectations=True)
     assert first.version == 0 and Lake(settings).version(table("ops.books")) == 0
     assert commits(settings, table("ops.books")) == 1
     log = audit_log(settings)
@@ -146,9 +164,7 @@ def test_publish_commits_one_version_and_one_audit_row(settings: Settings) -> No
     bad = books(DAY2, "dwd.request", "dwd.feedback", "dwd.quarantine").with_columns(
         ods_rows=pl.when(pl.col("table_name") == "dwd.quarantine").then(-5).otherwise(pl.col("ods_rows"))
     )
-    second = publish(
-        Lake(settings), table("ops.books"), bad, partitions=[{"event_date": DAY2}], now=NOW, expectations=False
-    )
+    second = publish_books(settings, bad, DAY2)
     assert second.version == 1 and Lake(settings).version(table("ops.books")) == 1
     assert commits(settings, table("ops.books")) == 2
     assert (second.rows_in, second.rows_published, second.rows_rejected) == (3, 2, 1)
@@ -238,22 +254,8 @@ def _snapshot(settings: Settings, table: Table) -> tuple[int | None, list[tuple]
 
 
 def test_failed_invariant_leaves_table_unchanged(settings: Settings) -> None:
-    publish(
-        Lake(settings),
-        table("ops.books"),
-        books(DAY1, "dwd.request", "dwd.feedback"),
-        partitions=[{"event_date": DAY1}],
-        now=NOW,
-        expectations=False,
-    )
-    publish(
-        Lake(settings),
-        table("ops.books"),
-        books(DAY2, "dwd.request"),
-        partitions=[{"event_date": DAY2}],
-        now=NOW,
-        expectations=False,
-    )
+    publish_books(settings, books(DAY1, "dwd.request", "dwd.feedback"), DAY1)
+    publish_books(settings, books(DAY2, "dwd.request"), DAY2)
     before = _snapshot(settings, table("ops.books"))
     assert before[0] == 1
     seen: list[Tally] = []
@@ -267,15 +269,7 @@ def test_failed_invariant_leaves_table_unchanged(settings: Settings) -> None:
 
     replacement = pl.concat([books(DAY1, "dwd.request", ods=99), books(DAY1, "dwd.Bad_name", ods=99)])
     with pytest.raises(AuditFailed) as err:
-        publish(
-            Lake(settings),
-            table("ops.books"),
-            replacement,
-            partitions=[{"event_date": DAY1}],
-            invariants=[nothing_rejected],
-            now=NOW,
-            expectations=False,
-        )
+        publish_books(settings, replacement, DAY1, invariants=[nothing_rejected])
     message = str(err.value)
     assert "ops.books" in message and "event_date = '2026-01-01'" in message
     assert "books.no_rejects" in message and "'dwd.Bad_name'" in message
@@ -298,27 +292,13 @@ def test_failed_invariant_leaves_table_unchanged(settings: Settings) -> None:
 
 @pytest.mark.parametrize("rows", [0, 1001], ids=["below", "above"])
 def test_row_count_bounds_refuse_publish(settings: Settings, rows: int) -> None:
-    publish(
-        Lake(settings),
-        table("ops.books"),
-        books(DAY1, "dwd.request"),
-        partitions=[{"event_date": DAY1}],
-        now=NOW,
-        expectations=False,
-    )
+    publish_books(settings, books(DAY1, "dwd.request"), DAY1)
     before = _snapshot(settings, table("ops.books"))
     names = [f"dwd.t{i}" for i in range(rows)]
     frame = books(DAY1, *names) if rows else books(DAY1, "dwd.request").clear()
     with pytest.raises(AuditFailed) as err:
         # ops.books needs 1..1000 rows per write; the empty write would otherwise wipe the partition
-        publish(
-            Lake(settings),
-            table("ops.books"),
-            frame,
-            partitions=[{"event_date": DAY1}],
-            now=NOW,
-            expectations=rows == 0,
-        )
+        publish_books(settings, frame, DAY1, expectations=rows == 0)
     assert err.value.rules == ["table.row_count"]
     assert "ops.books" in str(err.value) and f"{rows} rows published" in str(err.value)
     assert _snapshot(settings, table("ops.books")) == before
@@ -327,20 +307,13 @@ def test_row_count_bounds_refuse_publish(settings: Settings, rows: int) -> None:
 
 
 def test_failed_expectation_suite_leaves_table_unchanged(settings: Settings) -> None:
-    publish(
-        Lake(settings),
-        table("ops.books"),
-        books(DAY1, "dwd.request"),
-        partitions=[{"event_date": DAY1}],
-        now=NOW,
-        expectations=False,
-    )
+    publish_books(settings, books(DAY1, "dwd.request"), DAY1)
     before = _snapshot(settings, table("ops.books"))
     # Each batch is fine on its own; only the suite, which audits the whole stream, sees the
     # key (dwd.request, 2026-01-01) twice.
     stream = iter([books(DAY1, "dwd.request", ods=50), books(DAY1, "dwd.feedback", "dwd.request", ods=60)])
     with pytest.raises(AuditFailed) as err:
-        publish(Lake(settings), table("ops.books"), stream, partitions=[{"event_date": DAY1}], now=NOW)
+        publish_books(settings, stream, DAY1, expectations=True)
     assert err.value.rules == ["primary_key.unique"]
     message = str(err.value)
     assert "ops.books" in message and "primary_key.unique" in message and "'dwd.request'" in message
@@ -363,38 +336,20 @@ def test_check_time_now_applies_to_conform_and_audit(settings: Settings) -> None
 
 
 def test_partition_replace_is_exact_and_idempotent(settings: Settings) -> None:
-    publish(
-        Lake(settings),
-        table("ops.books"),
-        books(DAY1, "dwd.request", "dwd.feedback", ods=10),
-        partitions=[{"event_date": DAY1}],
-        now=NOW,
-        expectations=False,
-    )
-    publish(
-        Lake(settings),
-        table("ops.books"),
-        books(DAY2, "dwd.request", "dwd.feedback", ods=20),
-        partitions=[{"event_date": DAY2}],
-        now=NOW,
-        expectations=False,
-    )
+    publish_books(settings, books(DAY1, "dwd.request", "dwd.feedback", ods=10), DAY1)
+    publish_books(settings, books(DAY2, "dwd.request", "dwd.feedback", ods=20), DAY2)
     day1 = contents(settings, table("ops.books")).filter(pl.col("event_date") == DAY1)
     assert day1.height == 2
 
     new_day2 = books(DAY2, "dwd.request", ods=77)
-    r = publish(
-        Lake(settings), table("ops.books"), new_day2, partitions=[{"event_date": DAY2}], now=NOW, expectations=False
-    )
+    r = publish_books(settings, new_day2, DAY2)
     assert r.version == 2
     after = contents(settings, table("ops.books"))
     assert same_rows(after.filter(pl.col("event_date") == DAY1), day1)  # untouched
     assert same_rows(after.filter(pl.col("event_date") == DAY2), new_day2)  # exactly the new rows
     assert after.height == 3
 
-    again = publish(
-        Lake(settings), table("ops.books"), new_day2, partitions=[{"event_date": DAY2}], now=NOW, expectations=False
-    )
+    again = publish_books(settings, new_day2, DAY2)
     assert again.version == 3
     assert contents(settings, table("ops.books")).equals(after)
 

@@ -15,9 +15,9 @@ from batch_inference.registry import Feature, ModelError, get, register
 from batch_inference.scoring import score
 from batch_inference.session import open_session
 from batch_inference.summary import summarize
-from batch_inference.training import TrainingSet, fit_and_register
 from benchmarks.synthetic import feature_rows, pseudonyms, request_rows
 from strata.commands.models import app as models_app
+from tests.small_model import feature_names, fit_user_risk
 from warehouse.settings import Settings, load_settings
 from warehouse.storage.duck import lake_reader
 from warehouse.storage.lake import Lake
@@ -47,19 +47,9 @@ def scored_lake(strata_env: Path) -> tuple[Settings, list[str]]:
         expectations=False,
     )
     assert active.rows_published == 300
-    names = [c.name for c in source.contract.columns if c.name.endswith(("_1h", "_24h", "_7d"))]
-    frame = features.with_columns(
-        event_timestamp=pl.col("feature_ts"),
-        label=(pl.col(names[0]).rank() / USERS + pl.Series(np.random.default_rng(3).random(USERS)) > 1.0).cast(pl.Int8),
-    )
-    split = frame.get_column("event_timestamp").sort()[USERS // 2]
-    fit_and_register(
-        settings,
-        "user_risk",
-        TrainingSet(frame, "user_pseudonym", names, "user_risk_v1", source.name, dt.timedelta(days=8)),
-        split_at=split,
-        window=(DAY, DAY),
-    )
+    names = feature_names()
+    abusive = pl.col(names[0]).rank() / USERS + pl.Series(np.random.default_rng(3).random(USERS)) > 1.0
+    fit_user_risk(settings, features, abusive, (DAY, DAY))
     return settings, names
 
 

@@ -32,7 +32,7 @@ from contracts import (
 from contracts.dbt_models import dbt_model
 from contracts.loader import parse_contract
 from contracts.types import is_widening
-from tests.contract_rows import synthetic
+from tests.contract_rows import CONTRACT_NAMES, synthetic
 
 NOW = datetime(2026, 1, 2, tzinfo=UTC)
 TS = datetime(2026, 1, 1, 12, tzinfo=UTC)
@@ -438,31 +438,12 @@ def test_arrow_table_input_to_row_checks_equivalent() -> None:
 # --- every contract ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "name",
-    sorted(
-        [
-            "ods.request_log_raw",
-            "ods.feedback_raw",
-            "dwd.request",
-            "dwd.feedback",
-            "dwd.quarantine",
-            "dwd.tenant_quota",
-            "ops.audit_log",
-            "dws.user_features",
-            "dws.tenant_features",
-            "dws.model_features",
-            "ads.model_daily",
-            "ads.tenant_daily",
-            "ads.latency_breakdown",
-            "ads.retry_storms",
-            "ads.version_mix",
-            "ads.data_quality",
-            "ads.user_risk_scores",
-            "ads.score_daily",
-        ]
-    ),
-)
+#: Contracts :func:`synthetic` cannot fill: a pattern it has no example for, or a key with a pattern (one
+#: example value, so every row would share the key).
+PATTERNED_KEYS = {"ops.books", "ops.forgotten_users", "ops.landed_files", "ops.suppressed_records"}
+
+
+@pytest.mark.parametrize("name", sorted(CONTRACT_NAMES - PATTERNED_KEYS))
 def test_every_contract_round_trips_through_every_enforcer(name: str) -> None:
     contract = load_contract(name)
     df = synthetic(contract)

@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
-from batch_inference.registry import ModelCard, register
+from batch_inference.registry import register
 from contracts.errors import ConflictError, InputError, StrataError, TransientError
 from strata import pipeline
 from strata.orchestration import tasks
 from strata.pipeline import StepResult
+from tests.small_model import STAND_IN_CARD
 
 UTC = dt.UTC
 DAY = {
@@ -139,19 +140,7 @@ def test_scoring_waits_for_a_registered_model_then_shards_come_from_the_settings
     settings = tasks.task_settings()
     register(
         settings,
-        ModelCard(
-            name="user_risk",
-            version="",
-            features=(),
-            feature_service="user_risk_v1",
-            entity="user_pseudonym",
-            training_window=("2026-01-01", "2026-01-06"),
-            metrics={},
-            sha256="",
-            libraries={},
-            threshold=0.5,
-            created_at="2026-01-07T00:00:00Z",
-        ),
+        STAND_IN_CARD,
         b"onnx bytes",
     )
     monkeypatch.setenv("STRATA_SCORE_SHARDS", "3")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeAlias, cast
 from urllib.parse import unquote
 
 import polars as pl
@@ -39,6 +39,9 @@ TARGET_FILE_BYTES = 128 * 1024 * 1024
 #: Raw bytes (ODS lines) are all distinct and never filtered on: a dictionary or min/max
 #: statistics for them cost a third of the write and buy nothing.
 _RAW_BYTES = ColumnProperties(dictionary_enabled=False, statistics_enabled="NONE")
+#: A read's row filters, all of which a row passes: ``(column, operator, value)``, the operator one of ``=``,
+#: ``!=``, ``<``, ``<=``, ``>``, ``>=``, ``in``.
+Filters: TypeAlias = Sequence[tuple[str, str, object]]
 
 
 def writer_properties(schema: pa.Schema) -> WriterProperties:
@@ -170,13 +173,7 @@ class Lake:
         fs, root = self.filesystem(delta.table_uri)
         return delta.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(root.rstrip("/"), fs))
 
-    def read(
-        self,
-        table: Table,
-        *,
-        filters: Sequence[tuple[str, str, object]] | None = None,
-        columns: Sequence[str] | None = None,
-    ) -> pa.Table:
+    def read(self, table: Table, *, filters: Filters | None = None, columns: Sequence[str] | None = None) -> pa.Table:
         """Read the table's current version."""
         dataset = self.dataset(self._existing(table))
         expr = None
@@ -186,11 +183,7 @@ class Lake:
         return dataset.to_table(columns=list(columns) if columns else None, filter=expr)
 
     def read_frame(
-        self,
-        table: Table,
-        *,
-        filters: Sequence[tuple[str, str, object]] | None = None,
-        columns: Sequence[str] | None = None,
+        self, table: Table, *, filters: Filters | None = None, columns: Sequence[str] | None = None
     ) -> pl.DataFrame:
         """:meth:`read` as a polars frame."""
         frame = pl.from_arrow(self.read(table, filters=filters, columns=columns))
