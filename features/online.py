@@ -20,7 +20,13 @@ from contracts.errors import InputError
 from features.online_store import connect_sqlite, mmh3_field, redis_client, table_name
 from features.repo.definitions import ENTITIES, feature_names, feature_tables, join_key, view_name
 from features.store import PROJECT, sqlite_path
+from warehouse.errors import NotYet
 from warehouse.settings import Settings
+
+
+class NotMaterialized(NotYet):
+    """No online store holds features yet: materialize them first."""
+
 
 _unpack_double = struct.Struct("<d").unpack_from
 _unpack_float = struct.Struct("<f").unpack_from
@@ -100,7 +106,9 @@ class OnlineReader:
         if con is None:
             path = sqlite_path(self.settings)
             if not path.exists():
-                raise InputError(f"no online store at {path}: materialize the features first (the materialize step)")
+                raise NotMaterialized(
+                    f"no online store at {path}: materialize the features first (the materialize step)"
+                )
             con = self._local.con = connect_sqlite(path)
         return con
 

@@ -132,11 +132,12 @@ def ads_section(lake: Lake, echo: Echo, day: dt.date) -> None:
 
 def features_section(settings: Settings, echo: Echo, user_id: str) -> None:
     """One user's online features, through the pipeline's lookup (once they are materialized)."""
+    from features.online import NotMaterialized
     from strata import pipeline
 
     try:
         values: dict[str, Any] = pipeline.get_online_features(settings, "user", user_id)
-    except LookupError as exc:  # no online store yet
+    except NotMaterialized as exc:
         echo(f"online features: not materialized yet ({exc}) — skipped")
         return
     echo(
