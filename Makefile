@@ -4,12 +4,14 @@
 #   make test-all   the same with the slow tests
 #   make lint   ruff (lint and format), the import layers and the type checker (mypy; its cache lives under
 #               the user's cache folder)
-# Setup happens once; a second run skips it unless pyproject.toml or uv.lock changed.
+# Setup happens once; a second run skips it unless pyproject.toml or uv.lock changed. The tests run in
+# TEST_WORKERS pytest-xdist workers (default 2; 0 runs them in this process).
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.strata-installed
+TEST_WORKERS ?= 2
 # Where Strata keeps derived files (warehouse.settings: STRATA_CACHE_DIR, else XDG_CACHE_HOME/strata).
 CACHE  := $(or $(STRATA_CACHE_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/strata)
 export UV_PROJECT_ENVIRONMENT := $(VENV)
@@ -41,10 +43,10 @@ lint: setup
 	$(BIN)/mypy --cache-dir "$(CACHE)/mypy"
 
 test: lint
-	$(BIN)/python -m pytest -q -m "not slow" --durations=15
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not slow" --durations=15
 
 test-all: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 bench: setup
 	$(BIN)/python -m benchmarks.harness $(BENCH)

@@ -26,7 +26,20 @@ SHIPPED_AZURE_MAPPING = REPO / "warehouse" / "sources" / "mappings" / "azure_llm
 
 #: The modules that take longest, the longest first: a worker starts them first, so the rest of the
 #: suite fills the other worker meanwhile instead of waiting for them at the end.
-FIRST: tuple[str, ...] = ()
+FIRST = (
+    "test_dags_run.py",
+    "test_benchmarks.py",
+    "test_ads.py",
+    "test_demo.py",
+    "test_forget_races.py",
+    "test_races.py",
+    "test_privacy.py",
+    "test_crashes.py",
+    "test_report.py",
+    "test_sql_cli.py",
+    "test_hostile_input.py",
+    "test_features.py",
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
