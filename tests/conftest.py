@@ -75,4 +75,3 @@ def redis_server(worker_id: str) -> Iterator[services.Redis]:
     uses it and every other worker starts its own, since the tests pick fixed database numbers."""
     with services.redis_server(own=worker_id not in ("master", "gw0")) as server:
         yield server
-
