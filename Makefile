@@ -4,12 +4,14 @@
 #   make test-all   the same with the slow tests
 #   make lint   ruff (lint and format), the import layers and the type checker (mypy; its cache lives under
 #               the user's cache folder)
-# Setup happens once; a second run skips it unless pyproject.toml or uv.lock changed.
+# Setup happens once; a second run skips it unless pyproject.toml or uv.lock changed. The tests run in
+# TEST_WORKERS pytest-xdist workers (default 2; 0 runs them in this process).
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.strata-installed
+TEST_WORKERS ?= 2
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export UV_PYTHON_DOWNLOADS := never
 export UV_COMPILE_BYTECODE := 1
@@ -39,10 +41,10 @@ lint: setup
 	cache=$$($(BIN)/python -m warehouse.settings cache-dir) && $(BIN)/mypy --cache-dir "$$cache/mypy"
 
 test: lint
-	$(BIN)/python -m pytest -q -m "not slow" --durations=15
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not slow" --durations=15
 
 test-all: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 bench: setup
 	$(BIN)/python -m benchmarks.harness $(BENCH)

@@ -210,8 +210,14 @@ def postgres_server() -> Iterator[Postgres]:
 
 
 @contextmanager
-def redis_server() -> Iterator[Redis]:
-    """The Redis ``STRATA_TEST_REDIS`` names when it answers, else one from the wheel while this lasts."""
+def redis_server(*, own: bool = False) -> Iterator[Redis]:
+    """The Redis ``STRATA_TEST_REDIS`` names when it answers, else one from the wheel while this lasts;
+    with ``own``, one from the wheel whatever answers (the tests pick fixed database numbers, so two
+    test processes running at once cannot share a server)."""
+    if own:
+        with wheel_redis() as server:
+            yield server
+        return
     from redis.connection import parse_url
 
     url = (os.environ.get(REDIS_SETTING) or REDIS_DEFAULT).rstrip("/")
