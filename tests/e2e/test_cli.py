@@ -101,6 +101,10 @@ def test_a_bug_is_called_one_and_the_hint_to_rerun_with_debug_is_true(tmp_path: 
     assert refused.stderr.endswith(
         "error: tenant must be 1-128 letters, digits, '.', '_' or '-', not 'a b' (--tenant)\n"
     )
+    # Nor is SQL that DuckDB cannot run: DuckDB's message and position, no hint.
+    typo = _run(["sql", "selec 1"], {"STRATA_HOME": str(tmp_path), "COLUMNS": "200"})
+    assert typo.returncode == 1 and "bug" not in typo.stderr and "--debug" not in typo.stderr
+    assert typo.stderr.startswith('error: Parser Error: syntax error at or near "selec"') and "LINE 1:" in typo.stderr
 
 
 def test_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
