@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 STRATA = [sys.executable, "-m", "strata.cli"]
@@ -34,6 +35,24 @@ def test_help_lists_every_command(tmp_path: Path) -> None:
         "docs",
     ):
         assert f" {command} " in result.stdout
+
+
+def test_every_commands_summary_is_one_paragraph_without_line_breaks() -> None:
+    """typer lists a command by its docstring's first paragraph and keeps its line breaks: at 80 columns a
+    broken line shows as a short line in the middle of the list."""
+    import inspect
+
+    import typer
+
+    from strata.cli import app
+
+    def summaries(group: object, path: str) -> Iterator[tuple[str, str]]:
+        for name, command in getattr(group, "commands", {}).items():
+            yield f"{path} {name}", inspect.cleandoc(command.help or "").split("\n\n")[0]
+            yield from summaries(command, f"{path} {name}")
+
+    broken = [name for name, summary in summaries(typer.main.get_command(app), "strata") if "\n" in summary]
+    assert not broken, broken
 
 
 def test_config_masks_the_pseudonym_key(tmp_path: Path) -> None:
