@@ -101,10 +101,10 @@ def config_cmd() -> None:
     from contracts.loader import search_path
     from warehouse.settings import load_settings
 
-    table = Table("setting", "value", title="Strata configuration")
-    for key, value in load_settings().masked().items():
-        table.add_row(key, value)
-    table.add_row("contracts_path", ", ".join(str(p) for p in search_path()))
+    table = Table("variable", "value", title="Strata configuration")
+    for variable, value in load_settings().masked().items():
+        table.add_row(variable, value)
+    table.add_row("STRATA_CONTRACTS_PATH", ", ".join(str(p) for p in search_path()))  # the shipped folder first
     out.print(table)
 
 
