@@ -124,6 +124,10 @@ def test_a_bug_is_called_one_and_the_hint_to_rerun_with_debug_is_true(tmp_path: 
     typo = _run(["sql", "selec 1"], {"STRATA_HOME": str(tmp_path), "COLUMNS": "200"})
     assert typo.returncode == 1 and "bug" not in typo.stderr and "--debug" not in typo.stderr
     assert typo.stderr.startswith('error: Parser Error: syntax error at or near "selec"') and "LINE 1:" in typo.stderr
+    # Input not there yet: the library names the step that makes it, the CLI the command that runs the step.
+    early = _run(["build", "ads", "--date", "2026-01-01"], {"STRATA_HOME": str(tmp_path), "COLUMNS": "200"})
+    assert early.returncode == 1
+    assert early.stderr.endswith("error: dwd.request does not exist: build DWD first (strata build dwd --date D)\n")
 
 
 def test_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
