@@ -132,11 +132,14 @@ def ads_section(lake: Lake, echo: Echo, day: dt.date) -> None:
 
 def features_section(settings: Settings, echo: Echo, user_id: str) -> None:
     """One user's online features, through the pipeline's lookup (once they are materialized)."""
+    from contracts.errors import InputError
     from strata import pipeline
 
     try:
         values: dict[str, Any] = pipeline.get_online_features(settings, "user", user_id)
-    except LookupError as exc:  # no online store yet
+    except InputError as exc:
+        if exc.step != "materialize":  # anything but "no online store yet"
+            raise
         echo(f"online features: not materialized yet ({exc}) — skipped")
         return
     echo(
