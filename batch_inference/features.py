@@ -47,7 +47,7 @@ def bucket_sql(column: str) -> str:
 def active_entities(lake: Lake, day: dt.date, entity: str, buckets: range) -> pa.Array:
     """Distinct entity keys with a request on ``day`` in these buckets, sorted."""
     if lake.open_table(DWD_REQUEST) is None:
-        raise InputError("dwd.request does not exist: build DWD first (the dwd step)")
+        raise InputError("dwd.request does not exist: build DWD first", step="build_dwd")
     con = lake_reader(lake.settings)
     rows = con.execute(
         f"""

@@ -166,7 +166,7 @@ def get(settings: Settings, name: str, version: str | None = None) -> ModelVersi
     folder = _root(settings, name)
     versions = _versions(folder)
     if not versions:
-        raise ModelError(f"no model {name!r} is registered (train one: the train step)")
+        raise ModelError(f"no model {name!r} is registered", step="train")
     chosen = version or f"v{versions[-1]}"
     path = folder / chosen
     if not (path / "model.json").is_file():
@@ -176,20 +176,24 @@ def get(settings: Settings, name: str, version: str | None = None) -> ModelVersi
 
 def _verified_card(path: Path, ref: str) -> ModelCard:
     """The card in ``path``, when it parses and is the one registered; else :class:`BadCard`."""
-    again = "re-train to register a new version (the train step)"
+    again = "re-train to register a new version"
     try:
         card = ModelCard.from_json((path / "model.json").read_text())
     except (ValueError, TypeError, KeyError, AttributeError) as exc:  # bad JSON, or not a card's fields
-        raise BadCard(f"{ref}: its model.json is not a model card ({type(exc).__name__}: {exc}); {again}") from None
+        raise BadCard(
+            f"{ref}: its model.json is not a model card ({type(exc).__name__}: {exc}); {again}", step="train"
+        ) from None
     if not card.card_sha256:
         raise BadCard(
             f"{ref}: its model.json has no card_sha256 (registered before cards were hashed), so an edit "
-            f"to its features or threshold could not be told; {again}"
+            f"to its features or threshold could not be told; {again}",
+            step="train",
         )
     if card.digest() != card.card_sha256 or card.ref != ref:
         raise BadCard(
             f"{ref}: its model.json changed after registration (it no longer matches its card_sha256 "
-            f"{card.card_sha256[:12]}…); {again}"
+            f"{card.card_sha256[:12]}…); {again}",
+            step="train",
         )
     return card
 

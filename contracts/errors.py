@@ -18,15 +18,17 @@ from typing import Any, ClassVar
 class StrataError(Exception):
     """The root of Strata's errors; :attr:`retry` says whether trying again can help.
 
-    Messages speak the library's terms (the argument, the table, the step), never a front end's:
-    ``argument`` names the argument that would change the outcome (``tenant``, ``mapping``), so a
-    front end can say how to set it (the CLI names its option)."""
+    Messages speak the library's terms (the argument, the table), never a front end's: ``argument``
+    names the argument that would change the outcome (``tenant``, ``mapping``), and ``step`` the step
+    of ``strata/pipeline.py`` whose run would make what is missing (``build_dwd``, ``train``), so a
+    front end can say how to set the one and run the other (the CLI names its option and command)."""
 
     retry: ClassVar[bool] = False
 
-    def __init__(self, message: str, *, argument: str | None = None) -> None:
+    def __init__(self, message: str, *, argument: str | None = None, step: str | None = None) -> None:
         super().__init__(message)
         self.argument = argument
+        self.step = step
 
 
 class InputError(StrataError):

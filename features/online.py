@@ -106,9 +106,7 @@ class OnlineReader:
         if con is None:
             path = sqlite_path(self.settings)
             if not path.exists():
-                raise NotMaterialized(
-                    f"no online store at {path}: materialize the features first (the materialize step)"
-                )
+                raise NotMaterialized(f"no online store at {path}: materialize the features first", step="materialize")
             con = self._local.con = connect_sqlite(path)
         return con
 

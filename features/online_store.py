@@ -77,7 +77,8 @@ class SqliteWriter:
         if found is None:
             raise InputError(
                 f"the online store {path} has no table {table_name(project, view)}: apply the "
-                "Feast definitions first (the materialize step does)"
+                "Feast definitions first (materializing does)",
+                step="materialize",
             )
 
         def statement(rows: int) -> str:

@@ -58,6 +58,15 @@ OPTIONS: dict[str, str] = {
 }
 
 
+#: The command that runs each step the library names in an error (:attr:`StrataError.step`).
+COMMANDS: dict[str, str] = {
+    "build_dwd": "strata build dwd --date D",
+    "land": "strata ingest PATH",
+    "materialize": "strata features materialize",
+    "train": "strata model train --name NAME --until D",
+}
+
+
 @dataclass
 class Run:
     """What the root options say about this run, for the error boundary in :func:`main`."""
@@ -101,10 +110,10 @@ def config_cmd() -> None:
     from contracts.loader import search_path
     from warehouse.settings import load_settings
 
-    table = Table("setting", "value", title="Strata configuration")
-    for key, value in load_settings().masked().items():
-        table.add_row(key, value)
-    table.add_row("contracts_path", ", ".join(str(p) for p in search_path()))
+    table = Table("variable", "value", title="Strata configuration")
+    for variable, value in load_settings().masked().items():
+        table.add_row(variable, value)
+    table.add_row("STRATA_CONTRACTS_PATH", ", ".join(str(p) for p in search_path()))  # the shipped folder first
     out.print(table)
 
 
@@ -125,10 +134,11 @@ app.add_typer(collect.app)
 
 def error_line(exc: Exception) -> str:
     """The one line the CLI prints for an error (markup escaped): a Strata error's message, with the
-    option to change when the library names the argument at fault; any other exception as a bug."""
+    option to change when the library names the argument at fault and the command to run when it names
+    a step; any other exception as a bug."""
     if isinstance(exc, StrataError):
-        option = OPTIONS.get(exc.argument or "")
-        return escape(str(exc) or type(exc).__name__) + (f" ({option})" if option else "")
+        hints = "; ".join(h for h in (OPTIONS.get(exc.argument or ""), COMMANDS.get(exc.step or "")) if h)
+        return escape(str(exc) or type(exc).__name__) + (f" ({hints})" if hints else "")
     return escape(f"a bug in Strata, not in what was asked: {type(exc).__name__}: {exc}")
 
 

@@ -222,5 +222,14 @@ def progress(description: str) -> Iterator[ProgressFn]:
             task = bar.add_task(label, total=total)
         bar.update(task, completed=done, total=total, description=label)
 
+    # On one terminal, what a command prints on stdout meanwhile goes above the bar too, as stderr's
+    # lines do; else it would follow the bar's last drawing on its line and leave it on the screen.
+    above = out.is_terminal and console.is_terminal
     with bar:
-        yield step
+        if above:
+            out.push_render_hook(bar.live)
+        try:
+            yield step
+        finally:
+            if above:
+                out.pop_render_hook()

@@ -118,8 +118,11 @@ def ads_section(lake: Lake, echo: Echo, day: dt.date) -> None:
             echo(f"ADS, {title}: not built yet ({name} does not exist) — skipped")
             continue
         frame = lake.read_frame(table)
+        when = str(day)  # the day's rows; a day without any (no retry storm): every day's, said so
         if "event_date" in frame.columns and (frame["event_date"] == day).any():
             frame = frame.filter(frame["event_date"] == day)
+        elif "event_date" in frame.columns and not frame.is_empty():
+            when = f"every day: none on {day}"
         columns = list(dict.fromkeys(c for pattern in show for c in frame.columns if re.search(pattern, c)))
         columns = columns or frame.columns
         if frame.is_empty():
@@ -127,7 +130,7 @@ def ads_section(lake: Lake, echo: Echo, day: dt.date) -> None:
             continue
         order = next((c for c in columns if re.search(sort, c)), columns[0])
         frame = frame.select(columns).sort(order, descending=True, nulls_last=True).head(5)
-        echo(_table(f"{title} ({name}, {day})", columns, [list(r) for r in frame.iter_rows()]))
+        echo(_table(f"{title} ({name}, {when})", columns, [list(r) for r in frame.iter_rows()]))
 
 
 def features_section(settings: Settings, echo: Echo, user_id: str) -> None:

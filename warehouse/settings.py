@@ -90,10 +90,10 @@ class Var:
             raise ConfigError(f"{self.name} must be {self.kind.must_be}{quoted}") from None
 
     def shown(self, value: Any) -> str:
-        """The value for display: a secret only says whether it is set."""
-        if self.secret:
-            return "****" if value else "(not set)"
-        return self.kind.show(value)
+        """The value for display, as the variable would hold it; a secret only says whether it is set."""
+        if value is None or (self.secret and not value):
+            return "(not set)"
+        return "****" if self.secret else self.kind.show(self.kind.write(value))
 
 
 def _var(
@@ -414,8 +414,10 @@ class Settings:
         return self.pseudonym_key.encode()
 
     def masked(self) -> dict[str, str]:
-        """Every setting as text, secrets masked, for display."""
-        return {attribute: var.shown(getattr(self, attribute)) for attribute, var in _declared(Settings)}
+        """Every setting as text, secrets masked, for display: by the variable that sets it (the one
+        ``docs/settings.md`` lists), or for a setting derived from others by what it is derived from
+        (``$STRATA_HOME/feast``)."""
+        return {var.name or str(var.default): var.shown(getattr(self, attr)) for attr, var in _declared(Settings)}
 
     def to_env(self) -> dict[str, str]:
         """The environment variables that give these settings back (for a child process or a worker)."""

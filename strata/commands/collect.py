@@ -17,8 +17,11 @@ def collect_cmd(
         None, min=1, help="Processes serving the port (default STRATA_COLLECT_WORKERS, else 1)."
     ),
 ) -> None:
-    """Receive OTLP/HTTP traces (POST /v1/traces, protobuf or JSON) until stopped; closed spool segments are
-    moved to the landing zone, where the next ingest converts them to OTLP/JSON and lands them. Needs no Airflow."""
+    """Receive OTLP/HTTP traces (POST /v1/traces, protobuf or JSON) until stopped. Needs no Airflow.
+
+    Closed spool segments are moved to the landing zone, where the next ingest converts them to OTLP/JSON
+    and lands them.
+    """
     import dataclasses
 
     from warehouse.settings import load_collect_settings, load_settings

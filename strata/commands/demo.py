@@ -51,8 +51,11 @@ def demo_cmd(
     seed: int = typer.Option(7, "--seed", help="Random seed."),
     reset: bool = typer.Option(False, "--reset", help="Remove the demo's corner (lake, files, key) and start over."),
 ) -> None:
-    """Generate a week of logs ending yesterday and run the real DAGs through Airflow, day by day, under
-    STRATA_HOME/demo (a re-run reuses its dates). `strata demo env`: the shell line to use its lake."""
+    """Generate a week of logs and run the real DAGs through Airflow, day by day, under STRATA_HOME/demo.
+
+    The traffic ends four days ago and its late feedback yesterday (a re-run reuses its dates). `strata demo
+    env`: the shell line to use its lake.
+    """
     from strata.demo import reset as reset_demo
     from strata.demo import run_demo
     from warehouse.settings import load_settings

@@ -29,8 +29,11 @@ def materialize_cmd(
     end: str | None = typer.Option(None, "--end", help="Only rows with feature_ts before this (UTC)."),
     full: bool = typer.Option(False, "--full", help="Read every DWS row again, not only what changed."),
 ) -> None:
-    """Write each entity's latest DWS row into the online store. By default incremental: the DWS
-    tables' Delta versions since the last run say which partitions to read again."""
+    """Write each entity's latest DWS row into the online store.
+
+    By default incremental: the DWS tables' Delta versions since the last run say which partitions to
+    read again.
+    """
     from strata import pipeline
     from warehouse.settings import load_settings
 
@@ -100,8 +103,10 @@ def serve_cmd(
     max_entities: int = typer.Option(1000, "--max-entities", min=1, help="Entities one lookup may name."),
     max_body: int = typer.Option(1 << 20, "--max-body-bytes", min=1024, help="Largest request body."),
 ) -> None:
-    """Serve online features over HTTP with Feast's feature server: lookups (POST /get-online-features)
-    and GET /health only, unless --allow-writes."""
+    """Serve online features over HTTP with Feast's feature server.
+
+    Lookups (POST /get-online-features) and GET /health only, unless --allow-writes.
+    """
     from features.http_api import Limits
     from features.serve import serve
     from warehouse.settings import load_settings

@@ -3,17 +3,21 @@ and the ledger of what landed."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
 
-from strata.console import console, out, progress
+from strata.console import Command, console, out, progress, say
 from strata.options import WAIT, for_writing
 from warehouse.sources.formats import Format
 
 if TYPE_CHECKING:
+    import datetime as dt
+    from collections.abc import Iterable
+
     from strata.pipeline import StepResult
     from warehouse.ods.ingest import IngestReport
 
@@ -100,17 +104,19 @@ def _print_landed(result: StepResult) -> None:
             "--reland lands them again as this run reads them, replacing their earlier rows"
         )
     if report.dates:
-        out.print(
-            f"event dates landed: {', '.join(d.isoformat() for d in report.dates)}; build them with: "
-            f"strata build dwd {' '.join(f'--date {d.isoformat()}' for d in report.dates)}"
-        )
+        out.print(f"event dates landed: {', '.join(d.isoformat() for d in report.dates)}; build them with:")
+        say(_build_dwd(report.dates))
     replaced = [f for f in report.landed if f.replaced]
     if replaced:
-        dates = " ".join(f"--date {d.isoformat()}" for d in sorted(report.stale_dates))
-        out.print(
-            f"re-landed {len(replaced)} file(s), replacing their earlier rows"
-            + (f"; DWD of their event dates is stale until rebuilt: strata build dwd {dates}" if dates else "")
-        )
+        stale = "; DWD of their event dates is stale until rebuilt:" if report.stale_dates else ""
+        out.print(f"re-landed {len(replaced)} file(s), replacing their earlier rows{stale}")
+        if report.stale_dates:
+            say(_build_dwd(report.stale_dates))
+
+
+def _build_dwd(dates: Iterable[dt.date]) -> Command:
+    """The command that builds ``dates``, to copy: whole on one line however narrow the terminal."""
+    return Command(f"  strata build dwd {' '.join(f'--date {d.isoformat()}' for d in sorted(dates))}")
 
 
 def _print_problems(report: IngestReport) -> None:
@@ -123,9 +129,9 @@ def _print_problems(report: IngestReport) -> None:
     for bad in report.all_malformed:
         console.print(
             f"[red]not logs?[/] every one of the {bad.lines:,} lines of {escape(str(bad.path))} is "
-            f"malformed; its bytes are archived in {bad.table}. If it was landed by mistake: "
-            f"strata unland {escape(str(bad.path))}"
+            f"malformed; its bytes are archived in {bad.table}. If it was landed by mistake:"
         )
+        say(Command(f"  {shlex.join(['strata', 'unland', str(bad.path)])}"), console)
     for failed in report.failed:
         console.print(f"[red]not landed:[/] {escape(failed.error)}")
     if report.failed or report.all_malformed or report.nested:
@@ -147,8 +153,8 @@ def unland_cmd(
         out.print(f"{table}: removed {rows:,} line(s)")
     out.print(f"unlanded {report.files} file(s)")
     if report.stale_dates:
-        dates = " ".join(f"--date {d.isoformat()}" for d in sorted(report.stale_dates))
-        out.print(f"DWD of their event dates is stale until rebuilt: strata build dwd {dates}")
+        out.print("DWD of their event dates is stale until rebuilt:")
+        say(_build_dwd(report.stale_dates))
 
 
 @app.command("landed")

@@ -69,8 +69,11 @@ def forget_cmd(
 
 @privacy_app.command("clean")
 def privacy_clean_cmd(wait: float | None = WAIT) -> None:
-    """Clean a lake built before the attribute policy: rebuild every DWD date, vacuum dwd.request's old
-    versions (an --as-of read of one then fails), rebuild the DWS and ADS dates and the online store."""
+    """Clean a lake built before the attribute policy: rebuild DWD, vacuum, rebuild what follows.
+
+    Rebuilds every DWD date, vacuums dwd.request's old versions (an --as-of read of one then fails), then
+    rebuilds the DWS and ADS dates and the online store.
+    """
     from strata import pipeline
 
     settings = for_writing(wait)

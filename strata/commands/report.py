@@ -23,8 +23,11 @@ def report_cmd(
         None, "--out", help="Write the page to this local file instead of the lake's reports/ folder."
     ),
 ) -> None:
-    """Write the report of a date range (requests, cost, latency, quality, consistency, scores, lineage) as
-    one HTML page that opens offline: into the lake's reports/ folder, or to --out."""
+    """Write the report of a date range as one HTML page that opens offline.
+
+    It shows requests, cost, latency, quality, consistency, scores and lineage, and goes into the lake's
+    reports/ folder, or to --out.
+    """
     from strata import pipeline
     from strata.options import for_writing
     from strata.report import latest_day

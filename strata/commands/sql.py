@@ -165,8 +165,7 @@ def _prompt(session: Session, settings: Settings, max_rows: int, vertical: bool)
 
     import duckdb
 
-    from warehouse.sql.guard import QueryRefused
-    from warehouse.sql.sandbox import QueryCancelled
+    from contracts.errors import InputError
 
     history = settings.home / "sql_history"
     with contextlib.suppress(OSError):  # no history yet, or one it cannot read
@@ -216,7 +215,7 @@ def _prompt(session: Session, settings: Settings, max_rows: int, vertical: bool)
             try:
                 for reader in session.execute(text):
                     _print_table(reader, max_rows, vertical)
-            except (duckdb.Error, QueryRefused, QueryCancelled) as e:
+            except (duckdb.Error, InputError) as e:  # refused, cancelled, or DuckDB's own error: the next one
                 console.print(f"[red]error:[/] {escape(str(e))}")
             finally:
                 signal.signal(signal.SIGINT, cancel)

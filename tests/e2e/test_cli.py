@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 STRATA = [sys.executable, "-m", "strata.cli"]
@@ -34,6 +35,24 @@ def test_help_lists_every_command(tmp_path: Path) -> None:
         "docs",
     ):
         assert f" {command} " in result.stdout
+
+
+def test_every_commands_summary_is_one_paragraph_without_line_breaks() -> None:
+    """typer lists a command by its docstring's first paragraph and keeps its line breaks: at 80 columns a
+    broken line shows as a short line in the middle of the list."""
+    import inspect
+
+    import typer
+
+    from strata.cli import app
+
+    def summaries(group: object, path: str) -> Iterator[tuple[str, str]]:
+        for name, command in getattr(group, "commands", {}).items():
+            yield f"{path} {name}", inspect.cleandoc(command.help or "").split("\n\n")[0]
+            yield from summaries(command, f"{path} {name}")
+
+    broken = [name for name, summary in summaries(typer.main.get_command(app), "strata") if "\n" in summary]
+    assert not broken, broken
 
 
 def test_config_masks_the_pseudonym_key(tmp_path: Path) -> None:
@@ -101,6 +120,14 @@ def test_a_bug_is_called_one_and_the_hint_to_rerun_with_debug_is_true(tmp_path: 
     assert refused.stderr.endswith(
         "error: tenant must be 1-128 letters, digits, '.', '_' or '-', not 'a b' (--tenant)\n"
     )
+    # Nor is SQL that DuckDB cannot run: DuckDB's message and position, no hint.
+    typo = _run(["sql", "selec 1"], {"STRATA_HOME": str(tmp_path), "COLUMNS": "200"})
+    assert typo.returncode == 1 and "bug" not in typo.stderr and "--debug" not in typo.stderr
+    assert typo.stderr.startswith('error: Parser Error: syntax error at or near "selec"') and "LINE 1:" in typo.stderr
+    # Input not there yet: the library names the step that makes it, the CLI the command that runs the step.
+    early = _run(["build", "ads", "--date", "2026-01-01"], {"STRATA_HOME": str(tmp_path), "COLUMNS": "200"})
+    assert early.returncode == 1
+    assert early.stderr.endswith("error: dwd.request does not exist: build DWD first (strata build dwd --date D)\n")
 
 
 def test_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:

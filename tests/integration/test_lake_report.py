@@ -110,3 +110,22 @@ def test_the_analyst_answers_read_at_80_columns_in_plain_units(strata_env: Path)
     assert "not shown at 80 columns: errors, cost_usd" in " ".join(text.split())
     wide = _render([s for s in said if isinstance(s, FitTable)], width=200)
     assert "$0.8094" in wide and "not shown" not in wide
+
+
+def test_an_answer_without_rows_on_the_day_says_whose_rows_it_shows(strata_env: Path) -> None:
+    """The demo's last day may hold no retry storm: the week's storms show, titled as such, not as the day's."""
+    settings = load_settings()
+    storms = pl.DataFrame(
+        {
+            "event_date": [DAY - dt.timedelta(days=6), DAY - dt.timedelta(days=4)],
+            "tenant_id": ["t1", "t2"],
+            "model": ["m", "m"],
+            "retries": [74, 35],
+        }
+    )
+    storms.write_delta(Table("ads.retry_storms").uri(settings))
+    said: list[Any] = []
+    lake_report.ads_section(Lake(settings), said.append, DAY)
+    tables = [s for s in said if isinstance(s, FitTable)]
+    assert [t.title for t in tables] == ["retry storms (ads.retry_storms, every day: none on 2026-01-07)"]
+    assert "t1" in _render(tables) and "t2" in _render(tables)

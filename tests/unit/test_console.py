@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import io
 
 import pytest
 from rich.console import Console
@@ -86,3 +87,27 @@ def test_a_fit_table_leaves_columns_out_and_shortens_paths_rather_than_cropping_
     assert narrow[-1] == "not shown at 80 columns: table, read as"  # those named in drop go first
     wide = "\n".join(_lines(table, 200))
     assert PATH in wide and "not shown" not in wide and "…" not in wide
+
+
+@pytest.mark.parametrize("one_terminal", [True, False])
+def test_stdout_lines_print_above_a_progress_bar_on_one_terminal(
+    monkeypatch: pytest.MonkeyPatch, one_terminal: bool
+) -> None:
+    """The demo's run lines (stdout) under its bar (stderr): on one terminal the bar is erased first and drawn
+    again below, not left on screen with the line following it; a stdout that is no terminal gets no bar."""
+    from strata import console as consoles
+
+    screen, piped = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(consoles, "console", Console(file=screen, force_terminal=True, width=80, highlight=False))
+    stdout = Console(file=screen, force_terminal=True, width=80, highlight=False)  # the same screen
+    monkeypatch.setattr(consoles, "out", stdout if one_terminal else Console(file=piped, highlight=False))
+    with consoles.progress("DAG runs") as step:
+        step("starting", 0, 2)
+        consoles.out.print("✓ strata_daily 2026-11-27")
+        step("strata_daily 2026-11-27", 1, 2)
+    if one_terminal:
+        before, after = screen.getvalue().split("✓ strata_daily 2026-11-27", 1)
+        assert before.endswith("\r\x1b[2K") and "DAG runs: starting" in before  # erased, then the line
+        assert "DAG runs" in after.split("\n", 1)[1]  # and the bar again beneath it
+    else:
+        assert piped.getvalue() == "✓ strata_daily 2026-11-27\n"

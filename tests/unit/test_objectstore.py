@@ -43,7 +43,7 @@ def test_an_s3_lake_gets_the_same_endpoint_region_and_keys_in_every_client(tmp_p
 def test_s3_settings_are_masked_validated_and_travel_to_a_child(tmp_path: Path) -> None:
     settings = load_settings({"STRATA_HOME": str(tmp_path), **S3, "STRATA_SCORE_SHARDS": "4"})
     shown = settings.masked()
-    assert shown["s3_secret_access_key"] == "****" and shown["s3_access_key_id"] == "****"
+    assert shown["AWS_SECRET_ACCESS_KEY"] == "****" and shown["AWS_ACCESS_KEY_ID"] == "****"
     assert "not-a-secret" not in str(shown)
     assert load_settings(settings.to_env()) == settings  # a child process gets the same settings back
     assert settings.score_shards == 4

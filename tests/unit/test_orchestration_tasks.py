@@ -135,7 +135,9 @@ def test_prices_load_only_when_a_price_list_is_there_and_changed(
 def test_scoring_waits_for_a_registered_model_then_shards_come_from_the_settings(
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]], strata_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with pytest.raises(tasks.Skip, match=r"no model 'user_risk' is registered .* until strata_train registers one"):
+    with pytest.raises(
+        tasks.Skip, match=r"no model 'user_risk' is registered: scoring is skipped until strata_train registers one"
+    ):
         tasks.shards("score")
     settings = tasks.task_settings()
     register(

@@ -131,10 +131,10 @@ def build(
     # The days' partitions of every mart, and the tables dbt reads, from the first read to the last commit.
     with lake.hold(write=[(mart, {"event_date": d}) for mart in MARTS for d in built], read=SOURCES):
         if lake.open_table(DWD_REQUEST) is None:
-            raise InputError(f"{DWD_REQUEST} does not exist: build DWD first (the dwd step)")
+            raise InputError(f"{DWD_REQUEST} does not exist: build DWD first", step="build_dwd")
         missing = sorted(set(built) - _dwd_days(lake, built))
         if missing:
-            raise NoData(f"DWD was never built for {', '.join(map(str, missing))}: build it first (the dwd step)")
+            raise NoData(f"DWD was never built for {', '.join(map(str, missing))}: build it first", step="build_dwd")
         if any(needs_expectations(mart) for mart in MARTS):
             warm_up()  # the audit worker imports Great Expectations while dbt runs
         run = new_run(lake.settings, f"build-{built[0]}" + (f"-{built[-1]}" if len(built) > 1 else ""))

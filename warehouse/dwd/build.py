@@ -69,7 +69,7 @@ def _build_locked(
         if ods is None and not require:
             return None
         if ods is None:
-            raise InputError(f"{ods_table} does not exist: land files first (the ingest step)")
+            raise InputError(f"{ods_table} does not exist: land files first", step="land")
         own = lake.dataset(ods).to_table(columns=["ingested_at"], filter=pc.field("event_date") == day).column(0)
         borrowed = borrowed_files(lake, ods, day)
         arrivals = pa.concat_arrays([own.combine_chunks(), borrowed_arrivals(lake, borrowed, day).to_arrow()])

@@ -76,7 +76,7 @@ def build(lake: Lake, day: dt.date, progress: Progress | None = None) -> dict[st
 
     delta = lake.open_table(DWD_REQUEST)
     if delta is None:
-        raise InputError(f"{DWD_REQUEST} does not exist: build DWD first (the dwd step)")
+        raise InputError(f"{DWD_REQUEST} does not exist: build DWD first", step="build_dwd")
     first = day - dt.timedelta(days=AFFECTED_DAYS)
     if not lake.dataset(delta).count_rows(filter=pc.field("event_date").isin(affected_days(first))):
         raise NoData(

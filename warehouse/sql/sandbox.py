@@ -59,6 +59,15 @@ class QueryCancelled(InputError):
     """A statement was interrupted: it ran past the session's timeout, or Ctrl-C."""
 
 
+class QueryFailed(InputError):
+    """DuckDB could not run a statement as written (its syntax, a name, a type, a value, a file outside
+    the sandbox): DuckDB's message and position. The same statement fails the same way."""
+
+
+#: DuckDB's errors that a statement's text causes, as against a fault of the machine or a bug.
+STATEMENT_ERRORS = (duckdb.ProgrammingError, duckdb.DataError, duckdb.NotSupportedError, duckdb.PermissionException)
+
+
 @dataclass(frozen=True)
 class View:
     """One table as the session shows it: its view name, the Delta version read, and whether pinned."""
@@ -174,7 +183,10 @@ class Session:
 
     def statements(self, sql: str) -> list[duckdb.Statement]:
         """The statements of ``sql``, parsed by DuckDB; :class:`QueryRefused` unless each is a read."""
-        statements = self.con.extract_statements(sql)
+        try:
+            statements = self.con.extract_statements(sql)
+        except STATEMENT_ERRORS as e:
+            raise QueryFailed(str(e)) from e
         if not statements:
             raise QueryRefused("no SQL statement to run")
         views = [(v.table.layer, v.table.name.split(".", 1)[1]) for v in self.views]
@@ -244,9 +256,12 @@ class Session:
                     yield self._guarded(self.con.execute(statement.query).to_arrow_reader(BATCH_ROWS))
                 except duckdb.PermissionException as e:
                     hint = "" if self.raw else "; raw lines (ODS, quarantine) need a raw session"
-                    raise duckdb.PermissionException(f"{e}\n(a session reads only the lake's tables{hint})") from None
+                    raise QueryFailed(f"{e}\n(a session reads only the lake's tables{hint})") from e
                 finally:
                     timer.cancel()
+        except STATEMENT_ERRORS as e:
+            self._raise_if_stopped()
+            raise QueryFailed(str(e)) from e
         except Exception:
             self._raise_if_stopped()
             raise
@@ -269,6 +284,9 @@ class Session:
         def batches() -> Iterator[pa.RecordBatch]:
             try:
                 yield from reader
+            except STATEMENT_ERRORS as e:
+                self._raise_if_stopped()
+                raise QueryFailed(str(e)) from e
             except Exception:
                 self._raise_if_stopped()
                 raise
