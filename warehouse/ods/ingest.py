@@ -201,8 +201,17 @@ def ingest(
         log.warning("not converted, not landed: %s", error)
     found = _find(conversion.paths, fmt, mapping, tenant or settings.default_tenant, report)
     step = _Landing(Lake(settings), report, mapping, reland, progress, total=len(found))
-    for table in sorted({f.table for f in found}, key=lambda t: t.name):
-        step.land(table, [f for f in found if f.table == table])
+    tables = sorted({f.table for f in found}, key=lambda t: t.name)
+    # Every file is checked and landed under its own lock (a re-landing replaces rows across its
+    # table), all taken at once for the run: a retention or forget runs before it or after it, never
+    # between its tables.
+    write: list[tuple[Table, dict[str, object] | None]] = (
+        [(t, None) for t in tables] if reland else [(f.table, {"file_sha256": f.sha256}) for f in found]
+    )
+    with locks.hold(settings, write=write, read=[OPS_LANDED_FILES, OPS_SUPPRESSED_RECORDS]):
+        step.suppression = Suppression.load(step.lake)  # under the locks: a forget ran before, or waits
+        for table in tables:
+            step.land(table, [f for f in found if f.table == table])
     for warning in report.warnings:
         log.warning("%s", warning)
     return report
@@ -222,31 +231,24 @@ class _Landing:
     suppression: Suppression = field(default_factory=lambda: Suppression(b"", {}))
 
     def land(self, table: Table, found: list[_Found]) -> None:
+        """Land ``found`` (files of ``table``), under the run's locks."""
         hashes = [f.sha256 for f in found]
-        # Each file is checked and landed under its own lock; a re-landing replaces rows across the table.
-        write: list[tuple[Table, dict[str, object] | None]] = (
-            [(table, None)] if self.reland else [(table, {"file_sha256": sha}) for sha in hashes]
-        )
-        with locks.hold(self.lake.settings, write=write, read=[OPS_LANDED_FILES, OPS_SUPPRESSED_RECORDS]):
-            ledger.reconcile(self.lake, table, hashes)  # a crash between the ODS and ledger commits
-            self.suppression = Suppression.load(self.lake)  # under the locks: a forget ran before, or waits
-            seen = {
-                row["file_sha256"]: row for row in ledger.seen_files(self.lake, table, hashes).iter_rows(named=True)
-            }
-            plan = []
-            for item in found:
-                earlier = seen.get(item.sha256)
-                if earlier is not None and not self.reland:
-                    self.report.files.append(
-                        FileResult(item.path, table, "skipped", source=item.source, landed_as=earlier["source"])
-                    )
-                    log.debug("%s: landed before (same content), skipped", item.path)
-                else:
-                    plan.append((item, earlier))
-            if len(plan) < len(found):
-                log.info("%s: %d of %d file(s) landed before, skipped", table.name, len(found) - len(plan), len(found))
-            if plan:
-                self._commit(table, plan)
+        ledger.reconcile(self.lake, table, hashes)  # a crash between the ODS and ledger commits
+        seen = {row["file_sha256"]: row for row in ledger.seen_files(self.lake, table, hashes).iter_rows(named=True)}
+        plan = []
+        for item in found:
+            earlier = seen.get(item.sha256)
+            if earlier is not None and not self.reland:
+                self.report.files.append(
+                    FileResult(item.path, table, "skipped", source=item.source, landed_as=earlier["source"])
+                )
+                log.debug("%s: landed before (same content), skipped", item.path)
+            else:
+                plan.append((item, earlier))
+        if len(plan) < len(found):
+            log.info("%s: %d of %d file(s) landed before, skipped", table.name, len(found) - len(plan), len(found))
+        if plan:
+            self._commit(table, plan)
 
     def _commit(self, table: Table, plan: list[tuple[_Found, dict[str, Any] | None]]) -> None:
         if self.mapping is not None:  # kept beside ODS only when something lands with it
