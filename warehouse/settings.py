@@ -158,16 +158,16 @@ def _wait(text: str) -> float:
 
 def _size(text: str) -> str:
     value = text.strip()
-    _refuse(
-        re.fullmatch(r"[0-9]+(\.[0-9]+)?\s*([KMGT]i?B)", value, re.IGNORECASE) is not None
-        and float(re.sub(r"[^0-9.]", "", value)) > 0
-    )
+    try:
+        _refuse(size_bytes(value) > 0)
+    except ConfigError:
+        _refuse(False)
     return value
 
 
 def size_bytes(size: str) -> int:
     """Bytes of a checked size, as DuckDB reads it: KB, MB… are powers of 1000, KiB, MiB… of 1024."""
-    found = re.fullmatch(r"([0-9.]+)\s*([KMGT])(i?)B", size.strip(), re.IGNORECASE)
+    found = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*([KMGT])(i?)B", size.strip(), re.IGNORECASE)
     if found is None:
         raise ConfigError(f"{size!r} is not a size such as 512MB or 4GB")
     number, unit, binary = found.groups()
