@@ -30,7 +30,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, redis_server: Redis) -> Itera
     """Each benchmark's (exit code, the end of its output, its results file), run two at a time."""
 
     def run(name: str) -> tuple[str, tuple[int, str, Path]]:
-        folder = tmp_path_factory.mktemp(f"bench-{name}")
+        folder = folders[name]
         out = folder / "results.json"
         env = {
             **os.environ,
@@ -48,6 +48,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory, redis_server: Redis) -> Itera
         return name, (done.returncode, done.stdout[-3000:] + done.stderr[-3000:], out)
 
     ordered = sorted(NAMES, key=lambda n: LONGEST.index(n) if n in LONGEST else len(LONGEST))
+    # Made here, in one thread: the factory's first call creates this worker's base folder, and two
+    # threads making it at once collide (FileExistsError on CI).
+    folders = {name: tmp_path_factory.mktemp(f"bench-{name}") for name in ordered}
     with ThreadPoolExecutor(2) as pool:
         yield dict(pool.map(run, ordered))
 
