@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -16,6 +17,8 @@ FENCED = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 INLINE = re.compile(r"`[^`\n]*`")
 #: A heading's text, which GitHub turns into the anchor ``#…`` other pages link to.
 HEADING = re.compile(r"^#{1,6} +(.+?) *$", re.MULTILINE)
+#: A requirement pinned to one version: ``name==version``.
+PIN = re.compile(r"([A-Za-z0-9_.\-]+)==([^\s=<>!~;,]+)")
 
 
 def _tracked(*patterns: str) -> list[Path]:
@@ -70,3 +73,32 @@ def test_every_design_section_named_exists() -> None:
     }
     assert named, "nothing names a section of docs/design.md: the pattern is stale"
     assert all(n in sections for _, n in named), sorted(named)
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _pinned(requirements: list[str]) -> dict[str, str]:
+    """``name==version`` requirements as name → version; a requirement not pinned so fails."""
+    pins = {}
+    for requirement in requirements:
+        match = PIN.fullmatch(requirement)
+        assert match, f"not pinned to one version: {requirement}"
+        pins[_canonical(match[1])] = match[2]
+    return pins
+
+
+def test_the_client_install_line_pins_the_genai_client_group_as_locked() -> None:
+    """docs/sources.md's install line for a service sending to ``strata collect`` installs exactly the
+    ``genai-client`` group, the set the real-client test runs with, at the versions uv.lock holds."""
+    sources = (REPO / "docs" / "sources.md").read_text()
+    block = next(b for b in FENCED.findall(sources) if "pip install" in b and "openai" in b)
+    command = block.replace("\\\n", " ").split("pip install", 1)[1].splitlines()[0]
+    documented = _pinned(command.split())
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    group = _pinned(pyproject["dependency-groups"]["genai-client"])
+    assert documented == group
+    assert {"include-group": "genai-client"} in pyproject["dependency-groups"]["dev"], "make setup installs dev"
+    locked = {p["name"]: p["version"] for p in tomllib.loads((REPO / "uv.lock").read_text())["package"]}
+    assert {name: locked.get(name) for name in group} == group
