@@ -107,7 +107,7 @@ def books_section(lake: Lake, echo: Echo) -> None:
     columns = ["table_name", "event_date", "ods_rows", "dwd_rows", "duplicates", "quarantined", "malformed"]
     echo(
         _table(
-            "the books per day: ODS rows = DWD rows + duplicates + quarantined + malformed + trace-only",
+            "the books per day: ODS rows = DWD rows + dup. + quar. + malf. + trace",
             ["table", "date", "ODS", "DWD", "dup.", "quar.", "malf.", "trace", "ok"],
             [list(r) for r in books.select(*columns, "trace_only", "balanced").iter_rows()],
             drop=["trace"],
