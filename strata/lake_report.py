@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from strata.console import Command, FitTable, cell
@@ -47,10 +47,12 @@ SCORES = "ads.user_risk_scores"
 MODEL = "user_risk"
 
 
-def _table(title: str, columns: list[str], rows: list[list[Any]]) -> FitTable:
+def _table(title: str, columns: list[str], rows: list[list[Any]], *, drop: Sequence[str] = ()) -> FitTable:
     """A table of ``rows`` in plain units, each value read as what its column measures (a cell
-    already made text stays as it is)."""
-    return FitTable(columns, [[cell(v, c) for v, c in zip(row, columns, strict=True)] for row in rows], title=title)
+    already made text stays as it is); ``drop``: the columns a narrow terminal leaves out first."""
+    return FitTable(
+        columns, [[cell(v, c) for v, c in zip(row, columns, strict=True)] for row in rows], title=title, drop=drop
+    )
 
 
 def tables_section(lake: Lake, echo: Echo) -> None:
@@ -91,19 +93,24 @@ def quarantine_section(lake: Lake, echo: Echo) -> None:
 
 
 def books_section(lake: Lake, echo: Echo) -> None:
-    """The books per table and day: ODS rows = DWD rows + duplicates + quarantined + malformed."""
+    """The books per table and day: ODS rows = DWD rows + duplicates + quarantined + malformed + trace-only."""
+    import polars as pl
+
     from warehouse.tables import OPS_BOOKS
 
     if lake.open_table(OPS_BOOKS) is None:
         echo("books: no DWD build yet (ops.books does not exist)")
         return
     books = lake.read_frame(OPS_BOOKS).sort(["event_date", "table_name"])
-    columns = ["table_name", "event_date", "ods_rows", "dwd_rows", "duplicates", "quarantined", "malformed", "balanced"]
+    if "trace_only" not in books.columns:  # books written before trace-only lines were counted apart
+        books = books.with_columns(trace_only=pl.lit(None, pl.Int64))
+    columns = ["table_name", "event_date", "ods_rows", "dwd_rows", "duplicates", "quarantined", "malformed"]
     echo(
         _table(
-            "the books per day: ODS rows = DWD rows + duplicates + quarantined + malformed",
-            ["table", "date", "ODS", "DWD", "dup.", "quar.", "malf.", "ok"],
-            [list(r) for r in books.select(columns).iter_rows()],
+            "the books per day: ODS rows = DWD rows + dup. + quar. + malf. + trace",
+            ["table", "date", "ODS", "DWD", "dup.", "quar.", "malf.", "trace", "ok"],
+            [list(r) for r in books.select(*columns, "trace_only", "balanced").iter_rows()],
+            drop=["trace"],
         )
     )
 

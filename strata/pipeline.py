@@ -130,6 +130,7 @@ def land(
         "files_failed": len(report.failed),
         "lines": sum(f.lines for f in report.landed),
         "malformed": sum(f.malformed for f in report.landed),
+        "trace_only": sum(f.trace_only for f in report.landed),
         "suppressed": report.suppressed,
     }
     return StepResult("land", counts, versions, report)
@@ -181,6 +182,7 @@ def build_dwd(
             f"{short}_quarantined": run.counts.quarantined,
             f"{short}_duplicates": run.counts.duplicates,
             f"{short}_malformed": run.counts.malformed,
+            f"{short}_trace_only": run.counts.trace_only,
         }
     return StepResult("build_dwd", counts, {run.table.name: run.version for run in runs.values()}, runs)
 

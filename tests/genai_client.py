@@ -2,13 +2,13 @@
 
 ``python tests/genai_client.py BASE_URL TRACES TRUTH_FILE``: sets up the OpenTelemetry
 SDK with the official OpenAI instrumentation and an exporter — the OTLP JSON-file exporter
-writing to the file ``TRACES``, or, when ``TRACES`` is an ``http://…/v1/traces`` URL, the
-OTLP/HTTP (protobuf) exporter sending there, as to ``strata collect`` (as an application
-would; ``OTEL_SERVICE_NAME`` and ``OTEL_SEMCONV_STABILITY_OPT_IN`` come from the environment,
-no tenant anywhere), makes a fixed mix of calls against ``BASE_URL`` with the
-client's retries off, and writes what the client saw (one JSON object per call: model,
-operation, status, tokens, trace) to ``TRUTH_FILE``. A subprocess keeps the instrumentation's
-global patching of ``openai`` out of the test process.
+writing to the file ``TRACES``, or, when ``TRACES`` is ``otlp``, whatever the ``OTEL_*``
+environment configures through ``opentelemetry-distro``, as ``opentelemetry-instrument`` does for
+the service docs/sources.md points at ``strata collect`` (``OTEL_SERVICE_NAME`` and
+``OTEL_SEMCONV_STABILITY_OPT_IN`` come from the environment too, no tenant anywhere) — makes a fixed
+mix of calls against ``BASE_URL`` with the client's retries off, and writes what the client saw (one
+JSON object per call: model, operation, status, tokens, trace) to ``TRUTH_FILE``. A subprocess keeps
+the instrumentation's global patching of ``openai`` out of the test process.
 """
 
 from __future__ import annotations
@@ -23,20 +23,19 @@ def main(base_url: str, traces: str, truth_file: str) -> None:
     from opentelemetry import trace
     from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    exporter: SpanExporter
-    if traces.startswith("http"):
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    if traces == "otlp":
+        from opentelemetry.distro import OpenTelemetryConfigurator
 
-        exporter = OTLPSpanExporter(endpoint=traces)
+        OpenTelemetryConfigurator().configure()
     else:
         from opentelemetry.exporter.otlp.json.file import FileSpanExporter
 
-        exporter = FileSpanExporter(traces)
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)
+        trace.set_tracer_provider(TracerProvider())
+        trace.get_tracer_provider().add_span_processor(BatchSpanProcessor(FileSpanExporter(traces)))
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider), provider
     OpenAIInstrumentor().instrument()
     client = openai.OpenAI(base_url=base_url, api_key="test-key", max_retries=0)
     truth: list[dict[str, Any]] = []

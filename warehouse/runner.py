@@ -5,7 +5,7 @@ publish, the rows to quarantine and counts, testable without a lake — plus thi
 which streams the batches through it into :func:`~warehouse.storage.publish.publish`,
 reports progress, quarantines what the transform set aside and records the books:
 
-    records = published + duplicates + quarantined + malformed
+    records = published + duplicates + quarantined + malformed + trace-only
 
 The target partition is committed only when the books balance and the audit passed;
 then the quarantine and the books follow, each its own atomic commit.
@@ -41,6 +41,8 @@ class Counts:
     incomplete: int = 0
     #: Published requests that reported no usage (input tokens: errors, streams without usage), so no cost.
     no_usage: int = 0
+    #: Records that parse and carry no request: OTLP lines holding no GenAI span.
+    trace_only: int = 0
 
     def add(self, other: Counts) -> None:
         for f in fields(self):
@@ -143,7 +145,8 @@ def run(
         return InvariantFailure(
             "books.balance",
             f"records {kept.ods_rows} ≠ published {kept.dwd_rows} + duplicates "
-            f"{kept.duplicates} + quarantined {kept.quarantined} + malformed {kept.malformed}",
+            f"{kept.duplicates} + quarantined {kept.quarantined} + malformed {kept.malformed} + trace-only "
+            f"{kept.trace_only}",
         )
 
     result = publish(
@@ -179,5 +182,13 @@ def run(
 
 def _books(target: Table, day: dt.date, counts: Counts, published: int, suppressed: int) -> Books:
     return Books(
-        target.name, day, counts.records, published, counts.duplicates, counts.quarantined, counts.malformed, suppressed
+        target.name,
+        day,
+        counts.records,
+        published,
+        counts.duplicates,
+        counts.quarantined,
+        counts.malformed,
+        suppressed,
+        counts.trace_only,
     )

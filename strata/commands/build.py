@@ -24,9 +24,10 @@ def build_dwd_cmd(days: list[str] = DATES, wait: float | None = WAIT) -> None:
         for run in result.detail.values():
             b = run.books
             assert b is not None, "a DWD run keeps its books"
+            trace_only = f" + trace-only {b.trace_only:,}" if b.trace_only else ""
             out.print(
                 f"{b.table} [{day}] v{run.version}: ODS {b.ods_rows:,} = DWD {b.dwd_rows:,} + duplicates "
-                f"{b.duplicates:,} + quarantined {b.quarantined:,} + malformed {b.malformed:,}"
+                f"{b.duplicates:,} + quarantined {b.quarantined:,} + malformed {b.malformed:,}{trace_only}"
             )
             for rule, count in sorted(run.rules.items()):
                 out.print(f"  quarantined by {rule}: {count:,}")
@@ -45,7 +46,13 @@ def build_dwd_cmd(days: list[str] = DATES, wait: float | None = WAIT) -> None:
             if run.counts.no_usage:
                 out.print(
                     f"  {run.counts.no_usage:,} request(s) reported no token usage (failed calls, streams "
-                    "without usage): their cost_usd is null"
+                    "without usage): their cost_usd is null (a refused 4xx call of a priced model costs 0, "
+                    "not among them)"
+                )
+            if b.trace_only:
+                out.print(
+                    f"  {b.trace_only:,} trace-only line(s): OTLP exports holding no GenAI span (a workflow's "
+                    "parent span sent alone), kept in ODS, no request"
                 )
 
 

@@ -88,11 +88,17 @@ def _print_not_landed(report: IngestReport) -> None:
 def _print_landed(result: StepResult) -> None:
     """What landed, and what to build or rebuild next."""
     report = result.detail
+    trace_only = f", {result.counts['trace_only']:,} trace-only" if result.counts["trace_only"] else ""
     out.print(
         f"landed {result.counts['files_landed']} file(s), {result.counts['lines']:,} lines "
-        f"({result.counts['malformed']:,} malformed), skipped {result.counts['files_skipped']}; "
+        f"({result.counts['malformed']:,} malformed{trace_only}), skipped {result.counts['files_skipped']}; "
         f"batch {report.batch_id}"
     )
+    if trace_only:
+        out.print(
+            f"{result.counts['trace_only']:,} trace-only line(s): OTLP exports holding no GenAI span (a workflow's "
+            "parent span sent alone), kept in ODS, no request"
+        )
     if report.suppressed:
         out.print(
             f"{report.suppressed:,} record(s) of forgotten users suppressed: from before their `strata forget`, "

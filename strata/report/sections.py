@@ -16,6 +16,7 @@ import polars as pl
 
 from strata.report import charts
 from strata.report.view import LakeView
+from warehouse.tables import OPS_BOOKS
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -185,20 +186,25 @@ def quality(lake: LakeView) -> Section:
     section = Section(
         "quality",
         "Data quality",
-        "The books (ODS records = DWD rows + duplicates + quarantined + malformed), the quarantine by rule, "
-        "freshness per table.",
+        "The books (ODS records = DWD rows + duplicates + quarantined + malformed + trace-only), the quarantine "
+        "by rule, freshness per table.",
     )
     if note := lake.missing("ops.books"):
         section.note = note
         return section
+    # books written before trace-only lines were counted apart have no such column (they counted them malformed)
+    trace_only = "coalesce(trace_only, 0)" if lake.handle.present_columns(OPS_BOOKS, ["trace_only"]) else "0"
     books = lake.chart_frame(
-        f"SELECT event_date, dwd_rows, duplicates, quarantined, malformed, ods_rows, balanced "
-        f"FROM {lake.scan('ops.books')} WHERE {lake.days} AND table_name = 'dwd.request' ORDER BY event_date"
+        f"SELECT event_date, dwd_rows, duplicates, quarantined, malformed, {trace_only} AS trace_only, ods_rows, "
+        f"balanced FROM {lake.scan('ops.books')} WHERE {lake.days} AND table_name = 'dwd.request' ORDER BY event_date"
     )
     figure = charts.blank()
     days = [str(d) for d in books.get_column("event_date")]
     charts.stacked_parts(
-        figure, days, books, (("dwd_rows", 2), ("duplicates", 7), ("quarantined", 1), ("malformed", 3))
+        figure,
+        days,
+        books,
+        (("dwd_rows", 2), ("duplicates", 7), ("quarantined", 1), ("malformed", 3), ("trace_only", 9)),
     )
     figure.update_layout(yaxis_title="dwd.request records", title="the books of dwd.request")
     figure.update_xaxes(type="category")

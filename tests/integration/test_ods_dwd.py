@@ -392,6 +392,61 @@ def test_otlp_export_ingests_to_dwd(tmp_path: Path, strata_env: Path) -> None:
     ]
 
 
+def test_a_workflow_span_sent_alone_is_a_trace_only_line_not_malformed(tmp_path: Path, strata_env: Path) -> None:
+    """An exporter that sends a workflow's parent span apart from its calls' spans lands a line holding
+    no GenAI span: it parses and carries no request, so the books count it as trace-only, not malformed,
+    and ``strata ingest`` and ``strata build dwd`` say so."""
+    from fixtures_otlp import key_value, nanos, otlp_export_line
+    from typer.testing import CliRunner
+
+    from strata.cli import app
+
+    day, trace = dt.date(2026, 2, 2), "ab" * 16
+    calls = [
+        {**_record(f"call-{i}", day), "ts": dt.datetime(2026, 2, 2, 12, i, tzinfo=dt.UTC), "trace_id": trace}
+        for i in range(2)
+    ]
+    start = nanos(dt.datetime(2026, 2, 2, 11, 59, tzinfo=dt.UTC))
+    workflow = {
+        "traceId": trace,
+        "spanId": "cd" * 8,
+        "name": "workflow",
+        "kind": 1,
+        "startTimeUnixNano": str(start),
+        "endTimeUnixNano": str(start + 3 * 10**9),
+        "attributes": [key_value("user.id", "bob")],
+        "status": {},
+    }
+    parent_alone = {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": [key_value("service.name", "chat-app")]},
+                "scopeSpans": [{"scope": {"name": "chat-app"}, "spans": [workflow]}],
+            }
+        ]
+    }
+    path = tmp_path / "otlp" / f"date={day}" / "traces.json"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(otlp_export_line(calls) + b"\n" + json.dumps(parent_alone).encode() + b"\n{broken\n")
+    settings = load_settings()
+
+    landed = CliRunner().invoke(app, ["ingest", str(path)])
+    assert landed.exit_code == 0, landed.output
+    assert "3 lines (1 malformed, 1 trace-only)" in " ".join(landed.output.split()), landed.output
+    ods = pl.from_arrow(Lake(settings).read(table("ods.request_log_raw"))).sort("line_no")
+    assert ods.select("is_malformed", "parse_error").rows() == [(False, None), (False, None), (True, "invalid JSON")]
+    assert [r["malformed"] for r in Lake(settings).read(table("ops.landed_files")).to_pylist()] == [1]
+
+    built = CliRunner().invoke(app, ["build", "dwd", "--date", day.isoformat()])
+    assert built.exit_code == 0, built.output
+    said = " ".join(built.output.split())
+    assert "ODS 4 = DWD 2 + duplicates 0 + quarantined 0 + malformed 1 + trace-only 1" in said, built.output
+    books = Lake(settings).read_frame(table("ops.books")).filter(pl.col("table_name") == "dwd.request")
+    assert books.select("ods_rows", "dwd_rows", "malformed", "trace_only", "balanced").rows() == [(4, 2, 1, 1, True)]
+    quarantine = Lake(settings).read_frame(table("dwd.quarantine"))
+    assert quarantine.get_column("rules").to_list() == [["line.invalid_json"]]
+
+
 def test_ingesting_a_generated_folder_takes_only_the_logs(tmp_path: Path, strata_env: Path) -> None:
     out = tmp_path / "gen"
     manifest = generate(out, days=1, requests_per_day=200, seed=1, start=START)

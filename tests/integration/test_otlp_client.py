@@ -26,15 +26,25 @@ from warehouse.tables import table
 CLIENT = Path(__file__).resolve().parents[1] / "genai_client.py"
 #: Both semantic-convention modes of the instrumentation: the latest opted in, and the default.
 MODES = {"latest": {"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental"}, "default": {}}
+#: The exporter's settings docs/sources.md exports for a service sending to ``strata collect``.
+SENDING = {
+    "OTEL_TRACES_EXPORTER": "otlp",
+    "OTEL_METRICS_EXPORTER": "none",
+    "OTEL_LOGS_EXPORTER": "none",
+    "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+}
 
 
 def _run_client(base_url: str, folder: Path, mode: str, collector: str | None = None) -> list[dict]:
-    """The client's calls in ``mode``, exported into ``folder/<mode>-traces.json`` or to ``collector``;
-    what the client saw is written beside the test's folder, so no ingest takes it for traces."""
+    """The client's calls in ``mode``, exported into ``folder/<mode>-traces.json``, or to ``collector`` as
+    docs/sources.md configures a service; what the client saw is written beside the test's folder, so no
+    ingest takes it for traces."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env |= {"OTEL_SERVICE_NAME": "chat-app", **MODES[mode]}
+    if collector:
+        env |= {**SENDING, "OTEL_EXPORTER_OTLP_ENDPOINT": collector}
     via = "collect" if collector else "file"
-    traces = f"{collector}/v1/traces" if collector else str(folder / f"{mode}-traces.json")
+    traces = "otlp" if collector else str(folder / f"{mode}-traces.json")
     truth = folder.parent / f"{mode}-{via}-truth.json"
     done = subprocess.run(
         [sys.executable, str(CLIENT), base_url, traces, str(truth)],

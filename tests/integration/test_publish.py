@@ -63,6 +63,7 @@ def books(day: dt.date, *names: str, ods: int = 10) -> pl.DataFrame:
                 "quarantined": 0,
                 "malformed": 0,
                 "suppressed": 0,
+                "trace_only": 0,
                 "balanced": True,
             }
             for n in names

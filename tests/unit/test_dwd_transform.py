@@ -224,3 +224,31 @@ def test_a_null_cost_says_whether_the_price_or_the_usage_is_missing() -> None:
     out = transform_for([batch])(batch)
     assert out.rows.height == 4
     assert (out.counts.incomplete, out.counts.no_usage) == (1, 2)  # only m9 lacks a price
+
+
+def test_an_otlp_line_of_no_genai_span_is_trace_only_as_ods_marks_it_now_and_marked_it_before() -> None:
+    """A workflow's parent span sent alone parses: ODS keeps it as a good line and DWD counts it trace-only,
+    never malformed nor quarantined; a line landed before (ODS said malformed, ``no GenAI spans``) alike."""
+    from warehouse.sources.otlp import parse_otlp_lines
+
+    span = {"traceId": "ab" * 16, "spanId": "cd" * 8, "name": "workflow", "startTimeUnixNano": "1769940000000000000"}
+    raw = pa.array([json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode()], pa.large_binary())
+    landed = LandedFile(Path(f"/landing/date={DAY}/t.json"), sha256="t" * 64, content=b"")
+    now = ods_frame(
+        raw, per_line(parse_otlp_lines(raw), 1), source="otlp-json", file=landed, ingested_at=ARRIVED, batch_id="b1"
+    ).with_columns(event_date=pl.lit(DAY))
+    assert now.select("is_malformed", "parse_error").rows() == [(False, None)]
+    before = now.with_columns(is_malformed=pl.lit(True), parse_error=pl.lit("no GenAI spans"))
+    for ods in (now, before):
+        transform = DwdTransform(
+            "requests",
+            DAY,
+            lambda _source, _kind: lambda raw, _line_no, _sha, ndjson=None: parse_otlp_lines(raw),
+            repeats=repeats(ods.select(key_columns("requests")), "requests"),
+            now=ARRIVED,
+            requests=RequestInputs(KEY, PRICES, NO_LABELS),
+        )
+        out = transform(ods)
+        c = out.counts
+        assert (c.records, c.trace_only, c.malformed, c.quarantined, out.rows.height) == (1, 1, 0, 0, 0)
+        assert out.set_aside is not None and out.set_aside.height == 0

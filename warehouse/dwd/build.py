@@ -8,9 +8,10 @@ date, so every span lands once), and replaces D's partition of
 rows that break the contract go to ``dwd.quarantine`` with their rule ids and raw
 line, and the books must balance before anything is published::
 
-    ods records = dwd rows + duplicates + quarantined + malformed
+    ods records = dwd rows + duplicates + quarantined + malformed + trace-only
 
-(a record is an ODS line, or one span of an OTLP line; the books of D count D's records).
+(a record is an ODS line, or one span of an OTLP line; the books of D count D's records; a
+trace-only record is an OTLP line holding no GenAI span, which stays in ODS).
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ streams by) and the pseudonyms computed so far.
 
 For every record the transform decides exactly one fate, which keeps the books::
 
-    records = published + duplicates + quarantined + malformed
+    records = published + duplicates + quarantined + malformed + trace-only
+
+(a trace-only record is an OTLP line holding no GenAI span: it parses, and carries no request).
 """
 
 from __future__ import annotations
@@ -31,14 +33,15 @@ from warehouse.runner import Batch, Counts
 from warehouse.sources.canonical import LINK_FIELDS, REQUEST_FIELDS, Kind, fields_for
 from warehouse.sources.dialects import LEVELS, PRECEDENCE
 from warehouse.sources.formats import Parser
+from warehouse.sources.otlp import TRACE_ONLY
 from warehouse.sources.timestamps import parse_ts
 from warehouse.storage.memory import detach
 from warehouse.tables import DWD_FEEDBACK, DWD_REQUEST, Table
 
 TARGETS: dict[Kind, Table] = {"requests": DWD_REQUEST, "feedback": DWD_FEEDBACK}
 _LINEAGE = ["ods_source", "source_file", "line_no", "batch_id"]
-#: ODS ``parse_error`` text → rule id of a line that did not parse.
-_MALFORMED_RULES = [
+#: ODS ``parse_error`` text → rule id of a line that did not parse (:data:`UNPARSEABLE` when none matches).
+MALFORMED_RULES = [
     (r"^oversized", "line.oversized"),
     (r"^invalid UTF-8", "line.invalid_utf8"),
     (r"^invalid JSON", "line.invalid_json"),
@@ -46,9 +49,11 @@ _MALFORMED_RULES = [
     (r"^CSV header", "line.csv_header"),
     (r"CSV fields", "line.csv_fields"),
     (r"^not an OTLP", "line.not_otlp"),
-    (r"^no GenAI spans", "line.no_genai_spans"),
     (r"^invalid span", "line.invalid_span"),
 ]
+UNPARSEABLE = "line.unparseable"
+#: The timestamp rules a contract cannot state: before ``STRATA_TS_FLOOR``, outside the day being built.
+TS_FLOOR, TS_EVENT_DATE = "ts.floor", "ts.event_date"
 #: Columns outside the target's contract that a quarantined row needs (its other lineage
 #: columns are the target's own).
 _CARRIED = ["raw_line", "ingested_at"]
@@ -67,8 +72,8 @@ ParserFor: TypeAlias = Callable[[str, Kind], Parser]
 
 def malformed_rule(parse_error: pl.Expr) -> pl.Expr:
     """Rule id of a line that did not parse, from its ODS ``parse_error``."""
-    expr = pl.lit("line.unparseable")
-    for pattern, rule in reversed(_MALFORMED_RULES):
+    expr = pl.lit(UNPARSEABLE)
+    for pattern, rule in reversed(MALFORMED_RULES):
         expr = pl.when(parse_error.str.contains(pattern)).then(pl.lit(rule)).otherwise(expr)
     return expr
 
@@ -275,9 +280,11 @@ class DwdTransform:
             .fill_null(False)
         )
         records = self._own(parse_rows(ods.with_columns(repeat), self.kind, self.parser_for))
-        bad = pl.col("ods_parse_error").is_not_null() | pl.col("parse_error").is_not_null()
+        parse_error = pl.coalesce("ods_parse_error", "parse_error")
+        trace_only = (parse_error == TRACE_ONLY).fill_null(False)  # ODS marked it malformed before it knew better
+        bad = parse_error.is_not_null() & ~trace_only
         malformed = records.filter(bad)
-        unique, duplicates = self._deduplicated(records.filter(~bad))
+        unique, duplicates = self._deduplicated(records.filter(parse_error.is_null()))
         typed = self._typed(unique)
         # A timestamp present but not canonical breaks ts.type (the row checks would see it as missing).
         ts_faults = typed.filter(pl.col("_ts_type_error"))
@@ -301,7 +308,7 @@ class DwdTransform:
             [
                 quarantine_rows(
                     malformed,
-                    pl.concat_list(malformed_rule(pl.coalesce("ods_parse_error", "parse_error"))),
+                    pl.concat_list(malformed_rule(parse_error)),
                     self.target,
                     self.day,
                 ),
@@ -323,6 +330,7 @@ class DwdTransform:
             duplicates=duplicates,
             malformed=malformed.height,
             quarantined=ts_faults.height + rejected.height,
+            trace_only=records.select(trace_only.sum()).item(),
             incomplete=incomplete,
             no_usage=no_usage,
         )
@@ -349,8 +357,8 @@ class DwdTransform:
         ts = pl.col("ts")
         return (
             pl.concat_list(
-                pl.when(ts < self.floor).then(pl.lit("ts.floor")),
-                pl.when(ts.dt.date() != self.day).then(pl.lit("ts.event_date")),
+                pl.when(ts < self.floor).then(pl.lit(TS_FLOOR)),
+                pl.when(ts.dt.date() != self.day).then(pl.lit(TS_EVENT_DATE)),
             )
             .list.drop_nulls()
             .list.sort()

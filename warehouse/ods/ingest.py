@@ -14,7 +14,8 @@ Each file is locked while it is checked and landed, so the same file ingested tw
 lands once; a re-landing locks the whole table. A file that cannot be read (a broken gzip)
 is reported and skipped, and the others land. Lines that do not parse are kept too, marked
 malformed with the reason; a file whose every line is malformed is landed (its bytes are
-archived) and reported, so the mistake can be undone with ``strata unland``.
+archived) and reported, so the mistake can be undone with ``strata unland``. Trace-only lines (OTLP
+exports holding no GenAI span) parse and hold no request: they land, counted apart.
 
 Records of users ``strata forget`` erased, dated before their forget, never land: each run reads
 the suppression list under its locks and leaves them out (:mod:`warehouse.ops.suppression`),
@@ -38,7 +39,7 @@ import pyarrow as pa
 
 from contracts.errors import ConflictError, InputError
 from warehouse.ods import ODS_TABLES
-from warehouse.ods.rows import ods_frame, per_line, record_dates
+from warehouse.ods.rows import ods_frame, per_line, record_dates, trace_only
 from warehouse.ops import ledger
 from warehouse.ops.landing import rewrite_landed
 from warehouse.ops.suppression import Suppression, record_suppressed
@@ -72,6 +73,8 @@ class FileResult:
     status: Literal["landed", "skipped", "failed"]
     lines: int = 0
     malformed: int = 0
+    #: Lines that parse and hold no request: OTLP exports of no GenAI span (a workflow's parent span sent alone).
+    trace_only: int = 0
     version: int | None = None
     #: How this run reads the file, as ODS rows name it (``jsonl``, ``otlp-json``, ``mapping:<name>@<hash>``).
     source: str = ""
@@ -279,7 +282,12 @@ class _Landing:
                 ingested_at = dt.datetime.now(dt.UTC)
                 yield from self._chunks(item, file, lines, result, ingested_at)
                 log.debug(
-                    "%s: %d lines, %d malformed (read as %s)", item.path, result.lines, result.malformed, item.source
+                    "%s: %d lines, %d malformed, %d trace-only (read as %s)",
+                    item.path,
+                    result.lines,
+                    result.malformed,
+                    result.trace_only,
+                    item.source,
                 )
                 landed_now.append(result)
                 landings.append(
@@ -314,13 +322,14 @@ class _Landing:
         ledger.record(self.lake, landings, replace=relanding)
         self._suppressed(table, list(zip(landed_now, landings, strict=True)))
         log.info(
-            "%s version %s: %s %d file(s), %s lines (%s malformed)",
+            "%s version %s: %s %d file(s), %s lines (%s malformed, %s trace-only)",
             table.name,
             published.version,
             "landed again" if relanding else "landed",
             len(landed_now),
             f"{sum(r.lines for r in landed_now):,}",
             f"{sum(r.malformed for r in landed_now):,}",
+            f"{sum(r.trace_only for r in landed_now):,}",
         )
         for result in landed_now:
             result.version = published.version
@@ -374,6 +383,7 @@ class _Landing:
                     result.suppressed_dates[day] = result.suppressed_dates.get(day, 0) + n
                 result.changes |= kept.changes
             parsed = per_line(parsed, len(chunk))
+            result.trace_only += int(trace_only(parsed).sum())
             frame = ods_frame(
                 chunk,
                 parsed,

@@ -11,6 +11,9 @@ byte-exact, dated by its earliest record; ``event_dates`` lists its records' dat
 one and the next), and the DWD build of each date listed takes the line's records of that
 date. A record dated further off stays with the line's date (quarantined there as
 ``ts.event_date``), so a build of D reads only the partitions D and D - 1.
+
+A trace-only line (an OTLP export holding no GenAI span: a workflow's parent span sent alone)
+parses: it is not malformed, and DWD counts it in the books as trace-only.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from warehouse.sources import files as landed
+from warehouse.sources.otlp import TRACE_ONLY
 from warehouse.sources.timestamps import parse_ts
 
 #: Lenient request id of a line that does not parse (truncated, bad bytes elsewhere).
@@ -61,6 +65,12 @@ def per_line(parsed: pl.DataFrame, lines: int) -> pl.DataFrame:
     )
 
 
+def trace_only(parsed: pl.DataFrame) -> pl.Series:
+    """Which parse rows are trace-only lines (an OTLP export of no GenAI span): they parse, and hold no
+    request, so they are not malformed."""
+    return (parsed.get_column("parse_error") == TRACE_ONLY).fill_null(False)
+
+
 def ods_frame(
     raw: pa.Array,
     parsed: pl.DataFrame,
@@ -80,6 +90,7 @@ def ods_frame(
     if "_record_ts" in parsed.columns:
         event_ts, dates = _line_dates(parsed.get_column("_record_ts"), event_ts, floor, latest)
     fallback = _fallback_date(file, event_ts, ingested_at)
+    parsed = parsed.with_columns(parsed.get_column("parse_error").set(trace_only(parsed), None))  # no error
     n = len(raw)
     request_id = salvage_request_ids(raw, parsed)
     frame = pl.DataFrame({"raw_line": pl.Series(raw, dtype=pl.Binary)}).with_columns(

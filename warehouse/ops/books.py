@@ -25,10 +25,12 @@ class Books:
     malformed: int
     #: Records of forgotten users left out at ingest (outside the balance: they never reached ODS).
     suppressed: int = 0
+    #: Records that parse and carry no request: OTLP lines holding no GenAI span.
+    trace_only: int = 0
 
     @property
     def balanced(self) -> bool:
-        return self.ods_rows == self.dwd_rows + self.duplicates + self.quarantined + self.malformed
+        return self.ods_rows == self.dwd_rows + self.duplicates + self.quarantined + self.malformed + self.trace_only
 
 
 def record_books(lake: Lake, books: Books) -> None:
@@ -44,6 +46,7 @@ def record_books(lake: Lake, books: Books) -> None:
                 "quarantined": books.quarantined,
                 "malformed": books.malformed,
                 "suppressed": books.suppressed,
+                "trace_only": books.trace_only,
                 "balanced": books.balanced,
             }
         ]

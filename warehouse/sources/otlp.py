@@ -108,8 +108,9 @@ in two spellings) yields one row whose
 ``parse_error`` is ``invalid UTF-8`` / ``invalid JSON`` / ``not an OTLP trace export``
 (the latter followed by ``: <where>`` for a broken structure) and whose fields are
 null (JSON ``NaN``/``Infinity`` literals and unpaired ``\\ud800``-style surrogate
-escapes count as ``invalid JSON``). A valid export without call spans yields one
-row with ``no GenAI spans``. A GenAI span whose start or end time is not an unsigned
+escapes count as ``invalid JSON``). A valid export without call spans (a workflow's parent span the
+exporter sent alone) is no malformed line but a trace-only one: it yields one row whose ``parse_error``
+is :data:`TRACE_ONLY`, which ODS and DWD count apart. A GenAI span whose start or end time is not an unsigned
 integer gets ``invalid span: …`` beside its (otherwise filled) fields. ``_line`` is the index of the input line
 every row came from; rows are in line order, then document order.
 
@@ -700,7 +701,7 @@ def _line_rows(line: bytes | None, tenant: str | None) -> list[dict[str, str | N
     except RecursionError:
         return [_error_row("not an OTLP trace export: nested too deeply")]
     if not rows:
-        return [_error_row(NO_GENAI_SPANS)]
+        return [_error_row(TRACE_ONLY)]
     for row in rows:  # JSON escapes can hold unpaired surrogates, which are not text
         try:
             "".join(v for v in row.values() if v is not None).encode("utf-8")
@@ -709,8 +710,9 @@ def _line_rows(line: bytes | None, tenant: str | None) -> list[dict[str, str | N
     return rows
 
 
-#: The reason a valid export holding no GenAI span is kept as a malformed line.
-NO_GENAI_SPANS = "no GenAI spans"
+#: The ``parse_error`` of a valid export holding no GenAI span: a trace-only line, which carries no
+#: request and is not malformed (ODS keeps it as a line that parses; DWD counts it in the books apart).
+TRACE_ONLY = "no GenAI spans"
 
 
 def export_problem(line: bytes) -> str | None:
@@ -721,7 +723,7 @@ def export_problem(line: bytes) -> str | None:
     """
     rows = _line_rows(line, None)
     reason = rows[0]["parse_error"] if len(rows) == 1 else None
-    return None if reason is None or reason == NO_GENAI_SPANS or reason.startswith("invalid span") else reason
+    return None if reason is None or reason == TRACE_ONLY or reason.startswith("invalid span") else reason
 
 
 def _error_row(reason: str) -> dict[str, str | None]:
