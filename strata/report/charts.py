@@ -8,6 +8,7 @@ its hover. Charts use SVG traces only, so a browser test can count what was draw
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,33 @@ def short_ticks(figure: go.Figure, names: Sequence[str], axis: str) -> None:
     :func:`axis_label`; the data keep the whole names."""
     ticks = {"tickmode": "array", "tickvals": list(names), "ticktext": [axis_label(n) for n in names]}
     (figure.update_xaxes if axis == "x" else figure.update_yaxes)(**ticks)
+
+
+#: The room a :func:`log_axis` leaves below its smallest and above its largest value, as a share of their span.
+LOG_PAD = 0.12
+
+
+def log_axis(values: Sequence[float | None]) -> dict[str, Any]:
+    """A log axis over the positive ``values``: room above the largest (a bar never touches the top) and below
+    the smallest (its bar still shows), ticks at 1, 2 and 5 × 10ⁿ (every digit where fewer than three fall in
+    the range, powers of ten only where more than eight do)."""
+    positive = [v for v in values if v is not None and v > 0] or [1.0]
+    low, high = math.log10(min(positive)), math.log10(max(positive))
+    pad = LOG_PAD * max(high - low, 0.5)
+    bottom, top = low - pad, high + pad
+    ticks: list[float] = []
+    for mantissas in ((1, 2, 5), tuple(range(1, 10))):
+        ticks = [
+            m * 10.0**e
+            for e in range(math.floor(bottom), math.ceil(top) + 1)
+            for m in mantissas
+            if bottom <= math.log10(m * 10.0**e) <= top
+        ]
+        if len(ticks) >= 3:
+            break
+    if len(ticks) > 8:
+        ticks = [t for t in ticks if math.log10(t).is_integer()]
+    return {"type": "log", "range": [bottom, top], "tickmode": "array", "tickvals": ticks, "tickformat": "~s"}
 
 
 def layout(height: int) -> dict[str, Any]:
@@ -128,8 +156,9 @@ def stacked_by_day(figure: go.Figure, frame: pl.DataFrame, key: str, measures: S
                 col=col,
             )
     figure.update_layout(barmode="stack")
-    # Days in date order, not in the order the traces first name them (a tenant new on a day came last).
-    figure.update_xaxes(type="category", categoryorder="category ascending")
+    # A date axis: days in date order (not in the order the traces first name them: a tenant new on a day came
+    # last), labelled flat and as many as fit, so no label runs into the next subplot's or the legend.
+    figure.update_xaxes(type="date", tickformat="%b %-d", tickangle=0)
 
 
 def stacked_parts(

@@ -34,6 +34,7 @@ section { background: var(--card); border: 1px solid var(--line); border-radius:
 section h2 { margin: 0 0 2px; font-size: 17px; }
 section h3 { margin: 14px 0 6px; font-size: 14px; }
 section > p.note { margin: 0 0 8px; color: var(--muted); }
+.tables p.note { margin: 0 0 8px; color: var(--muted); font-size: 12px; max-width: 1100px; }
 .chart { min-height: 120px; }
 .tables { overflow-x: auto; }
 table { border-collapse: collapse; margin: 8px 0; font-size: 13px; }
@@ -61,7 +62,7 @@ def render(settings: Settings, start: dt.date, end: dt.date) -> bytes:
     body = "".join(_section(s) for s in sections)
     nav = "".join(f'<a href="#{s.id}">{html.escape(s.title)}</a>' for s in sections)
     title = f"Strata report, {start} to {end}"
-    made = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    made = lake.made.strftime("%Y-%m-%d %H:%M UTC")
     page = (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1">'

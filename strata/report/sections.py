@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -91,8 +91,10 @@ def latency(lake: LakeView) -> Section:
                 row=1,
                 col=col,
             )
-    figure.update_layout(barmode="group", margin={"b": 150}, legend={"y": -0.55})
-    figure.update_yaxes(type="log", dtick=1)  # a label per power of ten
+    # The legend at the figure's foot, below the longest name's rotated label (under the plot it ran into it).
+    figure.update_layout(barmode="group", margin={"b": 170}, legend={"yref": "container", "y": 0, "yanchor": "bottom"})
+    for col, measures in ((1, ("p50", "p95", "p99")), (2, ("ttft_p50", "ttft_p95"))):
+        figure.update_yaxes(charts.log_axis(frame.select(measures).to_numpy().ravel().tolist()), row=1, col=col)
     figure.update_xaxes(tickangle=-35)
     charts.short_ticks(figure, frame.get_column("version").to_list(), "x")
     section.charts["latency"] = figure
@@ -180,7 +182,7 @@ def storms(lake: LakeView) -> Section:
 
 def quality(lake: LakeView) -> Section:
     """Data quality per layer: the books of DWD per day, the quarantine by rule, freshness and failed
-    writes per table (``ops.books``, ``dwd.quarantine``, ``ads.data_quality``)."""
+    writes per table (``ops.books``, ``dwd.quarantine``, ``ops.audit_log``)."""
     import plotly.graph_objects as go
 
     section = Section(
@@ -226,34 +228,86 @@ def quality(lake: LakeView) -> Section:
         )
         chart.update_layout(title="quarantined rows by rule (a row may break several)", margin={"l": 190})
         section.charts["quarantine"] = chart
-    if "ads.data_quality" in lake.present:
-        fresh = lake.frame(
-            f"""SELECT split_part(table_name, '.', 1) AS layer, table_name, count(*) AS partitions,
-                   sum(failed_attempts)::BIGINT AS failed_attempts,
-                   count(*) FILTER (WHERE is_fresh) AS fresh, count(is_fresh) AS with_sla,
-                   max(publish_lag_hours) AS max_lag_hours, max(freshness_sla_hours) AS sla_hours,
-                   bool_and(coalesce(books_balanced, true)) AS books_balanced
-            FROM {lake.scan("ads.data_quality")} WHERE {lake.days} GROUP BY ALL ORDER BY layer DESC, table_name"""
-        )
-        hours = "{:,.1f} h".format
-        section.tables.append(
-            charts.table_html(
-                fresh,
-                [
-                    "layer",
-                    "table",
-                    "partitions",
-                    "failed writes",
-                    "fresh",
-                    "with an SLA",
-                    "latest publish lag",
-                    "SLA",
-                    "books balance",
-                ],
-                {"max_lag_hours": hours, "sla_hours": hours, "books_balanced": lambda b: "yes" if b else "NO"},
-            )
-        )
+    if "ops.audit_log" in lake.present:
+        section.tables.append(_freshness(lake))
     return section
+
+
+#: The days a write covers, read from the partition ``ops.audit_log`` names: ``event_date = '2026-01-05'``,
+#: one per day of a write of several, its day among them in a partition of more keys.
+WRITE_DAYS = r"regexp_extract_all(partition, 'event_date = ''(\d{4}-\d{2}-\d{2})''', 1)"
+#: The layers with daily writes in the order data passes them: the order of the data-quality table's rows.
+LAYERS = ("dwd", "dws", "ads", "ops")
+
+
+def _freshness(lake: LakeView) -> str:
+    """Per table with daily writes (any day's, in ``ops.audit_log``): the days of the range published, the
+    failed writes, the newest day and its publish lag, the contract's SLA, whether the table is fresh when the
+    page is made and whether its books balance; then what each column is measured from (docs/ads.md)."""
+    from warehouse.ads.build import freshness_sla_hours
+
+    frame = lake.frame(
+        f"""WITH writes AS (
+                SELECT table_name, status, attempt_id,
+                       started_at + to_microseconds(round(duration_ms * 1000)::BIGINT) AS finished_at,
+                       unnest({WRITE_DAYS})::DATE AS event_date
+                FROM {lake.scan("ops.audit_log")}
+            ), published AS (
+                SELECT table_name, event_date, min(finished_at) AS first_published_at FROM writes
+                WHERE status = 'published' AND {lake.days} GROUP BY ALL
+            ), newest AS (
+                SELECT table_name, count(*) AS days, max(event_date) AS newest_day,
+                       (epoch(arg_max(first_published_at, event_date)) - epoch(max(event_date) + 1)) / 3600
+                           AS lag_hours
+                FROM published GROUP BY ALL
+            ), books AS (
+                SELECT table_name, bool_and(balanced) AS books_balanced FROM {lake.scan("ops.books")}
+                WHERE {lake.days} GROUP BY ALL
+            )
+            SELECT split_part(table_name, '.', 1) AS layer, table_name, coalesce(any_value(days), 0) AS days,
+                   count(DISTINCT attempt_id) FILTER (WHERE status = 'failed' AND {lake.days}) AS failed_writes,
+                   any_value(newest_day) AS newest_day, any_value(lag_hours) AS lag_hours,
+                   any_value(books_balanced) AS books_balanced
+            FROM writes LEFT JOIN newest USING (table_name) LEFT JOIN books USING (table_name)
+            GROUP BY table_name ORDER BY list_position({list(LAYERS)}, layer), table_name"""
+    )
+    slas = freshness_sla_hours()
+    sla = [slas.get(name) for name in frame.get_column("table_name")]
+    fresh = [_fresh(lake, day, hours) for day, hours in zip(frame.get_column("newest_day"), sla)]
+    frame = frame.insert_column(6, pl.Series("sla_hours", sla, pl.Float64)).insert_column(
+        7, pl.Series("fresh", fresh, pl.Boolean)
+    )
+    headers = ["layer", "table", "days published", "failed writes", "newest day", "its publish lag", "SLA", "fresh"]
+    formats: dict[str, Callable[[Any], str]] = {
+        "lag_hours": "{:,.1f} h".format,
+        "sla_hours": "{:,.0f} h".format,
+        "fresh": _yes,
+        "books_balanced": _yes,
+    }
+    made = lake.made.strftime("%Y-%m-%d %H:%M UTC")
+    return charts.table_html(frame, [*headers, "books balance"], formats) + (
+        f'<p class="note">Days published: days of these {(lake.end - lake.start).days + 1} with a published '
+        "write of the table (ops.audit_log; a write of several days counts for each). Failed writes: attempts on "
+        "those days that failed their audit or their write, each counted once. Its publish lag: from the end of "
+        "the newest day (00:00 UTC after it) to its first publish; a backfill of old days has a long lag, and is "
+        "no outage. SLA: the contract's latency, counted from the start of a day: a day is due that long after "
+        f"it begins. Fresh: the table holds the range's newest day that was due when this page was made ({made}), "
+        "so a backfill catches it up and an outage leaves it behind (— without an SLA). Books balance: every "
+        "day's books of the table balance (ops.books; DWD tables only).</p>"
+    )
+
+
+def _fresh(lake: LakeView, newest: dt.date | None, sla_hours: float | None) -> bool | None:
+    """Whether a table whose newest day in the range is ``newest`` holds the range's newest day that is due
+    (``sla_hours`` after its start) when the page is made; None without an SLA."""
+    if sla_hours is None:
+        return None
+    due = min(lake.end, (lake.made - dt.timedelta(hours=sla_hours)).date())
+    return due < lake.start or (newest is not None and newest >= due)
+
+
+def _yes(value: bool) -> str:
+    return "yes" if value else "NO"
 
 
 def consistency(lake: LakeView) -> Section:
@@ -308,8 +362,10 @@ def scores(lake: LakeView) -> Section:
             name="users scored",
         )
     )
-    figure.update_layout(xaxis_title="score", yaxis_title="user-days scored", title="score distribution")
+    # On a log scale: the few users flagged near 1 would be a sliver beside the many near 0 on a linear one.
+    figure.update_layout(xaxis_title="score", yaxis_title="user-days scored (log scale)", title="score distribution")
     figure.update_xaxes(range=[0, 1])
+    figure.update_yaxes(charts.log_axis([1, *counts.values()]))  # from 1: a bin of one user shows
     section.charts["scores"] = figure
     if "ads.score_daily" in lake.present:
         daily = lake.frame(
@@ -385,7 +441,7 @@ def lineage(lake: LakeView) -> Section:
         if name.split(".")[0] in ("ods", "dwd", "dws", "ads"):
             nodes[name] = f"{name}<br>{lake.rows(name):,} rows"
             if name.startswith("dws."):
-                nodes[f"view:{name}"] = f"Feast view {name.split('.', 1)[1]}"
+                nodes[f"view:{name}"] = f"Feast view<br>{name.split('.', 1)[1]}"
     edges = list(LINEAGE)
     versions = [m for m in list_models(lake.settings) if m.card is not None]
     if versions:
@@ -419,6 +475,10 @@ def _sankey(nodes: dict[str, str], links: list[tuple[str, str]]) -> go.Figure:
         go.Sankey(
             arrangement="snap",
             node={
+                # Each table in the column of its longest path from the files: the marts beside dwd.request,
+                # the scores beside the model (justified, every mart stood in the last column, and the model's
+                # label ran into theirs).
+                "align": "left",
                 "label": [nodes[i] for i in ids],
                 "color": [colours[i.split(":")[0] if ":" in i else i.split(".")[0]] for i in ids],
                 "pad": 14,

@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass
 class LakeView:
-    """What the sections read through: one DuckDB cursor on the lake, the range, the tables there are
-    (a reader of the report's, not the writers' lake handle ``warehouse.storage.lake.Lake``)."""
+    """What the sections read through: one DuckDB cursor on the lake, the range, the tables there are, and
+    when the page is made (what freshness is judged at), as a reader of the report's, not the writers' lake
+    handle ``warehouse.storage.lake.Lake``."""
 
     settings: Settings
     con: duckdb.DuckDBPyConnection
@@ -29,6 +30,7 @@ class LakeView:
     end: dt.date
     present: frozenset[str]
     handle: Lake
+    made: dt.datetime
 
     @classmethod
     def open(cls, settings: Settings, start: dt.date, end: dt.date) -> LakeView:
@@ -38,7 +40,7 @@ class LakeView:
 
         handle = Lake(settings)
         present = frozenset(t.name for t in all_tables() if handle.exists(t))
-        return cls(settings, lake_reader(settings), start, end, present, handle)
+        return cls(settings, lake_reader(settings), start, end, present, handle, dt.datetime.now(dt.UTC))
 
     def rows(self, name: str) -> int:
         """How many rows the table holds now: the sum of its files' row counts in its Delta log, so no data

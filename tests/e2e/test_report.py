@@ -7,6 +7,8 @@ includes: requests whose tenant, model, version, provider, server and error type
 payloads (what whoever writes a service's logs controls), which its own page must show as text. The page
 and the dbt docs page are opened from ``file://`` in Debian's Chromium (``tests/browser.py``); any console
 error, uncaught exception or failed load fails the test. A screenshot of the report is kept in the test's folder.
+The data-quality table is read cell by cell against SQL on the lake, and every chart's labels are measured
+where Chromium drew them: inside the chart, none over another.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import pytest
 from contracts.errors import InputError
 from strata import pipeline
 from strata.report.charts import LABEL_CHARS, OTHERS
+from strata.report.sections import quality
+from strata.report.view import LakeView
 from synthetic_workload import generate
 from tests.browser import CHROMIUM, MISSING, Page, chromium
 from tests.small_model import register_a_model
@@ -37,7 +41,8 @@ from warehouse.ops.reports import report_uri
 from warehouse.settings import Settings, load_settings
 from warehouse.storage.duck import lake_reader
 from warehouse.storage.lake import Lake
-from warehouse.tables import Table
+from warehouse.storage.publish import AuditFailed, publish
+from warehouse.tables import OPS_BOOKS, Table
 
 START = dt.date(2026, 3, 2)
 DAYS = [START, START + dt.timedelta(days=1)]
@@ -67,6 +72,7 @@ Object.fromEntries(Array.from(document.querySelectorAll('[data-chart]')).map(d =
                             + '.sankey-node rect').length,
   nodes: d.querySelectorAll('.sankey-node rect').length,
   xticks: Array.from(d.querySelectorAll('.xtick text')).map(t => t.textContent),
+  xtype: (d._fullLayout.xaxis || {}).type,
   traces: (d.data || []).map(t => ({
     name: t.name === undefined ? null : t.name, xaxis: t.xaxis || 'x',
     x: t.x ? Array.from(t.x) : [], y: t.y ? Array.from(t.y) : [],
@@ -113,6 +119,58 @@ ATTACK_JS = """
     elements: all('img, iframe, object, embed, svg [style*="font-size:0"]').map(e => e.outerHTML),
     handlers: all('*').flatMap(e => e.getAttributeNames().filter(n => n.startsWith('on'))),
   };
+})()
+"""
+
+
+#: Every chart's labels as Chromium drew them: each text (tick labels, titles, Sankey node labels) as the box it
+#: covers on the page, turned as drawn, and each legend as one box; which leave the chart's SVG, which overlap.
+LABELS_JS = """
+(() => {
+  const corners = el => {
+    const b = el.getBBox(), m = el.getScreenCTM();
+    return [[b.x, b.y], [b.x + b.width, b.y], [b.x + b.width, b.y + b.height], [b.x, b.y + b.height]].map(
+      ([x, y]) => [m.a * x + m.c * y + m.e, m.b * x + m.d * y + m.f]);
+  };
+  // Two convex boxes are apart when one has an edge with the other wholly beyond it (1 px of slack).
+  const apart = (p, q) => [p, q].some(poly => poly.some((a, i) => {
+    const b = poly[(i + 1) % poly.length], n = [a[1] - b[1], b[0] - a[0]], len = Math.hypot(...n);
+    const along = s => s.map(v => (v[0] * n[0] + v[1] * n[1]) / len);
+    const [pp, qq] = [along(p), along(q)];
+    return Math.min(...pp) >= Math.max(...qq) - 1 || Math.min(...qq) >= Math.max(...pp) - 1;
+  }));
+  const shown = el => el.getBBox().width > 0 && getComputedStyle(el).display !== 'none'
+    && getComputedStyle(el).visibility !== 'hidden' && getComputedStyle(el).opacity !== '0';
+  return Object.fromEntries(Array.from(document.querySelectorAll('[data-chart]')).map(d => {
+    const svg = d.querySelector('svg.main-svg').getBoundingClientRect();
+    const boxes = Array.from(d.querySelectorAll('svg text'))
+      .filter(t => t.textContent.trim() && !t.closest('.hoverlayer, .legend') && shown(t))
+      .map(t => ({name: t.textContent, box: corners(t)}))
+      .concat(Array.from(d.querySelectorAll('.legend > rect.bg')).filter(shown)
+        .map(r => ({name: 'legend', box: corners(r)})));
+    const outside = boxes.filter(l => l.box.some(([x, y]) =>
+      x < svg.left - 0.5 || x > svg.right + 0.5 || y < svg.top - 0.5 || y > svg.bottom + 0.5)).map(l => l.name);
+    const overlapping = [];
+    boxes.forEach((a, i) => boxes.slice(i + 1).forEach(b => apart(a.box, b.box) || overlapping.push([a.name, b.name])));
+    const sankey = d.querySelectorAll('.node-label').length;
+    return [d.dataset.chart, {boxes: boxes.length, sankey, outside, overlapping}];
+  }));
+})()
+"""
+
+#: The scales of the bar charts whose tallest and shortest bars matter: each subplot's axis type, its tick labels,
+#: the room between its tallest bar and its top (a share of its height), and its bars' heights in pixels.
+SCALES_JS = """
+(() => {
+  const plot = (chart, x, y) => {
+    const d = document.querySelector(`[data-chart="${chart}"]`), axis = d._fullLayout['yaxis' + y.slice(1)];
+    const top = d.querySelector('svg.main-svg').getBoundingClientRect().top + axis._offset;
+    const bars = Array.from(d.querySelectorAll(`.subplot.${x}${y} .barlayer .point path`))
+      .map(p => p.getBoundingClientRect()).filter(r => r.height > 0);
+    return {type: axis.type, ticks: Array.from(d.querySelectorAll(`.${y}tick text`)).map(t => t.textContent),
+            headroom: (Math.min(...bars.map(r => r.top)) - top) / axis._length, bars: bars.map(r => r.height)};
+  };
+  return {latency: plot('latency', 'x', 'y'), ttft: plot('latency', 'x2', 'y2'), scores: plot('scores', 'x', 'y')};
 })()
 """
 
@@ -277,10 +335,10 @@ def test_every_chart_of_the_report_is_drawn_in_chromium_with_the_lake_s_numbers(
     assert set(charts) == expected | {"consistency", "scores", "lineage"}
     assert all(chart["marks"] > 0 for chart in charts.values()), {k: c["marks"] for k, c in charts.items()}
 
-    # Days in date order (the hostile day's tenants are new to the traces drawn before them).
+    # Days in date order on a date axis (the hostile day's tenants are new to the traces drawn before them).
     for chart in ("tenant-traffic", "model-traffic"):
-        ticks = charts[chart]["xticks"]
-        assert ticks == sorted(set(ticks)) and str(HOSTILE) in ticks
+        ticks = [dt.datetime.strptime(f"{t} {END.year}", "%b %d %Y").date() for t in charts[chart]["xticks"]]
+        assert charts[chart]["xtype"] == "date" and ticks == sorted(set(ticks)) and ticks[0] <= HOSTILE <= ticks[-1]
     # Requests and cost per day: the stacked bars add up to the marts; each tenant drawn alone is its own row.
     tenants = _sql(settings, "SELECT event_date::VARCHAR AS d, tenant_id, requests FROM {ads.tenant_daily}")
     assert _by_x(charts["tenant-traffic"]["traces"]) == {
@@ -328,7 +386,107 @@ def test_every_chart_of_the_report_is_drawn_in_chromium_with_the_lake_s_numbers(
     files = _sql(settings, "SELECT count(*) FROM {ops.landed_files} WHERE table_name = 'ods.request_log_raw'").item()
     requests = _sql(settings, "SELECT count(*) FROM {dwd.request}").item()
     assert f"landing files<br>{files:,} files" in labels and f"dwd.request<br>{requests:,} rows" in labels
-    assert "model user_risk@v1<br>1 version(s)" in labels and "Feast view user_features" in labels
+    assert "model user_risk@v1<br>1 version(s)" in labels and "Feast view<br>user_features" in labels
+
+
+def _rows(table: str) -> list[dict[str, str]]:
+    """An HTML table's rows as the page shows them: header → the cell's text."""
+    headers = [html.unescape(h) for h in re.findall(r"<th>(.*?)</th>", table)]
+    cells = (re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tr>(<td.*?)</tr>", table))
+    return [dict(zip(headers, map(html.unescape, row), strict=True)) for row in cells]
+
+
+def _expected_quality(settings: Settings, start: dt.date, end: dt.date) -> dict[str, dict[str, str]]:
+    """The data-quality table of ``start`` … ``end`` from the audit log's rows, the books and the contracts, when
+    every day of the range is long due (a table is fresh exactly when it holds the last day)."""
+    writes = _sql(settings, "SELECT * FROM {ops.audit_log}").with_columns(
+        finished=pl.col("started_at") + pl.duration(microseconds=(pl.col("duration_ms") * 1000).round()),
+        days=pl.col("partition")
+        .str.extract_all(r"event_date = '\d{4}-\d{2}-\d{2}'")
+        .list.eval(pl.element().str.slice(14, 10).str.to_date()),
+    )
+    books = _sql(settings, f"SELECT * FROM {{ops.books}} WHERE event_date BETWEEN '{start}' AND '{end}'")
+    expected = {}
+    for name in writes.filter(pl.col("days").list.len() > 0).get_column("table_name").unique():
+        mine = writes.filter(pl.col("table_name") == name).with_columns(
+            within=pl.col("days").list.eval(pl.element().is_between(start, end)).list.any()
+        )
+        published = mine.filter(pl.col("status") == "published").explode("days")
+        days = published.filter(pl.col("days").is_between(start, end)).get_column("days")
+        newest = days.max()
+        lag = None
+        if isinstance(newest, dt.date):
+            first = published.filter(pl.col("days") == newest).get_column("finished").min()
+            assert isinstance(first, dt.datetime)
+            lag = (first - dt.datetime.combine(newest + dt.timedelta(days=1), dt.time(), dt.UTC)) / dt.timedelta(
+                hours=1
+            )
+        freshness = Table(name).contract.freshness
+        sla = freshness.max_latency / dt.timedelta(hours=1) if freshness else None
+        balanced = books.filter(pl.col("table_name") == name).get_column("balanced")
+        expected[name] = {
+            "layer": name.split(".")[0],
+            "table": name,
+            "days published": str(days.n_unique()),
+            "failed writes": str(mine.filter(pl.col("within") & (pl.col("status") == "failed")).height),
+            "newest day": str(newest or "—"),
+            "its publish lag": "—" if lag is None else f"{lag:,.1f} h",
+            "SLA": "—" if sla is None else f"{sla:,.0f} h",
+            "fresh": "—" if sla is None else ("yes" if newest == end else "NO"),
+            "books balance": "—" if balanced.is_empty() else ("yes" if balanced.all() else "NO"),
+        }
+    return expected
+
+
+def test_every_cell_of_the_data_quality_table_is_what_sql_on_the_lake_says(
+    built: tuple[Settings, dict[str, Any]],
+) -> None:
+    settings, _ = built
+    lake = Lake(settings)
+    # A write of two days' books that its audit refuses (it would have emptied them): one failed write.
+    with pytest.raises(AuditFailed):
+        books = [{"event_date": day, "table_name": "dwd.request"} for day in DAYS]
+        publish(lake, OPS_BOOKS, lake.read_frame(OPS_BOOKS).clear(), partitions=books, expectations=False)
+    # The week the lake ends with (every table holds its last day), and the week after (its last day missing).
+    for end in (END, END + dt.timedelta(days=1)):
+        start = end - dt.timedelta(days=6)
+        view = LakeView.open(settings, start, end)
+        assert dt.datetime.now(dt.UTC) > dt.datetime.combine(end, dt.time(), dt.UTC) + dt.timedelta(days=2)  # long due
+        (table,) = quality(view).tables
+        shown = _rows(table)
+        assert {row["table"]: row for row in shown} == _expected_quality(settings, start, end)
+        # Layer by layer as data passes them; a mart's days are those it holds (not its writes' first days).
+        layers = [row["layer"] for row in shown]
+        assert layers == sorted(layers, key=["dwd", "dws", "ads", "ops"].index)
+        by_table = {row["table"]: row for row in shown}
+        days = f"event_date BETWEEN '{start}' AND '{end}'"
+        held = _sql(settings, f"SELECT count(DISTINCT event_date) FROM {{ads.model_daily}} WHERE {days}").item()
+        assert by_table["ads.model_daily"]["days published"] == str(held) == "3"
+        assert by_table["ops.books"]["failed writes"] == "1"
+        assert {row["fresh"] for row in shown if row["SLA"] != "—"} == ({"yes"} if end == END else {"NO"})
+        assert re.search(r"when this page was made \(\d{4}-\d\d-\d\d \d\d:\d\d UTC\)", table)
+
+
+@needs_chromium
+def test_every_label_of_the_report_fits_its_chart_and_every_bar_shows(
+    built: tuple[Settings, dict[str, Any]], tmp_path: Path
+) -> None:
+    settings, _ = built
+    with _report_in_chromium(settings, tmp_path, WEEK_START, END) as browser:
+        labels = browser.evaluate(LABELS_JS)
+        scales = browser.evaluate(SCALES_JS)
+    # Every label (ticks, titles, Sankey node labels, legends) inside its chart, none over another.
+    assert {chart: drawn for chart, drawn in labels.items() if drawn["outside"] or drawn["overlapping"]} == {}
+    assert (
+        len(labels) == 10 and all(drawn["boxes"] > 0 for drawn in labels.values()) and labels["lineage"]["sankey"] > 5
+    )
+    # Latency and time to first token on log scales with three ticks or more and room above the tallest bar.
+    for subplot in ("latency", "ttft"):
+        assert scales[subplot]["type"] == "log" and len(scales[subplot]["ticks"]) >= 3, scales[subplot]
+        assert scales[subplot]["headroom"] >= 0.05, scales[subplot]
+    # The scores on a log scale: a bin of a few flagged users is not a sliver beside the hundreds near 0.
+    bars = scales["scores"]["bars"]
+    assert scales["scores"]["type"] == "log" and min(bars) >= 0.05 * max(bars), scales["scores"]
 
 
 @needs_chromium
