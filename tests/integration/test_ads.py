@@ -324,6 +324,10 @@ def test_a_rebuild_replaces_exactly_its_day(
         m.startswith(f"build_ads {DAYS[1]}: dbt build ") for m in logged
     )
     assert any(m.startswith(f"build_ads {DAYS[1]}: done in ") and "model_daily_rows=" in m for m in logged)
+    # data_quality lists the first build's writes of both days (a row per day they name) on the rebuilt day.
+    quality = ads(settings, "data_quality").filter(pl.col("event_date") == DAYS[1])
+    both = ", ".join(f"event_date = '{day}'" for day in DAYS)
+    assert {m.name for m in MARTS} <= set(quality.filter(pl.col("partition") == both)["table_name"])
     for mart in MARTS[:-1]:  # data_quality now lists the ADS tables' own writes as well
         after = ads(settings, mart.name.split(".")[1])
         key = list(mart.contract.primary_key)

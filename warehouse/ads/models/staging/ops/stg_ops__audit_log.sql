@@ -27,10 +27,16 @@ renamed as (
         ----------  timestamps
         started_at,
         started_at + to_microseconds(cast(round(duration_ms * 1000) as bigint)) as finished_at,
-        -- The day a partition holds, read from its name (event_date = 'YYYY-MM-DD' …).
-        cast(nullif(regexp_extract("partition", 'event_date = ''(\d{4}-\d{2}-\d{2})''', 1), '') as date) as event_date
+        -- Each day a write names (event_date = 'YYYY-MM-DD', event_date = … for a write of several
+        -- days): one row per day, so a day's writes are all on its rows; null for a write of no day.
+        cast(unnest(coalesce(nullif(event_dates, []), [null])) as date) as event_date
 
-    from source
+    from (
+        select
+            *,
+            regexp_extract_all("partition", 'event_date = ''(\d{4}-\d{2}-\d{2})''', 1) as event_dates
+        from source
+    )
 
 )
 
