@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from strata.console import console, out, table_width
+from strata.options import given_path
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -44,7 +45,8 @@ def sql_cmd(
         None,
         "--out",
         "-o",
-        dir_okay=False,
+        parser=given_path,
+        metavar="FILE",
         help="Write the result to this file (csv, json, parquet): written aside "
         "and renamed into place once whole; not inside STRATA_HOME, the lake or "
         "the landing zone.",
