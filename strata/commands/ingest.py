@@ -208,11 +208,12 @@ def landed_cmd(
         ]
         for row in files.iter_rows(named=True)
     ]
-    # One line per file: a narrow terminal leaves out the batch, the format and the table before
-    # it shortens the paths below PATH_WIDTH (from the middle: the file's name stays whole).
+    # One line per file: a narrow terminal leaves out the batch, the format and the table (then the
+    # counts, for a long name) before it shortens the paths below PATH_WIDTH (from the middle: the file's
+    # name stays whole).
     columns = ["landed at (UTC)", "file", "table", "read as", "lines", "malformed", "batch"]
-    drop = ["batch", "read as", "table"]
+    drop, keep = ["batch", "read as", "table"], ["landed at (UTC)", "file"]
     if full:  # the paths whole (to copy one into `strata unland`), folded where the terminal is narrow
-        out.print(FitTable(columns, rows, drop=drop, keep=["landed at (UTC)", "file"]))
+        out.print(FitTable(columns, rows, drop=drop, keep=keep))
     else:
-        out.print(FitTable(columns, rows, drop=drop, path="file"))
+        out.print(FitTable(columns, rows, drop=drop, keep=keep, path="file"))

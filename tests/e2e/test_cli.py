@@ -214,8 +214,12 @@ def test_an_empty_path_is_refused_by_every_command(
 
 
 def test_landed_files_are_listed_and_build_dwd_takes_several_dates(tmp_path: Path) -> None:
+    from tests.terminal import run_on_terminal
+
     env = {"STRATA_HOME": str(tmp_path / "home"), "STRATA_PSEUDONYM_KEY": "test-key-not-a-secret-0123456789"}
-    logs = tmp_path / "logs.jsonl"
+    landing = tmp_path / "home" / "landing"
+    landing.mkdir(parents=True)
+    logs, gateway = landing / "logs.jsonl", landing / "requests-gateway-eu-west-1-000001.jsonl"
     logs.write_text(
         "".join(
             json.dumps(
@@ -237,14 +241,20 @@ def test_landed_files_are_listed_and_build_dwd_takes_several_dates(tmp_path: Pat
         )
         + "{broken\n"
     )
-    ingested = _run(["ingest", str(logs)], env)
+    gateway.write_text(logs.read_text().splitlines()[0].replace("r1", "r3").replace("02-01", "02-03") + "\n")
+    ingested = _run(["ingest"], env)  # no PATH: the landing zone
     assert ingested.returncode == 0 and "started" not in ingested.stderr  # the log shows from WARNING by default
+    assert f"landing zone: {landing}" in ingested.stderr and "landed 2 file(s)" in ingested.stdout
     landed = _run(["landed"], {**env, "COLUMNS": "200"})
     row = next(line for line in landed.stdout.splitlines() if "logs.jsonl" in line)
     assert [cell.strip() for cell in row.split("│")[3:7]] == ["ods.request_log_raw", "jsonl", "3", "1"]
-    narrow = _run(["landed"], {**env, "COLUMNS": "80"}).stdout.splitlines()  # one line per file, its path
-    assert max(map(len, narrow)) <= 80 and len(narrow) == 6, narrow  # shortened from the middle
-    assert [cell.strip() for cell in narrow[3].split("│")[2:5]] == [f"/{logs.parts[1]}/…/logs.jsonl", "3", "1"]
+    # At 80 columns, on a terminal: one line per file, its path shortened from the middle and its name whole
+    # (a collector's long names were cut); the columns a long name needs the room of are left out, and named.
+    screen = run_on_terminal(["landed"], env)
+    body = screen.lines[screen.lines.index(next(x for x in screen.lines if x.startswith("┡"))) + 1 : -2]
+    assert screen.returncode == 0 and len(body) == 2 and all(line.startswith("│ 20") for line in body), screen.text
+    assert f"/…/{gateway.name} │" in body[0] + body[1] and f"│ /{logs.parts[1]}/…/" in body[0] + body[1]
+    assert screen.lines[-1] == "not shown at 80 columns: table, read as, malformed, batch"
     result = _run(["-v", "build", "dwd", "--date", "2026-02-02", "--date", "2026-02-01"], env)
     assert result.returncode == 0, result.stderr
     text = " ".join(result.stdout.split())  # rich wraps long lines
