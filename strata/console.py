@@ -50,6 +50,21 @@ def plain(value: float) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
+def rounded(value: float, digits: int = 6) -> str:
+    """A float of a query's result as a person reads it: ``digits`` significant digits, trailing zeros
+    dropped (``2667.87``, not ``2667.8708927480407``), the digits before the point all kept; an exponent only
+    outside 1e-7 … 1e16. For display: a result written to a file keeps every digit."""
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    exponent = math.floor(math.log10(abs(value)))
+    if not -7 <= exponent < 16:
+        return f"{value:.{digits}g}"
+    text = f"{value:.{max(digits - 1 - exponent, 0)}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 _MS = re.compile(r"(^|_)ms(_|$)")
 _USD = re.compile(r"(^|_)usd(_|$)")
 
