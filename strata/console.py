@@ -28,6 +28,28 @@ class Command(str):
     """A command line for a person to copy: printed whole on one line, however narrow the terminal."""
 
 
+class Clauses:
+    """A line of clauses (rich markup, each with its separator: ``" 15.3 s;"``) that, wider than the console,
+    breaks only between them, never inside one (``15.3`` / ``s``), its further lines indented by ``indent``."""
+
+    def __init__(self, clauses: Sequence[str], indent: int = 4) -> None:
+        self.clauses = list(clauses)
+        self.indent = indent
+
+    def __str__(self) -> str:
+        return "".join(self.clauses)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        line = Text()
+        for markup in self.clauses:
+            clause = Text.from_markup(markup)
+            if line.cell_len and line.cell_len + clause.cell_len > options.max_width:
+                yield line
+                line, clause = Text(" " * self.indent), Text.from_markup(markup.lstrip())
+            line.append_text(clause)
+        yield line
+
+
 def say(renderable: object, console: Console = out) -> None:
     """Print for a person on ``console``; a :class:`Command` is never broken or cropped by rich (the
     terminal wraps it on screen; copied, it is one line that runs as printed)."""
