@@ -45,9 +45,11 @@ OPTIONS: dict[str, str] = {
     "days": "--date",
     "features": "--features",
     "fmt": "--format",
+    "host": "--host",
     "lock_wait": "--wait SECONDS",
     "mapping_file": "--mapping",
     "path": "--out",
+    "port": "--port",
     "provider": "--provider",
     "raw": "--raw",
     "shard": "--shard",
@@ -169,7 +171,7 @@ def main() -> None:
             raise
         # Escaped: a message may hold brackets (a partition "[event_date = …]", a path) that rich
         # would otherwise take for markup and drop.
-        console.print(f"[red]error:[/] {error_line(exc)}")
+        console.print(f"[red]error:[/] {error_line(exc)}", soft_wrap=True)  # one line, the terminal wraps it
         if not isinstance(exc, StrataError):  # --debug is the root's option: it goes before the command
             again = shlex.join(["strata", "--debug", *sys.argv[1:]])
             console.print(f"[dim](for the traceback, run again with --debug: {escape(again)})[/]", soft_wrap=True)

@@ -28,6 +28,28 @@ class Command(str):
     """A command line for a person to copy: printed whole on one line, however narrow the terminal."""
 
 
+class Clauses:
+    """A line of clauses (rich markup, each with its separator: ``" 15.3 s;"``) that, wider than the console,
+    breaks only between them, never inside one (``15.3`` / ``s``), its further lines indented by ``indent``."""
+
+    def __init__(self, clauses: Sequence[str], indent: int = 4) -> None:
+        self.clauses = list(clauses)
+        self.indent = indent
+
+    def __str__(self) -> str:
+        return "".join(self.clauses)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        line = Text()
+        for markup in self.clauses:
+            clause = Text.from_markup(markup)
+            if line.cell_len and line.cell_len + clause.cell_len > options.max_width:
+                yield line
+                line, clause = Text(" " * self.indent), Text.from_markup(markup.lstrip())
+            line.append_text(clause)
+        yield line
+
+
 def say(renderable: object, console: Console = out) -> None:
     """Print for a person on ``console``; a :class:`Command` is never broken or cropped by rich (the
     terminal wraps it on screen; copied, it is one line that runs as printed)."""
@@ -47,6 +69,21 @@ def plain(value: float) -> str:
         return f"{value:,.0f}"
     decimals = 2 if magnitude >= 1 else (3 - math.floor(math.log10(magnitude)) if magnitude else 0)
     text = f"{value:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def rounded(value: float, digits: int = 6) -> str:
+    """A float of a query's result as a person reads it: ``digits`` significant digits, trailing zeros
+    dropped (``2667.87``, not ``2667.8708927480407``), the digits before the point all kept; an exponent only
+    outside 1e-7 … 1e16. For display: a result written to a file keeps every digit."""
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    exponent = math.floor(math.log10(abs(value)))
+    if not -7 <= exponent < 16:
+        return f"{value:.{digits}g}"
+    text = f"{value:.{max(digits - 1 - exponent, 0)}f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
@@ -76,9 +113,9 @@ def cell(value: object, name: str = "") -> str:
 
 def short_path(path: str, width: int) -> str:
     """``path`` in at most ``width`` cells, shortened from the middle: its first folder and as many
-    of its last parts as fit stay whole (``/tmp/…/date=2026-12-01/feedback.jsonl.gz``); a last part
-    longer than the width keeps its start and end."""
-    if cell_len(path) <= width:
+    of its last parts as fit stay whole (``/tmp/…/date=2026-12-01/feedback.jsonl.gz``). The file's name
+    is never cut: where ``…/name`` is wider than ``width``, that is the path shortened (a table folds it)."""
+    if cell_len(path) <= width or "/" not in path.strip("/"):
         return path
     parts = path.split("/")
     first = 2 if not parts[0] and len(parts) > 2 else 1  # "/tmp" of an absolute path, else "tmp"
@@ -90,10 +127,7 @@ def short_path(path: str, width: int) -> str:
         tail = candidate
     if cell_len(f"{head}/…/{tail}") <= width:
         return f"{head}/…/{tail}"
-    if cell_len(f"…/{tail}") <= width:
-        return f"…/{tail}"
-    keep = max(width - 1, 2)
-    return path[: keep // 2] + "…" + path[len(path) - (keep - keep // 2) :]
+    return f"…/{tail}"
 
 
 def table_width(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
@@ -112,7 +146,8 @@ class FitTable:
     to ``…``. When its columns do not fit, columns are left out — those named in ``drop`` first, in
     that order, then from the last, never those in ``keep`` (folded over lines instead) — and named under
     it; the cells of the ``path`` column are shortened from the middle to the room left (at least
-    :data:`PATH_WIDTH`). Cells are plain text, not markup."""
+    :data:`PATH_WIDTH`, and never below a file's name: columns are left out first, and a name wider than
+    the terminal is folded). Cells are plain text, not markup."""
 
     def __init__(
         self,
@@ -135,9 +170,15 @@ class FitTable:
         width = options.max_width
         shown = list(self.columns)
         order = [c for c in [*self.drop, *reversed(self.columns)] if c not in self.keep]
-        while self._width(shown, PATH_WIDTH) > width and any(c in shown for c in order) and len(shown) > 1:
+        least = PATH_WIDTH  # the narrowest the paths go: every file's name whole
+        if self.path in self.columns:
+            at = self.columns.index(self.path)
+            least = max([least, *(min(cell_len(r[at]), cell_len(short_path(r[at], 0))) for r in self.rows)])
+        while self._width(shown, least) > width and any(c in shown for c in order) and len(shown) > 1:
             shown.remove(next(c for c in order if c in shown))
-        room = PATH_WIDTH + max(width - self._width(shown, PATH_WIDTH), 0)
+        others = [self.columns.index(name) for name in shown if name != self.path]
+        beside = table_width([self.columns[i] for i in others], [[row[i] for i in others] for row in self.rows])
+        room = max(width - beside - 3, PATH_WIDTH)  # what the other columns leave the paths (3: its padding, rule)
         table = Table(title=self.title, title_justify="left")
         for name in shown:
             table.add_column(name, overflow="fold")

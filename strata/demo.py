@@ -310,14 +310,19 @@ def _day_of(run: Run) -> str:
 def _echo_run(report: RunReport, manifest: dict, echo: Echo) -> bool:
     """One line per DAG run (and the error of each task that failed); for a daily run, its DWD counts
     against the manifest. True when the run succeeded and they match."""
+    from strata.console import Clauses
+
     day = report.interval[0][:10]
     states = list(report.tasks.values())
     mark = "[green]✓[/]" if report.ok else "[red]✗[/]"
     events = sum(map(len, report.events.values()))
-    line = (
-        f"  {mark} {report.dag_id} {day}: {states.count('success')} task(s) ran, "
-        f"{states.count('skipped')} skipped, {events} asset event(s), {report.seconds:.1f} s"
-    )
+    line = [  # at 80 columns, broken between its clauses only
+        f"  {mark} {report.dag_id} {day}:",
+        f" {states.count('success')} task(s) ran,",
+        f" {states.count('skipped')} skipped,",
+        f" {events} asset event(s),",
+        f" {report.seconds:.1f} s",
+    ]
     ok = True
     dwd = report.results.get("dwd.build_dwd")
     if dwd and day in manifest["days"]:
@@ -326,14 +331,17 @@ def _echo_run(report: RunReport, manifest: dict, echo: Echo) -> bool:
             counts.get("request_published") == truth["requests"]
             and counts.get("request_duplicates") == truth["duplicates"]
         )
-        line += (
-            f"; DWD {counts.get('request_published', 0):,} requests, {counts.get('request_duplicates', 0):,} "
-            f"duplicates" + ("  [green]= manifest[/]" if ok else "  [red]≠ manifest[/]")
-        )
+        line[-1] += ";"
+        line += [
+            f" DWD {counts.get('request_published', 0):,} requests,",
+            f" {counts.get('request_duplicates', 0):,} duplicates",
+            "  [green]= manifest[/]" if ok else "  [red]≠ manifest[/]",
+        ]
     landed = report.results.get("land")
     if landed:
-        line += f"; landed {landed['counts']['files_landed']} file(s)"
-    echo(line)
+        line[-1] += ";"
+        line.append(f" landed {landed['counts']['files_landed']} file(s)")
+    echo(Clauses(line))
     for task, error in report.errors.items():
         echo(f"    [red]{task}: {error}[/]")
     return report.ok and ok

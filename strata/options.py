@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -26,6 +27,30 @@ def parse_date(text: str, option: str = "--date") -> dt.date:
 def dates(texts: list[str], option: str = "--date") -> list[dt.date]:
     """Distinct dates of a repeated ``--date`` option, in date order."""
     return sorted({parse_date(text, option) for text in texts})
+
+
+class EmptyPath(typer.BadParameter):
+    """An empty path: refused, never read as ``.`` (a variable unset in a command, ``strata ingest "$DIR"``,
+    gives one, which landed the current folder). An input error: exit code 1, as the library's."""
+
+    exit_code = 1
+
+
+def given_path(text: str | Path) -> Path:
+    """A path argument as given (typer's ``parser`` of every path a command takes); an empty one is refused."""
+    if isinstance(text, Path):  # a default
+        return text
+    if not text:
+        raise EmptyPath("the path is empty (a variable unset in the command?): name it, '.' for the current folder")
+    return Path(text)
+
+
+def existing_file(text: str | Path) -> Path:
+    """A path argument that must name a file: :func:`given_path`, then refused unless it is one."""
+    given = given_path(text)
+    if not given.is_file():
+        raise typer.BadParameter(f"{str(given)!r} is {'a folder' if given.is_dir() else 'no file'}")
+    return given
 
 
 DATES = typer.Option(..., "--date", help="Event date, YYYY-MM-DD; repeat for several.")

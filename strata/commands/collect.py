@@ -12,7 +12,9 @@ app = typer.Typer()
 @app.command("collect")
 def collect_cmd(
     host: str = typer.Option(None, help="Address to listen on (default STRATA_COLLECT_HOST, else 127.0.0.1)."),
-    port: int = typer.Option(None, help="Port to listen on (default STRATA_COLLECT_PORT, else 4318)."),
+    port: int = typer.Option(
+        None, min=1, max=65535, help="Port to listen on (default STRATA_COLLECT_PORT, else 4318)."
+    ),
     workers: int = typer.Option(
         None, min=1, help="Processes serving the port (default STRATA_COLLECT_WORKERS, else 1)."
     ),
@@ -32,8 +34,11 @@ def collect_cmd(
         collect, host=host or collect.host, port=port or collect.port, workers=workers or collect.workers
     )
     scheme = "https" if collect.tls_cert else "http"
-    out.print(
-        f"strata collect: OTLP/HTTP traces on {scheme}://{collect.host}:{collect.port}/v1/traces → "
-        f"{settings.landing_dir / 'otlp'}" + (" (bearer tokens required)" if collect.tokens_file else "")
+    serve(
+        settings,
+        collect,
+        announce=lambda: out.print(  # once its settings and address are checked
+            f"strata collect: OTLP/HTTP traces on {scheme}://{collect.host}:{collect.port}/v1/traces → "
+            f"{settings.landing_dir / 'otlp'}" + (" (bearer tokens required)" if collect.tokens_file else "")
+        ),
     )
-    serve(settings, collect)

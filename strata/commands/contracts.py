@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from strata.console import console, out
+from strata.options import existing_file
 
 app = typer.Typer(
     help="Table contracts (ODCS YAML in contracts/tables): lint, show, diff, lock.",
@@ -80,8 +81,8 @@ def show_cmd(table: str = typer.Argument(..., help="Table name, e.g. dwd.request
 
 @app.command("diff")
 def diff_cmd(
-    old: Path = typer.Argument(..., exists=True, dir_okay=False, help="Old contract YAML."),
-    new: Path = typer.Argument(..., exists=True, dir_okay=False, help="New contract YAML."),
+    old: Path = typer.Argument(..., parser=existing_file, help="Old contract YAML."),
+    new: Path = typer.Argument(..., parser=existing_file, help="New contract YAML."),
 ) -> None:
     """Classify the changes from OLD to NEW; exit 1 when any is breaking."""
     from contracts.compat import diff_contracts

@@ -7,14 +7,16 @@ from pathlib import Path
 import typer
 
 from strata.console import out, say
-from strata.options import parse_date
+from strata.options import given_path, parse_date
 
 app = typer.Typer()
 
 
 @app.command("generate")
 def generate_cmd(
-    out_dir: Path = typer.Option(..., "--out", help="Folder to write the dataset into."),
+    out_dir: Path = typer.Option(
+        ..., "--out", parser=given_path, metavar="FOLDER", help="Folder to write the dataset into."
+    ),
     days: int = typer.Option(1, "--days", min=1, help="Number of days of traffic."),
     requests_per_day: int = typer.Option(10_000, "--requests-per-day", min=1, help="Distinct requests per day."),
     seed: int = typer.Option(0, "--seed", help="Random seed: the same seed gives the same bytes."),

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 
 from strata.console import Command, console, out, progress, say
-from strata.options import WAIT, for_writing
+from strata.options import WAIT, for_writing, given_path
 from warehouse.sources.formats import Format
 
 if TYPE_CHECKING:
@@ -28,9 +28,17 @@ LISTED = 10
 
 @app.command("ingest")
 def ingest_cmd(
-    paths: list[Path] = typer.Argument(..., help="Files or folders to land (plain or gzip)."),
+    paths: list[Path] | None = typer.Argument(
+        None,
+        parser=given_path,
+        metavar="PATH",
+        show_default=False,
+        help="Files or folders to land (plain or gzip); none: the landing zone (STRATA_LANDING_DIR).",
+    ),
     fmt: Format = typer.Option(Format.auto, "--format", help="How to read the files (auto: each by its content)."),
-    mapping: Path | None = typer.Option(None, "--mapping", help="Mapping file for a CSV/JSONL trace."),
+    mapping: Path | None = typer.Option(
+        None, "--mapping", parser=given_path, metavar="FILE|NAME", help="Mapping file for a CSV/JSONL trace."
+    ),
     reland: bool = typer.Option(
         False,
         "--reland",
@@ -44,18 +52,26 @@ def ingest_cmd(
     ),
     wait: float | None = WAIT,
 ) -> None:
-    """Land files into ODS byte-exact; files already landed (same content hash) are skipped.
+    """Land files (by default the landing zone's) into ODS byte-exact; files landed before (same hash) are skipped.
 
     Exits 1 when a file could not be read or held no parseable line (the others land), or when a
     mapped field no line holds as named is nested in them (the file lands; fix the mapping and --reland).
     """
+    from contracts.errors import InputError
     from strata import pipeline
 
     settings = for_writing(wait)
+    if not paths:
+        if not settings.landing_dir.is_dir():
+            raise InputError(
+                f"no PATH given, and the landing zone {settings.landing_dir} (STRATA_LANDING_DIR) is no folder: "
+                "name the files or folders to land"
+            )
+        console.print(f"[dim]landing zone: {escape(str(settings.landing_dir))}[/]", soft_wrap=True)
     with progress("ingesting") as step:
         result = pipeline.land(
             settings,
-            paths,
+            paths or [settings.landing_dir],
             fmt=fmt,
             mapping=mapping,
             reland=reland,
@@ -146,7 +162,9 @@ def _print_problems(report: IngestReport) -> None:
 
 @app.command("unland")
 def unland_cmd(
-    files: list[Path] | None = typer.Argument(None, help="Files landed by mistake (their content or path)."),
+    files: list[Path] | None = typer.Argument(
+        None, parser=given_path, help="Files landed by mistake (their content or path)."
+    ),
     batch: str | None = typer.Option(None, "--batch", help="Unland every file of this ingest batch."),
     wait: float | None = WAIT,
 ) -> None:
@@ -190,11 +208,12 @@ def landed_cmd(
         ]
         for row in files.iter_rows(named=True)
     ]
-    # One line per file: a narrow terminal leaves out the batch, the format and the table before
-    # it shortens the paths below PATH_WIDTH (from the middle: the file's name stays whole).
+    # One line per file: a narrow terminal leaves out the batch, the format and the table (then the
+    # counts, for a long name) before it shortens the paths below PATH_WIDTH (from the middle: the file's
+    # name stays whole).
     columns = ["landed at (UTC)", "file", "table", "read as", "lines", "malformed", "batch"]
-    drop = ["batch", "read as", "table"]
+    drop, keep = ["batch", "read as", "table"], ["landed at (UTC)", "file"]
     if full:  # the paths whole (to copy one into `strata unland`), folded where the terminal is narrow
-        out.print(FitTable(columns, rows, drop=drop, keep=["landed at (UTC)", "file"]))
+        out.print(FitTable(columns, rows, drop=drop, keep=keep))
     else:
-        out.print(FitTable(columns, rows, drop=drop, path="file"))
+        out.print(FitTable(columns, rows, drop=drop, keep=keep, path="file"))

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from strata.console import out
-from strata.options import WAIT, for_writing
+from strata.options import WAIT, existing_file, for_writing
 
 app = typer.Typer()
 prices_app = typer.Typer(help="Model price reference data.", no_args_is_help=True)
@@ -18,7 +18,7 @@ app.add_typer(quotas_app, name="quotas")
 
 @prices_app.command("load")
 def prices_load_cmd(
-    csv_path: Path = typer.Argument(..., exists=True, dir_okay=False, help="prices.csv"), wait: float | None = WAIT
+    csv_path: Path = typer.Argument(..., parser=existing_file, help="prices.csv"), wait: float | None = WAIT
 ) -> None:
     """Load a price list (model, effective_from, prices per 1k tokens[, bills_refusals]) as a new version."""
     from strata import pipeline
@@ -29,7 +29,7 @@ def prices_load_cmd(
 
 
 @quotas_app.command("load")
-def quotas_load_cmd(csv_path: Path = typer.Argument(..., exists=True, dir_okay=False, help="quotas.csv")) -> None:
+def quotas_load_cmd(csv_path: Path = typer.Argument(..., parser=existing_file, help="quotas.csv")) -> None:
     """Load tenant quotas (tenant_id, effective_from, daily_request_quota, daily_token_quota) as a new version."""
     from strata import pipeline
     from warehouse.settings import load_settings

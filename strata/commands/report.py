@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from strata.console import out
-from strata.options import parse_date
+from strata.options import given_path, parse_date
 
 app = typer.Typer()
 
@@ -20,7 +20,11 @@ def report_cmd(
         None, "--end", help="Last day, YYYY-MM-DD (default: the latest day dwd.request holds)."
     ),
     to: Path | None = typer.Option(
-        None, "--out", help="Write the page to this local file instead of the lake's reports/ folder."
+        None,
+        "--out",
+        parser=given_path,
+        metavar="FILE",
+        help="Write the page to this local file instead of the lake's reports/ folder.",
     ),
 ) -> None:
     """Write the report of a date range as one HTML page that opens offline.

@@ -12,9 +12,12 @@ import typer
 from rich.markup import escape
 from rich.text import Text
 
-from strata.console import console, out, table_width
+from strata.console import console, out, rounded, table_width
+from strata.options import given_path
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import pyarrow as pa
 
     from warehouse.settings import Settings
@@ -23,10 +26,12 @@ if TYPE_CHECKING:
 app = typer.Typer()
 _HELP = (
     "Tables are views named <layer>.<table> (ads.model_daily, dwd.request, …) of their current Delta "
-    "versions. End a statement with ';'. .tables lists the tables, .vertical (or \\x) prints every row as lines "
-    "of column and value or goes back to tables (a row wider than the terminal is printed so anyway), .help "
-    "shows this, .quit (or Ctrl-D) leaves."
+    "versions. End a statement with ';'. .tables lists the tables, .schema TABLE its columns, .vertical (or \\x) "
+    "prints every row as lines of column and value or goes back to tables (a row wider than the terminal is printed "
+    "so anyway), .help shows this, .quit (or Ctrl-D) leaves."
 )
+#: The dot commands, for the message refusing another.
+_COMMANDS = ".help, .tables, .schema TABLE, .vertical, .quit"
 
 
 class Format(enum.StrEnum):
@@ -38,13 +43,16 @@ class Format(enum.StrEnum):
 
 @app.command("sql")
 def sql_cmd(
-    query: str | None = typer.Argument(None, help="SQL to run; without it, an interactive prompt opens."),
+    query: str | None = typer.Argument(
+        None, help="SQL to run, or a dot command (.tables, .schema TABLE); without it, an interactive prompt opens."
+    ),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="How to print the result."),
     out_file: Path | None = typer.Option(
         None,
         "--out",
         "-o",
-        dir_okay=False,
+        parser=given_path,
+        metavar="FILE",
         help="Write the result to this file (csv, json, parquet): written aside "
         "and renamed into place once whole; not inside STRATA_HOME, the lake or "
         "the landing zone.",
@@ -98,10 +106,14 @@ def sql_cmd(
         if query is None:
             _prompt(session, settings, max_rows, vertical)
             return
-        results = list(session.statements(query))  # every statement is checked before any runs
-        if fmt is not Format.table and len(results) != 1:
-            raise typer.BadParameter(f"--format {fmt.value} writes one result: give one statement")
-        for reader in session.execute(query):
+        if query.strip().startswith("."):  # no SQL starts with a dot: the prompt's command, as the one query
+            readers = _dot_command(session, query.strip(), prompt=False)
+        else:
+            results = list(session.statements(query))  # every statement is checked before any runs
+            if fmt is not Format.table and len(results) != 1:
+                raise typer.BadParameter(f"--format {fmt.value} writes one result: give one statement")
+            readers = session.execute(query)
+        for reader in readers:
             if fmt is Format.table:
                 _print_table(reader, max_rows, vertical)
             else:
@@ -130,7 +142,7 @@ def _print_table(reader: pa.RecordBatchReader, max_rows: int, vertical: bool = F
     for batch in reader:
         total += batch.num_rows
         for row in batch.slice(0, max(max_rows - len(rows), 0)).to_pylist():
-            rows.append(["NULL" if v is None else str(v) for v in row.values()])
+            rows.append([_shown(v) for v in row.values()])
     if vertical or table_width(names, rows) > out.width:
         _print_vertical(names, rows)
     else:
@@ -142,6 +154,43 @@ def _print_table(reader: pa.RecordBatchReader, max_rows: int, vertical: bool = F
         out.print(table)
     more = f" (showing {len(rows):,}; --max-rows, or --format csv/json/parquet for all)" if total > len(rows) else ""
     out.print(f"{total:,} row(s){more}")
+
+
+def _shown(value: object) -> str:
+    """A value as the table format shows it: a float :func:`~strata.console.rounded` (csv, json and parquet
+    keep every digit), NULL for null, anything else as Python prints it."""
+    if value is None:
+        return "NULL"
+    return rounded(value) if isinstance(value, float) else str(value)
+
+
+def _dot_command(session: Session, command: str, *, prompt: bool) -> Iterator[pa.RecordBatchReader]:
+    """The results of a dot command, at the prompt or as the one query (``strata sql .tables``): .tables the
+    views with their versions, .schema TABLE a table's columns (DESCRIBE), .help prints the help; another is
+    refused. The prompt's own (.vertical, .quit) come here only as the one query, where they are refused too."""
+    import pyarrow as pa
+
+    from contracts.errors import InputError
+
+    word, _, rest = command.partition(" ")
+    if word == ".tables":
+        views = session.views
+        names, versions, pins = [v.name for v in views], [v.version for v in views], [v.pinned for v in views]
+        yield pa.table({"table": names, "version": versions, "pinned": pins}).to_reader()
+    elif word == ".schema" and rest.strip():
+        name = rest.strip().rstrip(";").strip()
+        if name not in {v.name for v in session.views}:
+            raise InputError(f"{name!r} is not a table of the lake (.tables lists them)")
+        yield from session.execute(f"DESCRIBE {name}")
+    elif word == ".help":
+        console.print(_HELP)
+    elif word == ".schema":
+        raise InputError(".schema names a table: .schema TABLE (.tables lists them)")
+    elif not prompt and word in (".vertical", ".quit", ".exit"):
+        here = "; here: --vertical (-x)" if word == ".vertical" else ""
+        raise InputError(f"{word} is a command of the prompt (strata sql without a query){here}")
+    else:
+        raise InputError(f"unknown command {command} ({_COMMANDS})")
 
 
 def _print_vertical(names: list[str], rows: list[list[str]]) -> None:
@@ -187,21 +236,17 @@ def _prompt(session: Session, settings: Settings, max_rows: int, vertical: bool)
             command = line.strip()
             if not lines and command in (".quit", ".exit"):
                 break
-            if not lines and command == ".tables":
-                for view in session.views:
-                    pin = " (pinned)" if view.pinned else ""
-                    out.print(f"{view.name}  v{view.version}{pin}")
-                continue
             if not lines and command in (".vertical", "\\x"):
                 vertical = not vertical
                 state = "on: every row" if vertical else "off: only a row wider than the terminal"
                 console.print(f"vertical {state} prints as lines of column and value")
                 continue
-            if not lines and command == ".help":
-                console.print(_HELP)
-                continue
             if not lines and command.startswith("."):  # no SQL starts with a dot: not a statement's first line
-                console.print(f"[red]error:[/] unknown command {escape(command)} (.help, .tables, .vertical, .quit)")
+                try:
+                    for reader in _dot_command(session, command, prompt=True):
+                        _print_table(reader, max_rows, vertical)
+                except (duckdb.Error, InputError) as e:
+                    console.print(f"[red]error:[/] {escape(str(e))}")
                 continue
             lines.append(line)
             text = "\n".join(lines).strip()

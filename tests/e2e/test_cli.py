@@ -9,6 +9,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 STRATA = [sys.executable, "-m", "strata.cli"]
 
 
@@ -146,9 +148,78 @@ def test_an_error_keeps_text_that_looks_like_markup(tmp_path: Path) -> None:
     assert "[bold]" in result.stderr.replace("\n", "")
 
 
+def _path_parameters() -> Iterator[tuple[list[str], str, list[str], int]]:
+    """Every path a command takes: its command words, the parameter's name, its option names (none for an
+    argument) and, for an argument, how many arguments come before it."""
+    import inspect
+    import typing
+
+    import typer
+
+    from strata.cli import app
+
+    def walk(command: typer.core.TyperCommand, words: list[str]) -> Iterator[tuple[list[str], str, list[str], int]]:
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, [*words, name])
+        if command.callback is None:
+            return
+        hints = typing.get_type_hints(inspect.unwrap(command.callback))
+        arguments = [p for p in command.params if not p.opts[0].startswith("-")]
+        for param in command.params:
+            if "Path" in str(hints.get(param.name or "")):
+                option = param.opts[0].startswith("-")
+                yield words, param.name or "", param.opts if option else [], 0 if option else arguments.index(param)
+
+    yield from walk(typer.main.get_command(app), [])
+
+
+def test_an_empty_path_is_refused_by_every_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`strata ingest "$STRATA_LANDING_DIR"` with the variable unset landed the current folder: an empty path
+    reads as '.'. Every path of every command refuses one, in one line naming it, exit code 1."""
+    from strata.cli import main
+
+    cwd = tmp_path / "cwd"  # what '.' would have been
+    cwd.mkdir()
+    (cwd / "server.jsonl").write_text(json.dumps({"request_id": "r", "ts": "2026-02-01T12:00:00Z"}) + "\n")
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("STRATA_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("COLUMNS", "80")
+    existing = str(Path(__file__))  # for the arguments before the one left empty
+    parameters = list(_path_parameters())
+    assert {" ".join(words) for words, *_ in parameters} >= {"ingest", "unland", "sql", "report", "generate"}
+    for words, name, options, before in parameters:
+        args = [*words, options[0], ""] if options else [*words, *[existing] * before, ""]
+        monkeypatch.setattr(sys, "argv", ["strata", *args])
+        with pytest.raises(SystemExit) as exit:
+            main()
+        said = capsys.readouterr()
+        assert exit.value.code == 1, (args, said)
+        assert said.out == "" and said.err.count("\n") == 1, (args, said)
+        assert said.err.startswith("error: Invalid value for ") and "the path is empty" in said.err, said.err
+        assert any(f"'{shown}'" in said.err for shown in [*options, name, name.upper(), "PATH"]), said.err
+    assert sorted(p.name for p in cwd.iterdir()) == ["server.jsonl"] and not (tmp_path / "home" / "lake").exists()
+    # As the issue ran it: a command copied from the README, the variable unset, in a fresh shell.
+    shell = subprocess.run(
+        ["sh", "-c", 'unset STRATA_LANDING_DIR; exec "$@" ingest "$STRATA_LANDING_DIR"', "sh", *STRATA],
+        env={**os.environ, "STRATA_HOME": str(tmp_path / "home"), "COLUMNS": "200"},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shell.returncode == 1 and shell.stderr.startswith("error: Invalid value for 'PATH': the path is empty")
+    assert "landed" not in shell.stdout and not (tmp_path / "home" / "lake").exists()
+
+
 def test_landed_files_are_listed_and_build_dwd_takes_several_dates(tmp_path: Path) -> None:
+    from tests.terminal import run_on_terminal
+
     env = {"STRATA_HOME": str(tmp_path / "home"), "STRATA_PSEUDONYM_KEY": "test-key-not-a-secret-0123456789"}
-    logs = tmp_path / "logs.jsonl"
+    landing = tmp_path / "home" / "landing"
+    landing.mkdir(parents=True)
+    logs, gateway = landing / "logs.jsonl", landing / "requests-gateway-eu-west-1-000001.jsonl"
     logs.write_text(
         "".join(
             json.dumps(
@@ -170,14 +241,20 @@ def test_landed_files_are_listed_and_build_dwd_takes_several_dates(tmp_path: Pat
         )
         + "{broken\n"
     )
-    ingested = _run(["ingest", str(logs)], env)
+    gateway.write_text(logs.read_text().splitlines()[0].replace("r1", "r3").replace("02-01", "02-03") + "\n")
+    ingested = _run(["ingest"], env)  # no PATH: the landing zone
     assert ingested.returncode == 0 and "started" not in ingested.stderr  # the log shows from WARNING by default
+    assert f"landing zone: {landing}" in ingested.stderr and "landed 2 file(s)" in ingested.stdout
     landed = _run(["landed"], {**env, "COLUMNS": "200"})
     row = next(line for line in landed.stdout.splitlines() if "logs.jsonl" in line)
     assert [cell.strip() for cell in row.split("│")[3:7]] == ["ods.request_log_raw", "jsonl", "3", "1"]
-    narrow = _run(["landed"], {**env, "COLUMNS": "80"}).stdout.splitlines()  # one line per file, its path
-    assert max(map(len, narrow)) <= 80 and len(narrow) == 6, narrow  # shortened from the middle
-    assert [cell.strip() for cell in narrow[3].split("│")[2:5]] == [f"/{logs.parts[1]}/…/logs.jsonl", "3", "1"]
+    # At 80 columns, on a terminal: one line per file, its path shortened from the middle and its name whole
+    # (a collector's long names were cut); the columns a long name needs the room of are left out, and named.
+    screen = run_on_terminal(["landed"], env)
+    body = screen.lines[screen.lines.index(next(x for x in screen.lines if x.startswith("┡"))) + 1 : -2]
+    assert screen.returncode == 0 and len(body) == 2 and all(line.startswith("│ 20") for line in body), screen.text
+    assert f"/…/{gateway.name} │" in body[0] + body[1] and f"│ /{logs.parts[1]}/…/" in body[0] + body[1]
+    assert screen.lines[-1] == "not shown at 80 columns: table, read as, malformed, batch"
     result = _run(["-v", "build", "dwd", "--date", "2026-02-02", "--date", "2026-02-01"], env)
     assert result.returncode == 0, result.stderr
     text = " ".join(result.stdout.split())  # rich wraps long lines

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,29 +17,26 @@ from typer.testing import CliRunner
 from strata.cli import app
 from strata.demo import demo_settings, env_line, reset
 from strata.orchestration.dag_runs import Run, run_dags
+from tests.terminal import run_on_terminal
 from warehouse.errors import NoData
 from warehouse.settings import load_settings
 from warehouse.storage.lake import Lake
 from warehouse.tables import table
 
 
-def _demo(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "STRATA_HOME": str(home), "COLUMNS": "200"}
-    env.pop("STRATA_PSEUDONYM_KEY", None)
-    return subprocess.run(
-        [sys.executable, "-m", "strata.cli", "demo", "--days", "1", "--requests-per-day", "800", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-
-
 @pytest.mark.timeout(1800)
 def test_demo_runs_the_dags_end_to_end_and_prints_the_lake(tmp_path: Path) -> None:
-    first = _demo(tmp_path)
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    out = first.stdout
+    env = {"STRATA_HOME": str(tmp_path), "STRATA_PSEUDONYM_KEY": ""}  # as `make demo` runs it, on 80×24
+    screen = run_on_terminal(["demo", "--days", "1", "--requests-per-day", "800"], env, timeout=1800)
+    assert screen.returncode == 0, "\n".join(screen.lines[-60:])
+    out, joined = screen.text, "".join(screen.lines)  # joined: a line longer than the screen, whole again
+    # What stays on the screen: one bar of the DAG runs, not a stale one per run (they were 22), and each
+    # run's line broken between its clauses only (it broke mid-number: `15.3` / `s;`), continued indented.
+    assert sum(line.startswith("DAG runs:") for line in screen.lines) == 1, out
+    start_runs = next(i for i, line in enumerate(screen.lines) if line.startswith("  ✓"))
+    runs = screen.lines[start_runs : next(i for i, line in enumerate(screen.lines) if line.startswith("DAG runs:"))]
+    assert all(line.startswith(("  ✓ ", "    ")) and not line[-1].isdigit() for line in runs), runs
+    assert any(line.startswith("    ") for line in runs)  # a run's line wider than the screen was continued
     start = dt.date.fromisoformat(json.loads((tmp_path / "demo" / "demo.json").read_text())["start"])
     today = dt.datetime.now(dt.UTC).date()
     assert start == today - dt.timedelta(days=4)  # 1 day of traffic and 3 of late reviews: the last is yesterday
@@ -58,11 +53,11 @@ def test_demo_runs_the_dags_end_to_end_and_prints_the_lake(tmp_path: Path) -> No
     # The last run wrote the week's report into the demo's lake; the demo names it and the command that copies it.
     last = start.isoformat()
     report = tmp_path / "demo" / "lake" / "reports" / f"strata-report-{start - dt.timedelta(days=6)}-to-{last}.html"
-    assert report.is_file() and f"file://{report}" in out and "strata report --out" in out
+    assert report.is_file() and f"file://{report}" in joined and "strata report --out" in out
     assert (tmp_path / "demo" / "secrets" / "pseudonym.key").stat().st_mode & 0o077 == 0
     assert (tmp_path / "demo" / "airflow" / "airflow.db").exists()  # Airflow's metadata, in the demo's corner
     assert not (tmp_path / "lake").exists()  # the demo keeps to its own corner
-    assert "demo env)" in out and "strata demo --reset" in out
+    assert "demo env)" in joined and "strata demo --reset" in out
     key = (tmp_path / "demo" / "secrets" / "pseudonym.key").read_text().strip()
     assert key not in out
 

@@ -123,6 +123,38 @@ def test_a_row_wider_than_the_terminal_prints_vertically(env: dict[str, str]) ->
     assert "row 1 ──" in session.stdout.split("answer")[0] and "┃ seven ┃" in session.stdout
 
 
+def test_the_dot_commands_run_as_the_one_query_and_a_table_rounds_its_floats(env: dict[str, str]) -> None:
+    """The hint "(.tables lists them)" is given to a one-shot query too, where `strata sql ".tables"` was a
+    parser error; the table view printed raw doubles (`2667.8708927480407`), a file keeps every digit."""
+    from typer.testing import CliRunner
+
+    from strata.cli import app
+    from tests.terminal import run_on_terminal
+
+    query = "select 2667.8708927480407::double as latency_ms, 1.19e-07::double as tiny, 2026 as year, 0.1::float as f"
+    shown = run_on_terminal(["sql", query], env)  # as a person runs it, at 80 columns
+    assert shown.returncode == 0 and "2667.8708927480407" not in shown.text, shown.text
+    row = next(line for line in shown.lines if "2667" in line)
+    assert [cell.strip() for cell in row.split("│")[1:-1]] == ["2667.87", "0.000000119", "2026", "0.1"]
+    runner = CliRunner()
+    tables = runner.invoke(app, ["sql", ".tables"], env={**env, "COLUMNS": "80"})
+    assert tables.exit_code == 0, tables.output
+    assert [line.split()[1:4] for line in tables.stdout.splitlines() if "tenant_quota" in line] == [
+        ["dwd.tenant_quota", "│", "0"]
+    ]
+    csv = runner.invoke(app, ["sql", query, "-f", "csv"], env=env)
+    assert csv.exit_code == 0 and csv.stdout.splitlines()[1].startswith("2667.8708927480407,1.19e-7,2026,")
+    schema = runner.invoke(app, ["sql", ".schema dwd.tenant_quota", "-f", "csv"], env=env)
+    assert schema.exit_code == 0 and "\ndaily_request_quota,BIGINT," in schema.stdout, schema.output
+    for command, said in [
+        (".schema nope.table", "'nope.table' is not a table of the lake (.tables lists them)"),
+        (".vertical", ".vertical is a command of the prompt (strata sql without a query); here: --vertical (-x)"),
+        (".nope", "unknown command .nope (.help, .tables, .schema TABLE, .vertical, .quit)"),
+    ]:
+        refused = runner.invoke(app, ["sql", command], env=env)
+        assert refused.exit_code != 0 and str(refused.exception) == said
+
+
 def test_out_writes_aside_and_never_into_strata_home(env: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "q.csv"
     out.write_text("kept\n")

@@ -12,6 +12,7 @@ import ipaddress
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -331,7 +332,7 @@ def test_the_cli_serves_https_with_tokens_and_refuses_a_tokens_file_others_can_r
         text=True,
         env={**os.environ, "STRATA_COLLECT_TOKENS_FILE": str(tokens)},
     )
-    assert refused.returncode == 1 and "chmod 600" in refused.stdout + refused.stderr
+    assert refused.returncode == 1 and "chmod 600" in refused.stderr and refused.stdout == ""  # no address yet
     assert "token-of-acme" not in refused.stdout + refused.stderr
     tokens.chmod(0o600)
     cert, key = _self_signed(tmp_path)
@@ -362,6 +363,26 @@ def test_the_cli_serves_https_with_tokens_and_refuses_a_tokens_file_others_can_r
         receiver.wait(timeout=60)
     [segment] = _landed(load_settings())
     assert b'"strata.tenant_id","value":{"stringValue":"acme"}' in segment.read_bytes()
+
+
+def test_a_port_in_use_is_one_error_line_naming_it_before_any_address_is_printed(strata_env: Path) -> None:
+    """It printed its address, then ended with uvicorn's `[Errno 98]` lines and exit code 3."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        busy = subprocess.run(
+            [sys.executable, "-m", "strata", "collect", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "COLUMNS": "80"},
+            timeout=60,
+        )
+    assert busy.returncode == 1 and busy.stdout == "", busy.stdout + busy.stderr
+    assert busy.stderr == (
+        f"error: port {port} of 127.0.0.1 is in use by another process (a strata collect already running?): "
+        "stop it, or set another port in STRATA_COLLECT_PORT (--port)\n"
+    )
 
 
 def test_receivers_sharing_a_spool_leave_each_others_open_segments_alone(strata_env: Path) -> None:

@@ -54,7 +54,7 @@ def test_a_failed_run_is_printed_with_its_error_and_fails_the_demo() -> None:
         {"dwd.build_dwd": "build_dwd for 2026-01-02: no ODS rows"},
     )
     assert _echo_run(failed, {"days": {}}, said.append) is False
-    assert "✗[/] strata_daily 2026-01-02" in said[0]
+    assert "✗[/] strata_daily 2026-01-02" in str(said[0])
     assert "dwd.build_dwd: build_dwd for 2026-01-02: no ODS rows" in said[1]
 
 

@@ -56,7 +56,7 @@ def write(reader: pa.RecordBatchReader, fmt: str, out: BinaryIO) -> int:
 
 
 def target(path: Path, settings: Settings) -> Path:
-    """Where a result file may go: ``path`` resolved (a symlink counts where it points), in a
+    """Where a result file may go: ``path`` resolved (a symlink counts where it points), no folder, in a
     folder that exists, outside STRATA_HOME, the lake and the landing zone; else :class:`InputError`."""
     resolved = path.expanduser().resolve()
     kept = [("STRATA_HOME", settings.home), ("the landing zone", settings.landing_dir)]
@@ -65,6 +65,8 @@ def target(path: Path, settings: Settings) -> Path:
     for what, folder in kept:
         if resolved.is_relative_to(folder.resolve()):
             raise InputError(f"{path} is inside {what} ({folder}): write results elsewhere", argument="path")
+    if resolved.is_dir():
+        raise InputError(f"{path} is a folder: name the file to write", argument="path")
     if not resolved.parent.is_dir():
         raise InputError(f"{resolved.parent} is not a folder", argument="path")
     return resolved

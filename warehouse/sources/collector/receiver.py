@@ -15,12 +15,15 @@ encoding.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import socket
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from contracts.errors import InputError
 from warehouse.settings import CollectSettings, ConfigError, Settings
 from warehouse.sources.collector.encoding import (
     JSON,
@@ -245,8 +248,30 @@ def receiver_from_env() -> Receiver:
     return build_receiver(load_settings(), load_collect_settings())
 
 
-def serve(settings: Settings, collect: CollectSettings) -> None:
+def check_address(host: str, port: int) -> None:
+    """Refuse, before anything starts, an address this process cannot listen on — a port another process
+    holds, a host not of this machine — with an :class:`InputError` naming it and the setting that
+    changes it (uvicorn would end with its own ``[Errno 98]`` lines). Bound as uvicorn binds, then freed."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise InputError(
+                    f"port {port} of {host} is in use by another process (a strata collect already running?): "
+                    "stop it, or set another port in STRATA_COLLECT_PORT",
+                    argument="port",
+                ) from None
+            raise InputError(
+                f"cannot listen on {host}:{port}: {e.strerror or e}; STRATA_COLLECT_HOST sets the address",
+                argument="host",
+            ) from None
+
+
+def serve(settings: Settings, collect: CollectSettings, announce: Callable[[], None] | None = None) -> None:
     """Serve until SIGINT/SIGTERM, then answer what is in flight, hand the open segments over and return.
+    ``announce`` is called once the settings' files and the address are checked, before serving.
 
     With several workers each is its own process with its own spool segments (named by its
     process id) and bounds; they share the port. The settings reach them through the environment.
@@ -258,6 +283,9 @@ def serve(settings: Settings, collect: CollectSettings) -> None:
     from warehouse.sources.collector.headers import HeaderDeadlineProtocol
 
     build_receiver(settings, collect)  # refuse bad files here, once, not in every worker
+    check_address(collect.host, collect.port)
+    if announce is not None:
+        announce()
     uvicorn.run(
         f"{__name__}:receiver_from_env",
         factory=True,
