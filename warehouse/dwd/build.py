@@ -16,10 +16,12 @@ trace-only record is an OTLP line holding no GenAI span, which stays in ODS).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 
 import pyarrow as pa
+import polars as pl
 import pyarrow.compute as pc
 
 from contracts.errors import InputError
@@ -31,11 +33,11 @@ from warehouse.ods import ODS_TABLES
 from warehouse.ods.scan import borrowed_arrivals, borrowed_files, ods_batches, ods_files, read_columns
 from warehouse.ops.suppression import suppressed_on
 from warehouse.progress import Progress
-from warehouse.runner import RunResult, claim, run
+from warehouse.runner import Batch, RunResult, claim, run
 from warehouse.sources.canonical import Kind
 from warehouse.sources.formats import parser_for
 from warehouse.storage.lake import Lake
-from warehouse.tables import DWD_FEEDBACK, DWD_MODEL_PRICE, OPS_SUPPRESSED_RECORDS
+from warehouse.tables import DWD_FEEDBACK, DWD_MODEL_PRICE, DWD_SPAN, OPS_SUPPRESSED_RECORDS
 
 log = logging.getLogger(f"strata.{__name__}")
 
@@ -65,7 +67,7 @@ def _build_locked(
     target, ods_table = TARGETS[kind], ODS_TABLES[kind]
     reads = [ods_table, DWD_FEEDBACK, DWD_MODEL_PRICE] if kind == "requests" else [ods_table]
     reads.append(OPS_SUPPRESSED_RECORDS)
-    with claim(lake, target, day, reads=reads):
+    with claim(lake, target, day, reads=reads, also=[DWD_SPAN] if kind == "requests" else []):
         ods = lake.open_table(ods_table)  # the build's one open of its ODS table, under its lock
         if ods is None and not require:
             return None
@@ -83,7 +85,7 @@ def _build_locked(
         transform = DwdTransform(
             kind,
             day,
-            lambda source, kind: parser_for(lake.settings, source, kind, checked_ok=True),
+            lambda source, kind: parser_for(lake.settings, source, kind, checked_ok=True, spans=kind == "requests"),
             repeats=repeats(keys, kind),
             keyed=keyed_ids(keys, kind),
             now=pc.max(arrivals).as_py(),
@@ -104,6 +106,22 @@ def _build_locked(
             now=transform.now,
             suppressed=suppressed_on(lake, ods_table, day),
         )
+        if kind == "requests":  # the day's spans that are no call, now that the calls are published
+            spans = transform.spans
+            result = dataclasses.replace(
+                result,
+                spans=run(
+                    lake,
+                    DWD_SPAN,
+                    _Replay(spans),
+                    [batch.rows for batch in spans],
+                    day=day,
+                    total=sum(batch.counts.records for batch in spans),
+                    progress=progress,
+                    now=transform.now,
+                ),
+            )
+            log.info("%s %s: %s span(s) that are no call", DWD_SPAN.name, day, f"{result.spans.published:,}")
     if result.rules:
         log.info(
             "%s %s: quarantined %s",
@@ -112,6 +130,17 @@ def _build_locked(
             ", ".join(f"{n:,} {rule}" for rule, n in sorted(result.rules.items())),
         )
     return result
+
+
+class _Replay:
+    """The batches a transform already made, handed to the runner again in order (``dwd.span``'s, made
+    while the build's one pass over ODS built ``dwd.request``)."""
+
+    def __init__(self, batches: list[Batch]):
+        self._batches = iter(batches)
+
+    def __call__(self, _rows: pl.DataFrame, /) -> Batch:
+        return next(self._batches)
 
 
 #: Feedback first: its labels reach the requests built next.
