@@ -31,13 +31,13 @@ from warehouse.dwd.transform import TARGETS, DwdTransform, RequestInputs, key_co
 from warehouse.errors import NoData
 from warehouse.ods import ODS_TABLES
 from warehouse.ods.scan import borrowed_arrivals, borrowed_files, ods_batches, ods_files, read_columns
-from warehouse.ops.suppression import suppressed_on
+from warehouse.ops.suppression import Suppression, suppressed_on
 from warehouse.progress import Progress
 from warehouse.runner import Batch, RunResult, claim, run
 from warehouse.sources.canonical import Kind
 from warehouse.sources.formats import parser_for
 from warehouse.storage.lake import Lake
-from warehouse.tables import DWD_FEEDBACK, DWD_MODEL_PRICE, DWD_SPAN, OPS_SUPPRESSED_RECORDS
+from warehouse.tables import DWD_FEEDBACK, DWD_MODEL_PRICE, DWD_SPAN, OPS_FORGOTTEN_USERS, OPS_SUPPRESSED_RECORDS
 
 log = logging.getLogger(f"strata.{__name__}")
 
@@ -65,7 +65,7 @@ def _build_locked(
 
     key = lake.settings.require_pseudonym_key() if kind == "requests" else b""
     target, ods_table = TARGETS[kind], ODS_TABLES[kind]
-    reads = [ods_table, DWD_FEEDBACK, DWD_MODEL_PRICE] if kind == "requests" else [ods_table]
+    reads = [ods_table, DWD_FEEDBACK, DWD_MODEL_PRICE, OPS_FORGOTTEN_USERS] if kind == "requests" else [ods_table]
     reads.append(OPS_SUPPRESSED_RECORDS)
     with claim(lake, target, day, reads=reads, also=[DWD_SPAN] if kind == "requests" else []):
         ods = lake.open_table(ods_table)  # the build's one open of its ODS table, under its lock
@@ -92,6 +92,9 @@ def _build_locked(
             requests=requests,
             floor=lake.settings.ts_floor,
         )
+        if kind == "requests":
+            suppression = Suppression.load(lake)
+            transform.forgotten = suppression.gone if suppression else None
         log.info(
             "%s %s: %s ODS records from %d file(s)", target.name, day, f"{len(arrivals):,}", len(files) + len(borrowed)
         )
@@ -119,6 +122,7 @@ def _build_locked(
                     total=sum(batch.counts.records for batch in spans),
                     progress=progress,
                     now=transform.now,
+                    suppressed=transform.spans_suppressed,
                 ),
             )
             log.info("%s %s: %s span(s) that are no call", DWD_SPAN.name, day, f"{result.spans.published:,}")

@@ -257,6 +257,11 @@ class DwdTransform:
     #: Request ids of the day's lines ODS keyed (one record a line): a record streamed from a line of
     #: several (an OTLP span) with one of them repeats that arrival, whatever format it came in.
     keyed: pl.Series = field(default_factory=lambda: pl.Series("seen", [], pl.String))
+    #: (raw user ids, times) → which are of users on the suppression list from before their forget: the spans
+    #: that are no call are checked here (an ingest checks calls only), and left out of ``dwd.span``.
+    forgotten: Callable[[pl.Series, pl.Series], pl.Series] | None = None
+    #: Spans that are no call left out so (the books of ``dwd.span`` count them as suppressed).
+    spans_suppressed: int = 0
     _seen: pl.Series = field(default_factory=lambda: pl.Series("seen", [], pl.String))
     _spans: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=_LINKS))
     _parents: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=_LINKS))
@@ -351,6 +356,10 @@ class DwdTransform:
     def _span_batch(self, spans: pl.DataFrame) -> Batch:
         """Rows of ``dwd.span`` from a batch's spans that are no call: the first arrival of each (trace, span),
         typed, checked, pseudonymized and through the attribute policy; the rest set aside or counted."""
+        if self.forgotten is not None and spans.height:
+            gone = self.forgotten(spans.get_column("user_id"), spans.select(parse_ts(pl.col("ts"))).to_series())
+            self.spans_suppressed += int(gone.sum())
+            spans = spans.filter(~gone)
         bad = pl.col("parse_error").is_not_null()
         malformed = spans.filter(bad)
         key = pl.concat_str("trace_id", "span_id", separator="\x1f")
