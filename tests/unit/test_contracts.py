@@ -224,7 +224,11 @@ COLUMN_BLOCK = """      - name: finish_reason
             "physicalType: string\n        required: true\n        description: Why generation",
             {"required_added:finish_reason": True},
         ),
-        ("execute_tool, invoke_agent, create_agent]", "execute_tool, invoke_agent]", {"allowed_values_narrowed:operation": True}),
+        (
+            "execute_tool, invoke_agent, create_agent]",
+            "execute_tool, invoke_agent]",
+            {"allowed_values_narrowed:operation": True},
+        ),
         (
             "execute_tool, invoke_agent, create_agent]",
             "execute_tool, invoke_agent, create_agent, speech]",

@@ -4,7 +4,8 @@ A build of date D reads every ODS row whose ``event_date`` is D, whenever it arr
 (so late data is picked up by re-running D), and the lines of D - 1 whose ``event_dates``
 lists D (an OTLP batch across midnight: each build takes the line's records of its own
 date, so every span lands once), and replaces D's partition of
-``dwd.request`` / ``dwd.feedback``. Nothing is dropped silently: malformed lines and
+``dwd.request`` / ``dwd.feedback`` (and ``dwd.span``: the spans that are no call, from the
+same pass, published after ``dwd.request`` with books of their own). Nothing is dropped silently: malformed lines and
 rows that break the contract go to ``dwd.quarantine`` with their rule ids and raw
 line, and the books must balance before anything is published::
 
@@ -20,8 +21,8 @@ import dataclasses
 import datetime as dt
 import logging
 
-import pyarrow as pa
 import polars as pl
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from contracts.errors import InputError
@@ -110,22 +111,20 @@ def _build_locked(
             suppressed=suppressed_on(lake, ods_table, day),
         )
         if kind == "requests":  # the day's spans that are no call, now that the calls are published
-            spans = transform.spans
-            result = dataclasses.replace(
-                result,
-                spans=run(
-                    lake,
-                    DWD_SPAN,
-                    _Replay(spans),
-                    [batch.rows for batch in spans],
-                    day=day,
-                    total=sum(batch.counts.records for batch in spans),
-                    progress=progress,
-                    now=transform.now,
-                    suppressed=transform.spans_suppressed,
-                ),
+            made = transform.spans
+            spans = run(
+                lake,
+                DWD_SPAN,
+                _Replay(made),
+                [batch.rows for batch in made],
+                day=day,
+                total=sum(batch.counts.records for batch in made),
+                progress=progress,
+                now=transform.now,
+                suppressed=transform.spans_suppressed,
             )
-            log.info("%s %s: %s span(s) that are no call", DWD_SPAN.name, day, f"{result.spans.published:,}")
+            result = dataclasses.replace(result, spans=spans)
+            log.info("%s %s: %s span(s) that are no call", DWD_SPAN.name, day, f"{spans.published:,}")
     if result.rules:
         log.info(
             "%s %s: quarantined %s",

@@ -372,12 +372,21 @@ class DwdTransform:
             self._span_keys = pl.concat([self._span_keys, detach(kept)]).rechunk()
         names = [c for c in DWD_SPAN.contract.column_names if c in SPAN_FIELDS]
         typed = _ts_columns(
-            unique.select(*names, "user_id", *_CARRIED, source="ods_source", source_file="source_file",
-                          line_no="line_no", batch_id="batch_id")
+            unique.select(
+                *names,
+                "user_id",
+                *_CARRIED,
+                source="ods_source",
+                source_file="source_file",
+                line_no="line_no",
+                batch_id="batch_id",
+            )
         ).with_columns(event_date=pl.lit(self.day))
         ts_faults = typed.filter(pl.col("_ts_type_error"))
         split = split_rows(
-            typed.filter(~pl.col("_ts_type_error")).drop("_ts_type_error"), self._span_contract, now=self.now,
+            typed.filter(~pl.col("_ts_type_error")).drop("_ts_type_error"),
+            self._span_contract,
+            now=self.now,
             keep=_CARRIED,
         )
         implausible = self._ts_rules()

@@ -13,7 +13,8 @@ line are is :mod:`warehouse.sources.otlp_spans`, which ``strata collect`` uses t
 A line yields one record per *call span*: a span that a producer dialect
 (:mod:`warehouse.sources.dialects`: OpenInference, LiteLLM, OpenLLMetry, OpenLIT, then the
 GenAI conventions — any span with a ``gen_ai.*`` attribute of its own) recognises as a call;
-HTTP or database spans and a producer's child spans of a call are skipped. Each field is read
+HTTP or database spans and a producer's child spans of a call are no requests: asked with ``spans``
+(the DWD build), the reader gives them as rows of their own for ``dwd.span`` (``canonical.SPAN_FIELDS``). Each field is read
 from the sources its dialect declares, first present wins; the table below is the GenAI
 conventions' (the other dialects are written as changes to it). Attributes are
 looked up on the span, then its scope, then its resource, so resource attributes
@@ -27,6 +28,7 @@ field                   source (first present wins)
 ======================  =========================================================
 request_id              ``gen_ai.response.id``, ``gen_ai.request.id`` (vLLM), spanId (lower-case hex)
 trace_id                traceId, lower-case hex (empty → null)
+span_id, parent_span_id spanId, parentSpanId, lower-case hex
 retry_of                ``gen_ai.request.retry_of`` *(custom)*
 attempt                 ``gen_ai.request.attempt`` *(custom)*; else ``http.request.resend_count`` + 1
 ts                      startTimeUnixNano → RFC 3339 UTC, microseconds (``…T02:00:00.123456+00:00``)
@@ -51,6 +53,7 @@ model                   ``gen_ai.request.model``, ``gen_ai.response.model``
 model_version           ``gen_ai.response.model`` when it differs from the request model, else ``model.version``
 provider                ``gen_ai.provider.name``, ``gen_ai.system`` (deprecated semconv)
 server                  ``server.address``
+server_instance         ``service.instance.id`` (a resource attribute: one process lifetime of the server)
 prompt_template_version ``prompt_template.version`` *(custom)*
 pipeline_version        ``pipeline.version`` *(custom)*
 input_tokens            ``gen_ai.usage.input_tokens``, ``gen_ai.usage.prompt_tokens`` (deprecated semconv)
