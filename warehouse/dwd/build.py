@@ -38,7 +38,15 @@ from warehouse.runner import Batch, RunResult, claim, run
 from warehouse.sources.canonical import Kind
 from warehouse.sources.formats import parser_for
 from warehouse.storage.lake import Lake
-from warehouse.tables import DWD_FEEDBACK, DWD_MODEL_PRICE, DWD_SPAN, OPS_FORGOTTEN_USERS, OPS_SUPPRESSED_RECORDS
+from warehouse.tables import (
+    DWD_FEEDBACK,
+    DWD_MODEL_PRICE,
+    DWD_SPAN,
+    OPS_BOOKS,
+    OPS_FORGOTTEN_USERS,
+    OPS_SUPPRESSED_RECORDS,
+    Table,
+)
 
 log = logging.getLogger(f"strata.{__name__}")
 
@@ -110,8 +118,12 @@ def _build_locked(
             now=transform.now,
             suppressed=suppressed_on(lake, ods_table, day),
         )
-        if kind == "requests":  # the day's spans that are no call, now that the calls are published
-            made = transform.spans
+        made = transform.spans
+        if kind == "requests" and (
+            any(b.counts.records for b in made) or transform.spans_suppressed or _built(lake, DWD_SPAN, day)
+        ):
+            # the day's spans that are no call, now that the calls are published (a day of none, of a
+            # source without spans, writes nothing unless a build of the day wrote some to replace)
             spans = run(
                 lake,
                 DWD_SPAN,
@@ -133,6 +145,13 @@ def _build_locked(
             ", ".join(f"{n:,} {rule}" for rule, n in sorted(result.rules.items())),
         )
     return result
+
+
+def _built(lake: Lake, table: Table, day: dt.date) -> bool:
+    """Whether a build wrote ``table``'s partition of ``day`` (its books say so)."""
+    books = lake.open_table(OPS_BOOKS)
+    where = (pc.field("event_date") == day) & (pc.field("table_name") == table.name)
+    return books is not None and lake.dataset(books).count_rows(filter=where) > 0
 
 
 class _Replay:

@@ -14,8 +14,8 @@ A line yields one record per *call span*: a span that a producer dialect
 (:mod:`warehouse.sources.dialects`: OpenInference, LiteLLM, OpenLLMetry, OpenLIT, then the
 GenAI conventions — any span with a ``gen_ai.*`` attribute of its own) recognises as a call;
 HTTP or database spans and a producer's child spans of a call are no requests: asked with ``spans``
-(the DWD build), the reader gives them as rows of their own for ``dwd.span`` (``canonical.SPAN_FIELDS``). Each field is read
-from the sources its dialect declares, first present wins; the table below is the GenAI
+(the DWD build), the reader gives them as rows of their own for ``dwd.span`` (``canonical.SPAN_FIELDS``).
+Each field is read from the sources its dialect declares, first present wins; the table below is the GenAI
 conventions' (the other dialects are written as changes to it). Attributes are
 looked up on the span, then its scope, then its resource, so resource attributes
 (``tenant.id``, ``server.address`` …) apply to every span under them and span
