@@ -27,6 +27,7 @@ DWD_MODEL_PRICE = _table("dwd.model_price")
 DWD_TENANT_QUOTA = _table("dwd.tenant_quota")
 DWD_REQUEST = _table("dwd.request")
 DWD_FEEDBACK = _table("dwd.feedback")
+DWD_SPAN = _table("dwd.span")
 DWD_QUARANTINE = _table("dwd.quarantine")
 OPS_BOOKS = _table("ops.books")
 

@@ -14,6 +14,7 @@ from assets import (
     DWD_MODEL_PRICE,
     DWD_QUARANTINE,
     DWD_REQUEST,
+    DWD_SPAN,
     DWD_TENANT_QUOTA,
     DWS_MODEL,
     DWS_TENANT,
@@ -61,7 +62,7 @@ def dwd() -> None:
     def load_quotas(**context: object) -> dict[str, object]:
         return run_step("load_quotas", context)
 
-    @task(outlets=[DWD_FEEDBACK, DWD_REQUEST, DWD_QUARANTINE, OPS_BOOKS])
+    @task(outlets=[DWD_FEEDBACK, DWD_REQUEST, DWD_SPAN, DWD_QUARANTINE, OPS_BOOKS])
     def build_dwd(**context: object) -> dict[str, object]:
         return run_step("build_dwd", context)
 

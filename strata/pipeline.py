@@ -169,13 +169,14 @@ def load_quotas(settings: Settings, csv_path: Path) -> StepResult[None]:
 def build_dwd(
     settings: Settings, day: dt.date, *, progress: Progress | None = None
 ) -> StepResult[dict[Kind, RunResult]]:
-    """Publish the day's ``dwd.feedback`` (merging its labels) and ``dwd.request`` from ODS."""
+    """Publish the day's ``dwd.feedback`` (merging its labels), ``dwd.request`` and ``dwd.span`` from ODS."""
     from warehouse.dwd.build import build_day
     from warehouse.storage.lake import Lake
 
     runs = build_day(Lake(settings), day, progress)
     counts: dict[str, int] = {}
-    for run in runs.values():
+    published = [*runs.values(), *(run.spans for run in runs.values() if run.spans is not None)]
+    for run in published:
         short = run.table.name.split(".", 1)[1]
         counts |= {
             f"{short}_published": run.published,
@@ -184,7 +185,7 @@ def build_dwd(
             f"{short}_malformed": run.counts.malformed,
             f"{short}_trace_only": run.counts.trace_only,
         }
-    return StepResult("build_dwd", counts, {run.table.name: run.version for run in runs.values()}, runs)
+    return StepResult("build_dwd", counts, {run.table.name: run.version for run in published}, runs)
 
 
 @_logged

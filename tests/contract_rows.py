@@ -16,6 +16,7 @@ CONTRACT_NAMES = frozenset(
         "ods.feedback_raw",
         "dwd.request",
         "dwd.feedback",
+        "dwd.span",
         "dwd.quarantine",
         "ops.audit_log",
         "ops.books",
@@ -39,6 +40,8 @@ CONTRACT_NAMES = frozenset(
     }
 )
 TS = datetime(2026, 1, 1, 12, tzinfo=UTC)
+#: Patterns of lower-case hex ids, by their length.
+HEX_IDS = {"^[0-9a-f]{16}$": 16, "^[0-9a-f]{32}$": 32}
 PATTERN_EXAMPLES = {
     "^[0-9a-f]{32}$": "0123456789abcdef0123456789abcdef",
     "^[0-9a-f]{64}$": "ab" * 32,
@@ -57,6 +60,8 @@ def synthetic(contract: Any, n: int = 3) -> pl.DataFrame:
         t = c.arrow_type
         if c.allowed_values:
             values = [c.allowed_values[i % len(c.allowed_values)] for i in range(n)]
+        elif c.pattern in HEX_IDS:  # distinct: an id may be (part of) the key
+            values = [format(i, f"0{HEX_IDS[c.pattern]}x") for i in range(n)]
         elif c.pattern:
             values = [PATTERN_EXAMPLES[c.pattern]] * n
         elif pa.types.is_string(t):

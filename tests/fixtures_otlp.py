@@ -107,13 +107,15 @@ def span(record: dict[str, Any]) -> dict[str, Any]:
 
     start = nanos(record["ts"])
     out: dict[str, Any] = {
-        "spanId": _hex("span:" + record["request_id"], 8),
+        "spanId": record.get("span_id") or _hex("span:" + record["request_id"], 8),
         "name": " ".join(str(record[f]) for f in ("operation", "model") if record.get(f) is not None) or "genai",
         "kind": 3,  # SPAN_KIND_CLIENT
         "startTimeUnixNano": str(start),
     }
     if record.get("trace_id") is not None:
         out = {"traceId": record["trace_id"], **out}
+    if record.get("parent_span_id") is not None:
+        out["parentSpanId"] = record["parent_span_id"]
     if record.get("duration_ms") is not None:
         out["endTimeUnixNano"] = str(start + int(Decimal(str(record["duration_ms"])).scaleb(6)))
     out["attributes"] = attrs
@@ -127,12 +129,15 @@ def span(record: dict[str, Any]) -> dict[str, Any]:
 
 def otlp_export_line(records: list[dict[str, Any]]) -> bytes:
     """One OTLP/JSON ``ExportTraceServiceRequest`` line (no newline) holding ``records`` as spans."""
-    groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    groups: dict[tuple[Any, Any, Any], list[dict[str, Any]]] = {}
     for record in records:
-        groups.setdefault((record.get("tenant_id"), record.get("server")), []).append(span(record))
+        place = (record.get("tenant_id"), record.get("server"), record.get("server_instance"))
+        groups.setdefault(place, []).append(span(record))
     resource_spans = []
-    for (tenant, server), spans in groups.items():
+    for (tenant, server, instance), spans in groups.items():
         attrs = [key_value("service.name", "ai-gateway")]
+        if instance is not None:
+            attrs.append(key_value("service.instance.id", instance))
         if tenant is not None:
             attrs.append(key_value("tenant.id", tenant))
         if server is not None:

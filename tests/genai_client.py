@@ -7,7 +7,8 @@ environment configures through ``opentelemetry-distro``, as ``opentelemetry-inst
 the service docs/sources.md points at ``strata collect`` (``OTEL_SERVICE_NAME`` and
 ``OTEL_SEMCONV_STABILITY_OPT_IN`` come from the environment too, no tenant anywhere) — makes a fixed
 mix of calls against ``BASE_URL`` with the client's retries off, and writes what the client saw (one
-JSON object per call: model, operation, status, tokens, trace) to ``TRUTH_FILE``. A subprocess keeps
+JSON object per call: model, operation, status, tokens, trace and the workflow span around it) to
+``TRUTH_FILE``. The process's ``service.instance.id`` comes from ``OTEL_RESOURCE_ATTRIBUTES``. A subprocess keeps
 the instrumentation's global patching of ``openai`` out of the test process.
 """
 
@@ -41,7 +42,8 @@ def main(base_url: str, traces: str, truth_file: str) -> None:
     truth: list[dict[str, Any]] = []
 
     def call(operation: str, model: str, **kwargs: Any) -> None:
-        trace_id = format(trace.get_current_span().get_span_context().trace_id, "032x")
+        context = trace.get_current_span().get_span_context()
+        trace_id = format(context.trace_id, "032x")
         seen: dict[str, Any] = {
             "operation": operation,
             "model": model,
@@ -49,6 +51,7 @@ def main(base_url: str, traces: str, truth_file: str) -> None:
             "input_tokens": None,
             "output_tokens": None,
             "workflow": trace_id if trace_id != "0" * 32 else None,
+            "parent": format(context.span_id, "016x") if trace_id != "0" * 32 else None,
         }
         try:
             if operation == "embeddings":

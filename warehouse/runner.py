@@ -77,6 +77,8 @@ class RunResult:
     books: Books | None
     #: Quarantined rows per rule id.
     rules: dict[str, int]
+    #: The run of ``dwd.span`` that a build of requests made beside it (the spans that are no call).
+    spans: RunResult | None = None
 
 
 def claim(
@@ -87,14 +89,18 @@ def claim(
     reads: Sequence[Table] = (),
     books: bool = True,
     quarantine: bool = True,
+    also: Sequence[Table] = (),
 ) -> AbstractContextManager[None]:
     """The locks of one build, to hold from its first read to its last commit: the day's
-    partitions of the target, of the quarantine and of the books, and the tables it reads."""
-    write: list[tuple[Table, dict[str, object] | None]] = [(target, {"event_date": day})]
-    if quarantine:
-        write.append((DWD_QUARANTINE, {"event_date": day, "target_table": target.name}))
-    if books:
-        write.append((OPS_BOOKS, {"event_date": day, "table_name": target.name}))
+    partitions of the target (and of the tables it ``also`` writes), of the quarantine and of the
+    books, and the tables it reads."""
+    write: list[tuple[Table, dict[str, object] | None]] = []
+    for written in (target, *also):
+        write.append((written, {"event_date": day}))
+        if quarantine:
+            write.append((DWD_QUARANTINE, {"event_date": day, "target_table": written.name}))
+        if books:
+            write.append((OPS_BOOKS, {"event_date": day, "table_name": written.name}))
     return lake.hold(write=write, read=reads)
 
 

@@ -14,19 +14,20 @@ app = typer.Typer(help="Build a layer for a logical date.", no_args_is_help=True
 
 @app.command("dwd")
 def build_dwd_cmd(days: list[str] = DATES, wait: float | None = WAIT) -> None:
-    """Publish dwd.feedback and dwd.request for event dates from ODS (idempotent), one date at a time."""
+    """Publish dwd.feedback, dwd.request and dwd.span for event dates from ODS (idempotent), one date at a time."""
     from strata import pipeline
 
     settings = for_writing(wait)
     for day in dates(days):
         with progress(f"building DWD {day}") as step:
             result = pipeline.build_dwd(settings, day, progress=step)
-        for run in result.detail.values():
+        for run in [r for kind in result.detail.values() for r in (kind, kind.spans) if r is not None]:
             b = run.books
             assert b is not None, "a DWD run keeps its books"
             trace_only = f" + trace-only {b.trace_only:,}" if b.trace_only else ""
+            records = "ODS spans" if run.table.name == "dwd.span" else "ODS"
             out.print(
-                f"{b.table} [{day}] v{run.version}: ODS {b.ods_rows:,} = DWD {b.dwd_rows:,} + duplicates "
+                f"{b.table} [{day}] v{run.version}: {records} {b.ods_rows:,} = DWD {b.dwd_rows:,} + duplicates "
                 f"{b.duplicates:,} + quarantined {b.quarantined:,} + malformed {b.malformed:,}{trace_only}"
             )
             for rule, count in sorted(run.rules.items()):
@@ -52,7 +53,7 @@ def build_dwd_cmd(days: list[str] = DATES, wait: float | None = WAIT) -> None:
             if b.trace_only:
                 out.print(
                     f"  {b.trace_only:,} trace-only line(s): OTLP exports holding no GenAI span (a workflow's "
-                    "parent span sent alone), kept in ODS, no request"
+                    "parent span sent alone), kept in ODS, no request; their spans are rows of dwd.span"
                 )
 
 

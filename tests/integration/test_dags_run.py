@@ -67,7 +67,7 @@ OUTLETS = {
     "land": ["ods.feedback_raw", "ods.request_log_raw", "ops.landed_files"],
     "dwd.load_prices": ["dwd.model_price"],
     "dwd.load_quotas": ["dwd.tenant_quota"],
-    "dwd.build_dwd": ["dwd.feedback", "dwd.quarantine", "dwd.request", "ops.books"],
+    "dwd.build_dwd": ["dwd.feedback", "dwd.quarantine", "dwd.request", "dwd.span", "ops.books"],
     "dws.build_dws": ["dws.model_features", "dws.tenant_features", "dws.user_features"],
     "features.materialize": ["features.online_store"],
     "features.check_consistency": ["ads.feature_consistency"],

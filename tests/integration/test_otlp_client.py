@@ -40,10 +40,12 @@ def _run_client(base_url: str, folder: Path, mode: str, collector: str | None = 
     docs/sources.md configures a service; what the client saw is written beside the test's folder, so no
     ingest takes it for traces."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env |= {"OTEL_SERVICE_NAME": "chat-app", **MODES[mode]}
+    via = "collect" if collector else "file"
+    instance = f"{mode}-{via}-process"  # each run is one process lifetime of the service: one instance
+    env |= {"OTEL_SERVICE_NAME": "chat-app", "OTEL_RESOURCE_ATTRIBUTES": f"service.instance.id={instance}"}
+    env |= MODES[mode]
     if collector:
         env |= {**SENDING, "OTEL_EXPORTER_OTLP_ENDPOINT": collector}
-    via = "collect" if collector else "file"
     traces = "otlp" if collector else str(folder / f"{mode}-traces.json")
     truth = folder.parent / f"{mode}-{via}-truth.json"
     done = subprocess.run(
@@ -54,7 +56,7 @@ def _run_client(base_url: str, folder: Path, mode: str, collector: str | None = 
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(truth.read_text())
+    return [call | {"instance": instance} for call in json.loads(truth.read_text())]
 
 
 def test_an_instrumented_openai_client_equals_dwd_request(tmp_path: Path, strata_env: Path) -> None:
@@ -114,3 +116,21 @@ def test_an_instrumented_openai_client_equals_dwd_request(tmp_path: Path, strata
             expected_flows.setdefault(c["workflow"], []).append(c["model"])
     assert dict(flows.select("trace_id", "model").iter_rows()) == expected_flows
     assert flows.get_column("parents").to_list() == [1] * len(expected_flows)
+
+    # The new columns: every call has its span, its workflow's span as its parent, and its process.
+    assert dwd.get_column("span_id").null_count() == 0 and dwd.get_column("span_id").n_unique() == dwd.height
+    assert Counter(dwd.select("model", "server_instance", "parent_span_id").iter_rows()) == Counter(
+        (c["model"], c["instance"], c["parent"]) for c in truth
+    )
+    # ... and the workflow spans, no calls, are rows of dwd.span: a trace shows its whole shape.
+    spans = pl.from_arrow(Lake(settings).read(table("dwd.span")))
+    assert isinstance(spans, pl.DataFrame)
+    workflows = {(c["workflow"], c["parent"], c["instance"]) for c in truth if c["workflow"]}
+    assert set(spans.select("trace_id", "span_id", "server_instance").iter_rows()) == workflows
+    assert spans.height == len(workflows)
+    assert set(spans.select("name", "service", "status", "tenant_id").iter_rows()) == {
+        ("workflow", "chat-app", "unset", "chat-app")
+    }
+    assert spans.get_column("parent_span_id").null_count() == spans.height  # the roots of their traces
+    assert (spans.get_column("duration_ms") > 0).all()
+    assert sum(r.spans.books.dwd_rows for r in runs if r.spans and r.spans.books) == len(workflows)

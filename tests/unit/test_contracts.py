@@ -74,6 +74,10 @@ def test_request_contract_view() -> None:
         "classify",
         "detect",
         "ocr",
+        "generate_content",
+        "execute_tool",
+        "invoke_agent",
+        "create_agent",
     )
     assert c.column("trace_id").pattern == "^[0-9a-f]{32}$"
     assert c.column("model_version").tolerance("null_rate") == 0.0  # no tolerance: may be null
@@ -220,10 +224,14 @@ COLUMN_BLOCK = """      - name: finish_reason
             "physicalType: string\n        required: true\n        description: Why generation",
             {"required_added:finish_reason": True},
         ),
-        ("rerank, classify, detect, ocr]", "rerank, classify, detect]", {"allowed_values_narrowed:operation": True}),
         (
-            "rerank, classify, detect, ocr]",
-            "rerank, classify, detect, ocr, speech]",
+            "execute_tool, invoke_agent, create_agent]",
+            "execute_tool, invoke_agent]",
+            {"allowed_values_narrowed:operation": True},
+        ),
+        (
+            "execute_tool, invoke_agent, create_agent]",
+            "execute_tool, invoke_agent, create_agent, speech]",
             {"allowed_values_widened:operation": False},
         ),
         ("          minimum: 100", "          minimum: 200", {"range_narrowed:status_code": True}),

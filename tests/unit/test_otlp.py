@@ -9,7 +9,7 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 import pytest
-from fixtures_otlp import any_value, key_value, nanos, otlp_export_line
+from fixtures_otlp import any_value, key_value, nanos, otlp_export_line, span
 
 from warehouse.sources.canonical import LINK_FIELDS, REQUEST_FIELDS
 from warehouse.sources.otlp import parse_otlp_lines
@@ -23,6 +23,8 @@ def _records() -> list[dict[str, Any]]:
     full = {
         "request_id": "req-0001",
         "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+        "span_id": "00f067aa0ba902b7",
+        "parent_span_id": "b7ad6b7169203331",
         "retry_of": None,
         "attempt": 1,
         "ts": dt.datetime(2026, 1, 1, 10, 0, 0, 123456, tzinfo=dt.timezone(dt.timedelta(hours=8))),
@@ -40,6 +42,7 @@ def _records() -> list[dict[str, Any]]:
         "model_version": "2024-09-a",
         "provider": "vllm",
         "server": "vllm-sg-01",
+        "server_instance": "vllm-sg-01-7f3a9c",
         "prompt_template_version": "tpl-3",
         "pipeline_version": "serve-1.8.2",
         "input_tokens": 812,
@@ -55,6 +58,8 @@ def _records() -> list[dict[str, Any]]:
     retry = {
         **full,
         "request_id": "req-0002",
+        "span_id": "00f067aa0ba902b8",
+        "server_instance": "vllm-sg-01-9b1e04",
         "retry_of": "req-0001",
         "attempt": 2,
         "operation": "completion",
@@ -132,9 +137,13 @@ def test_round_trip_maps_every_field() -> None:
     for record, row in zip(records, out.iter_rows(named=True)):
         for field in REQUEST_FIELDS:
             got, want = row[field], record[field]
+            if field == "span_id" and want is None:  # a span has an id whatever the record says
+                want = span(record)["spanId"]
             if field == "attributes":
                 attributes = {
-                    k: v for k, v in (json.loads(got) if got is not None else {}).items() if k != "otel.span_id"
+                    k: v
+                    for k, v in (json.loads(got) if got is not None else {}).items()
+                    if k not in ("otel.span_id", "otel.parent_span_id")
                 }
                 assert attributes == (want or {}), field
             elif field in _FLOAT_FIELDS and want is not None:
@@ -397,3 +406,46 @@ def test_a_gateway_span_is_at_the_gateway_level_only_where_no_ordinary_token_sta
     assert level([]) == "gateway"  # a file, or a receiver without tokens
     assert level([*stamped, key_value("strata.gateway", "*")]) == "gateway"  # a gateway token's
     assert level(stamped) == "client"  # an ordinary token's
+
+
+def test_spans_that_are_no_call_come_with_spans() -> None:
+    """The DWD build asks for every span: a workflow's parent around a call is a row of its own (``_kind``
+    ``span``) with its place in the trace, service, instance, status and user; the call keeps its columns."""
+    parent = {
+        "traceId": "4bf92f3577b34da6a3ce929d0e0e4736",
+        "spanId": "b7ad6b7169203331",
+        "name": "answer question",
+        "startTimeUnixNano": "1767232799900000000",
+        "endTimeUnixNano": "1767232800400000000",
+        "status": {"code": 2},
+        "attributes": [key_value("user.id", "user-42"), key_value("retrieval.query", "q")],
+    }
+    call = _genai_span() | {"parentSpanId": "b7ad6b7169203331"}
+    resource = [key_value("service.name", "rag-app"), key_value("service.instance.id", "pod-1/boot-2")]
+    line = _line([parent, call], resource)
+    plain = _parse([line])
+    assert plain.height == 1 and "_kind" not in plain.columns  # ODS's parse is as it was
+    out = parse_otlp_lines(pa.array([line], type=pa.large_binary()), spans=True)
+    assert out.get_column("_kind").to_list() == ["call", "span"]
+    called, other = out.row(0, named=True), out.row(1, named=True)
+    assert (called["span_id"], called["parent_span_id"], called["server_instance"]) == (
+        "00f067aa0ba902b7",
+        "b7ad6b7169203331",
+        "pod-1/boot-2",
+    )
+    assert {k: other[k] for k in ("span_id", "parent_span_id", "name", "service", "server_instance")} == {
+        "span_id": "b7ad6b7169203331",
+        "parent_span_id": None,
+        "name": "answer question",
+        "service": "rag-app",
+        "server_instance": "pod-1/boot-2",
+    }
+    assert (other["status"], other["user_id"], other["duration_ms"], other["request_id"]) == (
+        "error",
+        "user-42",
+        "500",
+        None,
+    )
+    # a line of no call: its trace-only row (the books of dwd.request), then its spans
+    alone = parse_otlp_lines(pa.array([_line([parent], resource)], type=pa.large_binary()), spans=True)
+    assert alone.select("_kind", "parse_error").rows() == [("call", "no GenAI spans"), ("span", None)]

@@ -4,7 +4,8 @@ A build of date D reads every ODS row whose ``event_date`` is D, whenever it arr
 (so late data is picked up by re-running D), and the lines of D - 1 whose ``event_dates``
 lists D (an OTLP batch across midnight: each build takes the line's records of its own
 date, so every span lands once), and replaces D's partition of
-``dwd.request`` / ``dwd.feedback``. Nothing is dropped silently: malformed lines and
+``dwd.request`` / ``dwd.feedback`` (and ``dwd.span``: the spans that are no call, from the
+same pass, published after ``dwd.request`` with books of their own). Nothing is dropped silently: malformed lines and
 rows that break the contract go to ``dwd.quarantine`` with their rule ids and raw
 line, and the books must balance before anything is published::
 
@@ -16,9 +17,11 @@ trace-only record is an OTLP line holding no GenAI span, which stays in ODS).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -29,13 +32,21 @@ from warehouse.dwd.transform import TARGETS, DwdTransform, RequestInputs, key_co
 from warehouse.errors import NoData
 from warehouse.ods import ODS_TABLES
 from warehouse.ods.scan import borrowed_arrivals, borrowed_files, ods_batches, ods_files, read_columns
-from warehouse.ops.suppression import suppressed_on
+from warehouse.ops.suppression import Suppression, suppressed_on
 from warehouse.progress import Progress
-from warehouse.runner import RunResult, claim, run
+from warehouse.runner import Batch, RunResult, claim, run
 from warehouse.sources.canonical import Kind
 from warehouse.sources.formats import parser_for
 from warehouse.storage.lake import Lake
-from warehouse.tables import DWD_FEEDBACK, DWD_MODEL_PRICE, OPS_SUPPRESSED_RECORDS
+from warehouse.tables import (
+    DWD_FEEDBACK,
+    DWD_MODEL_PRICE,
+    DWD_SPAN,
+    OPS_BOOKS,
+    OPS_FORGOTTEN_USERS,
+    OPS_SUPPRESSED_RECORDS,
+    Table,
+)
 
 log = logging.getLogger(f"strata.{__name__}")
 
@@ -63,9 +74,9 @@ def _build_locked(
 
     key = lake.settings.require_pseudonym_key() if kind == "requests" else b""
     target, ods_table = TARGETS[kind], ODS_TABLES[kind]
-    reads = [ods_table, DWD_FEEDBACK, DWD_MODEL_PRICE] if kind == "requests" else [ods_table]
+    reads = [ods_table, DWD_FEEDBACK, DWD_MODEL_PRICE, OPS_FORGOTTEN_USERS] if kind == "requests" else [ods_table]
     reads.append(OPS_SUPPRESSED_RECORDS)
-    with claim(lake, target, day, reads=reads):
+    with claim(lake, target, day, reads=reads, also=[DWD_SPAN] if kind == "requests" else []):
         ods = lake.open_table(ods_table)  # the build's one open of its ODS table, under its lock
         if ods is None and not require:
             return None
@@ -83,13 +94,16 @@ def _build_locked(
         transform = DwdTransform(
             kind,
             day,
-            lambda source, kind: parser_for(lake.settings, source, kind, checked_ok=True),
+            lambda source, kind: parser_for(lake.settings, source, kind, checked_ok=True, spans=kind == "requests"),
             repeats=repeats(keys, kind),
             keyed=keyed_ids(keys, kind),
             now=pc.max(arrivals).as_py(),
             requests=requests,
             floor=lake.settings.ts_floor,
         )
+        if kind == "requests":
+            suppression = Suppression.load(lake)
+            transform.forgotten = suppression.gone if suppression else None
         log.info(
             "%s %s: %s ODS records from %d file(s)", target.name, day, f"{len(arrivals):,}", len(files) + len(borrowed)
         )
@@ -104,6 +118,25 @@ def _build_locked(
             now=transform.now,
             suppressed=suppressed_on(lake, ods_table, day),
         )
+        made = transform.spans
+        if kind == "requests" and (
+            any(b.counts.records for b in made) or transform.spans_suppressed or _built(lake, DWD_SPAN, day)
+        ):
+            # the day's spans that are no call, now that the calls are published (a day of none, of a
+            # source without spans, writes nothing unless a build of the day wrote some to replace)
+            spans = run(
+                lake,
+                DWD_SPAN,
+                _Replay(made),
+                [batch.rows for batch in made],
+                day=day,
+                total=sum(batch.counts.records for batch in made),
+                progress=progress,
+                now=transform.now,
+                suppressed=transform.spans_suppressed,
+            )
+            result = dataclasses.replace(result, spans=spans)
+            log.info("%s %s: %s span(s) that are no call", DWD_SPAN.name, day, f"{spans.published:,}")
     if result.rules:
         log.info(
             "%s %s: quarantined %s",
@@ -112,6 +145,24 @@ def _build_locked(
             ", ".join(f"{n:,} {rule}" for rule, n in sorted(result.rules.items())),
         )
     return result
+
+
+def _built(lake: Lake, table: Table, day: dt.date) -> bool:
+    """Whether a build wrote ``table``'s partition of ``day`` (its books say so)."""
+    books = lake.open_table(OPS_BOOKS)
+    where = (pc.field("event_date") == day) & (pc.field("table_name") == table.name)
+    return books is not None and lake.dataset(books).count_rows(filter=where) > 0
+
+
+class _Replay:
+    """The batches a transform already made, handed to the runner again in order (``dwd.span``'s, made
+    while the build's one pass over ODS built ``dwd.request``)."""
+
+    def __init__(self, batches: list[Batch]):
+        self._batches = iter(batches)
+
+    def __call__(self, _rows: pl.DataFrame, /) -> Batch:
+        return next(self._batches)
 
 
 #: Feedback first: its labels reach the requests built next.

@@ -30,16 +30,19 @@ from warehouse.dwd.prices import with_cost
 from warehouse.ods.rows import FLOOR
 from warehouse.privacy import pseudonymize, without_private
 from warehouse.runner import Batch, Counts
-from warehouse.sources.canonical import LINK_FIELDS, REQUEST_FIELDS, Kind, fields_for
+from warehouse.sources.canonical import LINK_FIELDS, REQUEST_FIELDS, SPAN_FIELDS, Kind, fields_for
 from warehouse.sources.dialects import LEVELS, PRECEDENCE
 from warehouse.sources.formats import Parser
-from warehouse.sources.otlp import TRACE_ONLY
+from warehouse.sources.otlp import CALL, SPAN, TRACE_ONLY
 from warehouse.sources.timestamps import parse_ts
 from warehouse.storage.memory import detach
-from warehouse.tables import DWD_FEEDBACK, DWD_REQUEST, Table
+from warehouse.tables import DWD_FEEDBACK, DWD_REQUEST, DWD_SPAN, Table
 
 TARGETS: dict[Kind, Table] = {"requests": DWD_REQUEST, "feedback": DWD_FEEDBACK}
 _LINEAGE = ["ods_source", "source_file", "line_no", "batch_id"]
+#: What a record of requests carries beside its fields and links: whether it is a call or another span
+#: (``_kind``), and the fields only another span has (a row of ``dwd.span``).
+_SPAN_ONLY = ("_kind", *(f for f in SPAN_FIELDS if f not in REQUEST_FIELDS))
 #: ODS ``parse_error`` text → rule id of a line that did not parse (:data:`UNPARSEABLE` when none matches).
 MALFORMED_RULES = [
     (r"^oversized", "line.oversized"),
@@ -84,7 +87,7 @@ def parse_rows(ods: pl.DataFrame, kind: Kind, parser_for: ParserFor) -> pl.DataF
     A line holds one record, except in formats that batch (an OTLP line holds many spans).
     Requests keep their links (``LINK_FIELDS``, null where the source has none).
     """
-    links = LINK_FIELDS if kind == "requests" else ()
+    links = (*LINK_FIELDS, *_SPAN_ONLY) if kind == "requests" else ()
     columns = [
         "raw_line",
         "ingested_at",
@@ -112,6 +115,8 @@ def parse_rows(ods: pl.DataFrame, kind: Kind, parser_for: ParserFor) -> pl.DataF
                 group.get_column("file_sha256").to_arrow(),
             )
         parsed = parsed.with_columns(pl.lit(None, pl.String).alias(c) for c in links if c not in parsed.columns)
+        if kind == "requests":  # a record of a format without spans is a call's
+            parsed = parsed.with_columns(_kind=pl.col("_kind").fill_null(CALL))
         lineage = group.select(
             [
                 "raw_line",
@@ -252,10 +257,18 @@ class DwdTransform:
     #: Request ids of the day's lines ODS keyed (one record a line): a record streamed from a line of
     #: several (an OTLP span) with one of them repeats that arrival, whatever format it came in.
     keyed: pl.Series = field(default_factory=lambda: pl.Series("seen", [], pl.String))
+    #: (raw user ids, times) → which are of users on the suppression list from before their forget: the spans
+    #: that are no call are checked here (an ingest checks calls only), and left out of ``dwd.span``.
+    forgotten: Callable[[pl.Series, pl.Series], pl.Series] | None = None
+    #: Spans that are no call left out so (the books of ``dwd.span`` count them as suppressed).
+    spans_suppressed: int = 0
     _seen: pl.Series = field(default_factory=lambda: pl.Series("seen", [], pl.String))
     _spans: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=_LINKS))
     _parents: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=_LINKS))
     _pseudonyms: dict[str, str] = field(default_factory=dict)
+    #: The keys (trace, span) of the spans that are no call kept so far, and their batches for ``dwd.span``.
+    _span_keys: pl.Series = field(default_factory=lambda: pl.Series("seen", [], pl.String))
+    spans: list[Batch] = field(default_factory=list)
 
     @property
     def target(self) -> Table:
@@ -280,6 +293,10 @@ class DwdTransform:
             .fill_null(False)
         )
         records = self._own(parse_rows(ods.with_columns(repeat), self.kind, self.parser_for))
+        if self.kind == "requests":  # the spans that are no call go to dwd.span; the books here count calls
+            other = pl.col("_kind") == SPAN
+            self.spans.append(self._span_batch(records.filter(other)))
+            records = records.filter(~other).drop(*_SPAN_ONLY)
         parse_error = pl.coalesce("ods_parse_error", "parse_error")
         trace_only = (parse_error == TRACE_ONLY).fill_null(False)  # ODS marked it malformed before it knew better
         bad = parse_error.is_not_null() & ~trace_only
@@ -296,7 +313,7 @@ class DwdTransform:
         )
         # Timestamp rules a contract cannot state: the configured floor, and the row's own partition.
         implausible = self._ts_rules()
-        valid = self._pseudonymized(split.valid).with_columns(_ts_rules=implausible)
+        valid = self._pseudonymized(split.valid, self.target.contract).with_columns(_ts_rules=implausible)
         rejected = pl.concat(
             [
                 split.rejected.with_columns(rules=pl.concat_list("rules", implausible).list.unique().list.sort()),
@@ -335,6 +352,73 @@ class DwdTransform:
             no_usage=no_usage,
         )
         return Batch(rows, set_aside, counts)
+
+    def _span_batch(self, spans: pl.DataFrame) -> Batch:
+        """Rows of ``dwd.span`` from a batch's spans that are no call: the first arrival of each (trace, span),
+        typed, checked, pseudonymized and through the attribute policy; the rest set aside or counted."""
+        if self.forgotten is not None and spans.height:
+            gone = self.forgotten(spans.get_column("user_id"), spans.select(parse_ts(pl.col("ts"))).to_series())
+            self.spans_suppressed += int(gone.sum())
+            spans = spans.filter(~gone)
+        bad = pl.col("parse_error").is_not_null()
+        malformed = spans.filter(bad)
+        key = pl.concat_str("trace_id", "span_id", separator="\x1f")
+        good = spans.filter(~bad).with_columns(
+            _first=key.is_null() | (key.is_first_distinct() & ~key.is_in(self._span_keys.implode()))
+        )
+        unique = good.filter("_first")
+        kept = unique.select(key.alias("seen")).to_series().drop_nulls()
+        if kept.len():
+            self._span_keys = pl.concat([self._span_keys, detach(kept)]).rechunk()
+        names = [c for c in DWD_SPAN.contract.column_names if c in SPAN_FIELDS]
+        typed = _ts_columns(
+            unique.select(
+                *names,
+                "user_id",
+                *_CARRIED,
+                source="ods_source",
+                source_file="source_file",
+                line_no="line_no",
+                batch_id="batch_id",
+            )
+        ).with_columns(event_date=pl.lit(self.day))
+        ts_faults = typed.filter(pl.col("_ts_type_error"))
+        split = split_rows(
+            typed.filter(~pl.col("_ts_type_error")).drop("_ts_type_error"),
+            self._span_contract,
+            now=self.now,
+            keep=_CARRIED,
+        )
+        implausible = self._ts_rules()
+        valid = self._pseudonymized(split.valid, DWD_SPAN.contract).with_columns(_ts_rules=implausible)
+        rejected = pl.concat(
+            [
+                split.rejected.with_columns(rules=pl.concat_list("rules", implausible).list.unique().list.sort()),
+                valid.filter(pl.col("_ts_rules").list.len() > 0).rename({"_ts_rules": "rules"}),
+            ],
+            how="diagonal_relaxed",
+        )
+        set_aside = pl.concat(
+            [
+                quarantine_rows(malformed, pl.concat_list(malformed_rule(pl.col("parse_error"))), DWD_SPAN, self.day),
+                quarantine_rows(ts_faults, pl.concat_list(pl.lit("ts.type")), DWD_SPAN, self.day),
+                quarantine_rows(rejected, pl.col("rules"), DWD_SPAN, self.day),
+            ],
+            how="vertical_relaxed",
+        )
+        counts = Counts(
+            records=spans.height,
+            duplicates=good.height - unique.height,
+            malformed=malformed.height,
+            quarantined=ts_faults.height + rejected.height,
+        )
+        rows = valid.filter(pl.col("_ts_rules").list.len() == 0).drop(_CARRIED, "_ts_rules")
+        return Batch(detach(rows), detach(set_aside), counts)
+
+    @cached_property
+    def _span_contract(self) -> Contract:
+        """``dwd.span``'s contract plus the raw user id, checked as a call's is."""
+        return with_raw_user_id(DWD_SPAN.contract)
 
     def _own(self, records: pl.DataFrame) -> pl.DataFrame:
         """The records that are this day's: a line listing several dates gives each record to
@@ -411,10 +495,10 @@ class DwdTransform:
             if places.height:
                 setattr(self, name, pl.concat([getattr(self, name), places], rechunk=False))
 
-    def _pseudonymized(self, valid: pl.DataFrame) -> pl.DataFrame:
-        """Rows that kept their rules, the raw user id replaced by its pseudonym (requests) and
-        their attributes passed through the contract's attribute policy."""
-        valid = without_private(valid, self.target.contract)
+    def _pseudonymized(self, valid: pl.DataFrame, contract: Contract) -> pl.DataFrame:
+        """Rows that kept their rules, the raw user id replaced by its pseudonym (requests and spans) and
+        their attributes passed through ``contract``'s attribute policy."""
+        valid = without_private(valid, contract)
         if self.requests is None:
             return valid
         pseudonyms = pseudonymize(valid.get_column("user_id"), self.requests.key, self._pseudonyms)

@@ -12,6 +12,9 @@ classified column is covered with no change to this module:
   and so is its landing file;
 * any table with a ``request_id`` column also loses the rows of the user's requests
   (feedback events, quarantined lines of those requests);
+* a table keyed by trace (``trace_id`` in its primary key: ``dwd.span``) also loses every span of
+  the traces that hold a row of the user (a workflow's parent and retrieval around their calls name
+  no user of their own);
 * a ``free_text`` column (``ops.audit_log.message``, which may quote a failed rule's examples)
   keeps its rows, with the user's id and pseudonym replaced by ``[forgotten]``.
 
@@ -56,6 +59,8 @@ from warehouse.tables import FREE_TEXT, OPS_FORGOTTEN_USERS, OPS_LANDED_FILES, P
 
 #: Rows read at a time when looking for a user's rows: bounds memory however large the lake.
 SCAN_ROWS = 128 * 1024
+#: The column of a trace: a table with it in its primary key loses the user's traces whole.
+_TRACE = "trace_id"
 
 
 @dataclass
@@ -227,15 +232,18 @@ class _Marked:
         return pl.Series([key in self.match.rewritten for key in keys], dtype=pl.Boolean)
 
 
-def _find(lake: Lake, table: Table, match: _Matcher) -> tuple[_Marked | None, set[str]]:
-    """The user's rows of ``table`` by its classified columns, and the request ids they hold."""
+def _find(lake: Lake, table: Table, match: _Matcher) -> tuple[_Marked | None, set[str], set[str]]:
+    """The user's rows of ``table`` by its classified columns, and the request ids and trace ids they hold."""
     contract = table.contract
     linked = ["request_id"] if "request_id" in contract else []
-    columns = sorted({*match.columns, *contract.primary_key, *table.partition_columns, *linked, *_lineage(table)})
+    traced = [_TRACE] if _TRACE in contract else []
+    columns = sorted(
+        {*match.columns, *contract.primary_key, *table.partition_columns, *linked, *traced, *_lineage(table)}
+    )
     hits = [frame.filter(match(frame)) for frame in _batches(lake.snapshot(table), columns)]
     found = pl.concat(hits, how="vertical_relaxed") if hits else pl.DataFrame()
     if not found.height:
-        return None, set()
+        return None, set(), set()
     partitions = found.select(table.partition_columns).unique().to_dicts() if table.partition_columns else []
     mark = _Marked(match, found.select(contract.primary_key), partitions, _where_from(found.select(_lineage(table))))
     if match.rewritten:  # a line that keeps others' spans: its request id is not the user's
@@ -247,7 +255,8 @@ def _find(lake: Lake, table: Table, match: _Matcher) -> tuple[_Marked | None, se
             )
         )
     ids = set(found.get_column("request_id").drop_nulls().to_list()) if linked else set()
-    return mark, ids
+    traces = set(found.get_column(_TRACE).drop_nulls().to_list()) if traced else set()
+    return mark, ids, traces
 
 
 def _lineage(table: Table) -> list[str]:
@@ -292,11 +301,13 @@ def forget_user(settings: Settings, user_id: str) -> ForgetReport:
 def _forget(lake: Lake, user_id: str, pseud: str, existing: list[Table]) -> ForgetReport:
     # First pass: the user's rows by their classified columns, and the request ids they hold.
     request_ids: set[str] = set()
+    trace_ids: set[str] = set()
     marked: dict[Table, _Marked] = {}
     for table in existing:
         if table.classified(PII) or table.classified(PSEUDONYMOUS):
-            found, ids = _find(lake, table, _Matcher(lake.settings, table, user_id, pseud))
+            found, ids, traces = _find(lake, table, _Matcher(lake.settings, table, user_id, pseud))
             request_ids |= ids
+            trace_ids |= traces
             if found is not None:
                 marked[table] = found
 
@@ -319,27 +330,33 @@ def _forget(lake: Lake, user_id: str, pseud: str, existing: list[Table]) -> Forg
 
     # Second pass: rewrite every partition holding a marked row or a row of the user's requests.
     request_list = pl.Series("request_id", sorted(request_ids), pl.String).implode()
+    trace_list = pl.Series(_TRACE, sorted(trace_ids), pl.String).implode()
     for table in existing:
         linked = bool(request_ids) and "request_id" in table.contract
+        traced = bool(trace_ids) and _TRACE in table.contract.primary_key
         mark = marked.get(table)
         partitions = list(mark.partitions) if mark else []
-        if linked:
+        for key, ids, link in (("request_id", request_ids, linked), (_TRACE, trace_ids, traced)):
+            if not link:
+                continue
             for frame in _batches(
-                lake.snapshot(table),
-                ["request_id", *table.partition_columns],
-                pc.field("request_id").isin(sorted(request_ids)),
+                lake.snapshot(table), [key, *table.partition_columns], pc.field(key).isin(sorted(ids))
             ):
                 if frame.height:
                     partitions += frame.select(table.partition_columns).unique().to_dicts() or [{}]
         partitions = [dict(p) for p in {tuple(sorted(p.items())) for p in partitions}]
         if mark is not None or partitions:
 
-            def kept(frame: pl.DataFrame, mark: _Marked | None = mark, linked: bool = linked) -> pl.DataFrame:
+            def kept(
+                frame: pl.DataFrame, mark: _Marked | None = mark, linked: bool = linked, traced: bool = traced
+            ) -> pl.DataFrame:
                 mask = mark(frame) if mark else pl.repeat(False, frame.height, eager=True)
                 if mark is not None and mark.match.rewritten:
                     mask &= ~mark.rewritten(frame)
                 if linked:
                     mask |= frame.get_column("request_id").is_in(request_list).fill_null(False)
+                if traced:
+                    mask |= frame.get_column(_TRACE).is_in(trace_list).fill_null(False)
                 frame = frame.filter(~mask)
                 return mark.rewrite(frame) if mark is not None else frame
 

@@ -118,17 +118,23 @@ class Suppression:
             self._seen[user_id] = self.forgotten.get(pseudonym(self.key, user_id))
         return self._seen[user_id]
 
+    def gone(self, users: pl.Series, ts: pl.Series) -> pl.Series:
+        """Which records (their raw user ids, their parsed times) are of forgotten users from before their
+        forget (a time that cannot be read counts as before): what the list keeps out of the lake."""
+        hits = {u: when for u in users.unique().drop_nulls().to_list() if (when := self._forgotten_at(u)) is not None}
+        if not hits:
+            return pl.repeat(False, len(users), eager=True)
+        forgotten = users.replace_strict(hits, default=None, return_dtype=pl.Datetime("us", "UTC"))
+        return forgotten.is_not_null() & (ts.is_null() | (ts < forgotten)).fill_null(True)
+
     def apply(self, raw: pa.Array, line_no: pa.Array, parsed: pl.DataFrame) -> Kept:
         """``raw`` (a chunk of lines, numbered ``line_no``) without the records of forgotten users from
         before their forget; ``parsed`` is the chunk's record parse (with ``_line`` where a line holds
         several records), which names ``user_id`` and ``ts``."""
-        users = parsed.get_column("user_id")
-        hits = {u: when for u in users.unique().drop_nulls().to_list() if (when := self._forgotten_at(u)) is not None}
-        if not hits:
+        if not self:
             return Kept(raw, line_no, parsed)
-        forgotten = users.replace_strict(hits, default=None, return_dtype=pl.Datetime("us", "UTC"))
         ts = parsed.select(parse_ts(pl.col("ts"))).to_series()
-        gone = (forgotten.is_not_null() & (ts.is_null() | (ts < forgotten)).fill_null(True)).to_numpy()
+        gone = self.gone(parsed.get_column("user_id"), ts).to_numpy()
         if not gone.any():  # the user came back: their records after the forget land
             return Kept(raw, line_no, parsed)
         suppressed = dict(ts.filter(pl.Series(gone)).dt.date().value_counts().iter_rows())

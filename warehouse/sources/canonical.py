@@ -14,6 +14,8 @@ Kind: TypeAlias = Literal["requests", "feedback"]
 REQUEST_FIELDS: tuple[str, ...] = (
     "request_id",
     "trace_id",
+    "span_id",
+    "parent_span_id",
     "retry_of",
     "attempt",
     "ts",
@@ -31,6 +33,7 @@ REQUEST_FIELDS: tuple[str, ...] = (
     "model_version",
     "provider",
     "server",
+    "server_instance",
     "prompt_template_version",
     "pipeline_version",
     "input_tokens",
@@ -47,6 +50,22 @@ REQUEST_FIELDS: tuple[str, ...] = (
 #: several levels of one trace once: the level its producer sees calls at (``dialects.LEVELS``) and the
 #: span's id and its parent's (lower-case hex). Null from other sources; never a column of DWD.
 LINK_FIELDS: tuple[str, ...] = ("_level", "_span_id", "_parent_span_id")
+#: The fields of a span that is no call (a workflow's parent, a retrieval, a web handler): a row of ``dwd.span``.
+#: Only sources of spans (OTLP) have them, as text like the canonical fields.
+SPAN_FIELDS: tuple[str, ...] = (
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "name",
+    "service",
+    "server_instance",
+    "tenant_id",
+    "user_id",
+    "ts",
+    "duration_ms",
+    "status",
+    "attributes",
+)
 FEEDBACK_FIELDS: tuple[str, ...] = ("request_id", "ts", "kind", "value", "source")
 #: Lines longer than this are not parsed (kept in ODS, quarantined in DWD as malformed).
 MAX_LINE_BYTES = 1 << 20

@@ -149,6 +149,7 @@ GEN_AI = Dialect(
             "model_version": _keys("model.version"),
             "provider": _keys("gen_ai.provider.name", "gen_ai.system"),
             "server": _keys("server.address"),
+            "server_instance": _keys("service.instance.id"),
             "prompt_template_version": _keys("prompt_template.version"),
             "pipeline_version": _keys("pipeline.version"),
             "input_tokens": _keys("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"),

@@ -119,12 +119,14 @@ def parser_for(
     keys_only: bool = False,
     checked_ok: bool = False,
     also: tuple[str, ...] = (),
+    spans: bool = False,
 ) -> Parser:
     """The parser for rows of a given ``source``.
 
     ``keys_only`` asks for ``request_id`` and ``ts`` alone (and the fields named in ``also``)
     where a format can skip the rest (ODS needs only those; DWD needs every field).
     ``checked_ok`` says the lines already passed the format's line checks when ODS landed them.
+    ``spans`` asks a format of spans (OTLP) for the spans that are no call too (``_kind``; the DWD build).
     """
     from warehouse.storage.scratch import scratch_dir
 
@@ -147,7 +149,7 @@ def parser_for(
     if source == OTLP or source.startswith(OTLP + _TENANT):
         from warehouse.sources.otlp import parse_otlp_lines
 
-        return lambda raw, _line_no, _sha, ndjson=None: parse_otlp_lines(raw, tenant=tenant)
+        return lambda raw, _line_no, _sha, ndjson=None: parse_otlp_lines(raw, tenant=tenant, spans=spans)
     raise InputError(
         f"unknown ODS source {source!r}: expected jsonl, otlp-json[;tenant=<id>] or mapping:<name>@<hash>[;tenant=<id>]"
     )

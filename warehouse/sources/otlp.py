@@ -13,8 +13,9 @@ line are is :mod:`warehouse.sources.otlp_spans`, which ``strata collect`` uses t
 A line yields one record per *call span*: a span that a producer dialect
 (:mod:`warehouse.sources.dialects`: OpenInference, LiteLLM, OpenLLMetry, OpenLIT, then the
 GenAI conventions — any span with a ``gen_ai.*`` attribute of its own) recognises as a call;
-HTTP or database spans and a producer's child spans of a call are skipped. Each field is read
-from the sources its dialect declares, first present wins; the table below is the GenAI
+HTTP or database spans and a producer's child spans of a call are no requests: asked with ``spans``
+(the DWD build), the reader gives them as rows of their own for ``dwd.span`` (``canonical.SPAN_FIELDS``).
+Each field is read from the sources its dialect declares, first present wins; the table below is the GenAI
 conventions' (the other dialects are written as changes to it). Attributes are
 looked up on the span, then its scope, then its resource, so resource attributes
 (``tenant.id``, ``server.address`` …) apply to every span under them and span
@@ -27,6 +28,7 @@ field                   source (first present wins)
 ======================  =========================================================
 request_id              ``gen_ai.response.id``, ``gen_ai.request.id`` (vLLM), spanId (lower-case hex)
 trace_id                traceId, lower-case hex (empty → null)
+span_id, parent_span_id spanId, parentSpanId, lower-case hex
 retry_of                ``gen_ai.request.retry_of`` *(custom)*
 attempt                 ``gen_ai.request.attempt`` *(custom)*; else ``http.request.resend_count`` + 1
 ts                      startTimeUnixNano → RFC 3339 UTC, microseconds (``…T02:00:00.123456+00:00``)
@@ -51,6 +53,7 @@ model                   ``gen_ai.request.model``, ``gen_ai.response.model``
 model_version           ``gen_ai.response.model`` when it differs from the request model, else ``model.version``
 provider                ``gen_ai.provider.name``, ``gen_ai.system`` (deprecated semconv)
 server                  ``server.address``
+server_instance         ``service.instance.id`` (a resource attribute: one process lifetime of the server)
 prompt_template_version ``prompt_template.version`` *(custom)*
 pipeline_version        ``pipeline.version`` *(custom)*
 input_tokens            ``gen_ai.usage.input_tokens``, ``gen_ai.usage.prompt_tokens`` (deprecated semconv)
@@ -130,7 +133,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from warehouse.sources import dialects
-from warehouse.sources.canonical import LINK_FIELDS, REQUEST_FIELDS
+from warehouse.sources.canonical import LINK_FIELDS, REQUEST_FIELDS, SPAN_FIELDS
 from warehouse.sources.dialects import Dialect, Source
 from warehouse.sources.otlp_spans import (
     RESOURCE_SPANS,
@@ -192,6 +195,17 @@ _STATUS_ERRORS = {
 _STATUS_NOT_ERROR = {0, 1, "0", "1", "STATUS_CODE_UNSET", "STATUS_CODE_OK"}
 
 _COLUMNS: tuple[str, ...] = ("parse_error", *REQUEST_FIELDS, *LINK_FIELDS)
+#: The columns of :func:`parse_otlp_lines` with ``spans``: every span's, ``_kind`` saying which it is.
+_SPAN_COLUMNS: tuple[str, ...] = (
+    "_kind",
+    *_COLUMNS,
+    *(f for f in SPAN_FIELDS if f not in _COLUMNS),
+)
+#: ``_kind`` of a call span (a ``dwd.request`` record) and of any other span (a ``dwd.span`` record).
+CALL, SPAN = "call", "span"
+_SPAN_STATUS = {0: "unset", 1: "ok", 2: "error", "STATUS_CODE_UNSET": "unset", "STATUS_CODE_OK": "ok"}
+_SPAN_STATUS |= {str(k): v for k, v in list(_SPAN_STATUS.items()) if isinstance(k, int)}
+_SPAN_STATUS["STATUS_CODE_ERROR"] = "error"
 
 # AnyValue kinds (JSON keys; proto field names are accepted too, see _get).
 _VALUE_KINDS = ("stringValue", "intValue", "doubleValue", "boolValue", "arrayValue", "kvlistValue", "bytesValue")
@@ -562,6 +576,8 @@ _PLAIN_FIELDS = tuple(
     not in {
         "request_id",
         "trace_id",
+        "span_id",
+        "parent_span_id",
         "ts",
         "duration_ms",
         "model",
@@ -603,6 +619,7 @@ def _span_row(
     row["trace_id"] = _hex_id(_get(span, "traceId"), 16)
     row["_level"] = _level(dialect, resource)
     row["_span_id"], row["_parent_span_id"] = _hex_id(_get(span, "spanId"), 8), _hex_id(_get(span, "parentSpanId"), 8)
+    row["span_id"], row["parent_span_id"] = row["_span_id"], row["_parent_span_id"]
     if row["attempt"] is None:
         resends = look.text(_RESEND_COUNT)
         if resends is not None and _UINT.fullmatch(resends):
@@ -633,7 +650,10 @@ def _span_row(
     return row
 
 
-def _document_rows(doc: Any, tenant: str | None) -> list[dict[str, str | None]]:
+def _document_rows(
+    doc: Any, tenant: str | None, others: list[dict[str, str | None]] | None = None
+) -> list[dict[str, str | None]]:
+    """The call spans' rows of an export; every other span's row goes to ``others`` when given."""
     if not isinstance(doc, dict) or not any(isinstance(doc.get(name), list) for name in RESOURCE_SPANS):
         raise NotTraceExport()
     rows = []
@@ -650,12 +670,52 @@ def _document_rows(doc: Any, tenant: str | None) -> list[dict[str, str | None]]:
                 name = _get(span, "name")
                 name = name if isinstance(name, str) else ""
                 dialect = dialects.dialect_of(scope_name, name, attrs)
-                if dialect is None:
-                    continue
                 look = _Lookup(attrs, inherited, where_p)
-                if dialect.is_call(name, look.text(dialect.call_kind[0]) if dialect.call_kind else None):
+                if dialect is not None and dialect.is_call(
+                    name, look.text(dialect.call_kind[0]) if dialect.call_kind else None
+                ):
                     rows.append(_span_row(span, look, dialect, resource, tenant))
+                elif others is not None:
+                    others.append(_other_span_row(span, name, look, dialect or dialects.GEN_AI, resource, tenant))
     return rows
+
+
+def _other_span_row(
+    span: dict[str, Any], name: str, look: _Lookup, dialect: Dialect, resource: dict[str, Any], tenant: str | None
+) -> dict[str, str | None]:
+    """The ``dwd.span`` record of a span that is no call: its place in the trace, its service and instance,
+    its times and status, its user (its dialect's user keys, as :func:`span_user` reads them) and its own
+    attributes."""
+    row: dict[str, str | None] = dict.fromkeys(_SPAN_COLUMNS)
+    row["_kind"] = SPAN
+    errors: list[str] = []
+    times = []
+    for key in ("startTimeUnixNano", "endTimeUnixNano"):
+        try:
+            times.append(_nanos(_get(span, key)))
+        except ValueError:
+            times.append(None)
+            errors.append(f"{key} is not an unsigned integer")
+    start, end = times
+    if start is not None:
+        row["ts"] = _rfc3339(start)
+        if end is not None:
+            row["duration_ms"] = _decimal_text(Decimal(end - start).scaleb(-6))
+    row["trace_id"], row["span_id"] = _hex_id(_get(span, "traceId"), 16), _hex_id(_get(span, "spanId"), 8)
+    row["parent_span_id"] = _hex_id(_get(span, "parentSpanId"), 8)
+    row["name"] = name or None
+    row["service"] = look.text(_SERVICE_NAME)
+    row["server_instance"] = _Reader(span, look, dialect, start).field("server_instance")
+    row["tenant_id"] = _tenant(None, resource, tenant)
+    row["user_id"] = _user_of(_Reader(span, look, dialect, start), name)
+    code = _get(message(_get(span, "status"), f"{look.where}.status"), "code")
+    row["status"] = _SPAN_STATUS.get(code, "unset") if isinstance(code, (int, str)) else "unset"
+    rest = {k: _text(v, f"{look.where}.{k}") for k, v in look.span.items()}
+    rest = {k: v for k, v in rest.items() if v is not None}
+    row["attributes"] = json.dumps(rest, ensure_ascii=False, separators=(",", ":")) if rest else None
+    if errors:
+        row["parse_error"] = "invalid span: " + "; ".join(errors)
+    return row
 
 
 def scope_name_of(scope: dict[str, Any]) -> str:
@@ -671,7 +731,12 @@ def span_user(span: dict[str, Any], inherited: dict[str, Any], scope: str) -> st
     name = _get(span, "name")
     name = name if isinstance(name, str) else ""
     dialect = dialects.dialect_of(scope, name, attrs) or dialects.GEN_AI
-    reader = _Reader(span, _Lookup(attrs, inherited, "span"), dialect, None)
+    return _user_of(_Reader(span, _Lookup(attrs, inherited, "span"), dialect, None), name)
+
+
+def _user_of(reader: _Reader, name: str) -> str | None:
+    """A span's end-user id: a producer's child span of a call names it its own way (``child_users``)."""
+    dialect = reader.dialect
     if name in dialect.child_spans:
         return next((u for u in (reader.value(s, empty_is_none=True) for s in dialect.child_users) if u), None)
     return reader.field("user_id")
@@ -681,8 +746,10 @@ def _reject_constant(name: str) -> Any:
     raise _NotJSON(name)
 
 
-def _line_rows(line: bytes | None, tenant: str | None) -> list[dict[str, str | None]]:
-    """The rows of one line (at least one)."""
+def _line_rows(
+    line: bytes | None, tenant: str | None, others: list[dict[str, str | None]] | None = None
+) -> list[dict[str, str | None]]:
+    """The rows of one line (at least one); its other spans' rows go to ``others`` when given."""
     if line is None:
         return [_error_row("invalid JSON")]
     try:
@@ -694,20 +761,21 @@ def _line_rows(line: bytes | None, tenant: str | None) -> list[dict[str, str | N
         doc = json.loads(text, parse_float=str, parse_constant=_reject_constant)
     except (ValueError, _NotJSON, RecursionError):
         return [_error_row("invalid JSON")]
+    spans: list[dict[str, str | None]] = []
     try:
-        rows = _document_rows(doc, tenant)
+        rows = _document_rows(doc, tenant, spans if others is not None else None)
     except NotTraceExport as e:
         return [_error_row("not an OTLP trace export" + (f": {e}" if str(e) else ""))]
     except RecursionError:
         return [_error_row("not an OTLP trace export: nested too deeply")]
-    if not rows:
-        return [_error_row(TRACE_ONLY)]
-    for row in rows:  # JSON escapes can hold unpaired surrogates, which are not text
+    for row in (*rows, *spans):  # JSON escapes can hold unpaired surrogates, which are not text
         try:
             "".join(v for v in row.values() if v is not None).encode("utf-8")
         except UnicodeEncodeError:
             return [_error_row("invalid JSON: unpaired surrogate escape")]
-    return rows
+    if others is not None:
+        others.extend(spans)
+    return rows or [_error_row(TRACE_ONLY)]
 
 
 #: The ``parse_error`` of a valid export holding no GenAI span: a trace-only line, which carries no
@@ -732,14 +800,16 @@ def _error_row(reason: str) -> dict[str, str | None]:
     return row
 
 
-def parse_otlp_lines(raw: pa.Array, *, tenant: str | None = None) -> pl.DataFrame:
+def parse_otlp_lines(raw: pa.Array, *, tenant: str | None = None, spans: bool = False) -> pl.DataFrame:
     """Spans of OTLP-JSON trace export lines mapped onto the canonical request fields.
 
     ``raw`` holds one export per element (binary, large_binary or string). The result has
     ``_line`` (index of the input line), ``parse_error``, every canonical request field and the
     call's links (``canonical.LINK_FIELDS``) as text: one row per GenAI span, or one row with a
     ``parse_error`` for a line that holds none (see the module docstring). ``tenant`` is the
-    source's tenant, for spans that name none.
+    source's tenant, for spans that name none. With ``spans`` (the DWD build) every other span of a
+    line is a row too, after its calls: ``_kind`` is :data:`CALL` for the rows above (the trace-only row of
+    a line without calls included) and :data:`SPAN` for those, which fill the ``canonical.SPAN_FIELDS``.
     """
     import polars as pl
     import pyarrow as pa
@@ -748,11 +818,19 @@ def parse_otlp_lines(raw: pa.Array, *, tenant: str | None = None) -> pl.DataFram
         raw = raw.combine_chunks()
     if pa.types.is_string(raw.type) or pa.types.is_large_string(raw.type):
         raw = raw.cast(pa.large_binary())
+    names = _SPAN_COLUMNS if spans else _COLUMNS
     lines: list[int] = []
-    columns: dict[str, list[str | None]] = {c: [] for c in _COLUMNS}
+    columns: dict[str, list[str | None]] = {c: [] for c in names}
+    others: list[dict[str, str | None]] | None = [] if spans else None
     for i, line in enumerate(raw.to_pylist()):
-        for row in _line_rows(line, tenant):
+        rows = _line_rows(line, tenant, others)
+        if others:
+            rows = [*({**row, "_kind": CALL} for row in rows), *others]
+            others.clear()
+        elif spans:
+            rows = [{**row, "_kind": CALL} for row in rows]
+        for row in rows:
             lines.append(i)
-            for c in _COLUMNS:
-                columns[c].append(row[c])
-    return pl.DataFrame({"_line": lines, **columns}, schema={"_line": pl.Int64, **{c: pl.String for c in _COLUMNS}})
+            for c in names:
+                columns[c].append(row.get(c))
+    return pl.DataFrame({"_line": lines, **columns}, schema={"_line": pl.Int64, **{c: pl.String for c in names}})
