@@ -180,7 +180,7 @@ _QUERIES = {
                 min(started_at + to_microseconds(cast(round(duration_ms * 1000) as bigint)))
                     filter (where status = 'published') as first_published_at
             from delta_scan('{lake}/ops/audit_log')
-            where "partition" like 'event_date = ''{day}''%' group by all),
+            where "partition" like '%event_date = ''{day}''%' group by all),  -- a write of several days: on each
         rules as (
             select target_table, list(rule order by n desc, rule) as rules, list(n order by n desc, rule) as counts
             from (select target_table, rule, count(*) as n
