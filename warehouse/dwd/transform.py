@@ -303,38 +303,9 @@ class DwdTransform:
         malformed = records.filter(bad)
         unique, duplicates = self._deduplicated(records.filter(parse_error.is_null()))
         typed = self._typed(unique)
-        # A timestamp present but not canonical breaks ts.type (the row checks would see it as missing).
-        ts_faults = typed.filter(pl.col("_ts_type_error"))
-        split = split_rows(
-            typed.filter(~pl.col("_ts_type_error")).drop("_ts_type_error"),
-            self.checked,
-            now=self.now,
-            keep=_CARRIED,
+        rows, set_aside, quarantined = self._checked(
+            typed, malformed, malformed_rule(parse_error), self.checked, self.target
         )
-        # Timestamp rules a contract cannot state: the configured floor, and the row's own partition.
-        implausible = self._ts_rules()
-        valid = self._pseudonymized(split.valid, self.target.contract).with_columns(_ts_rules=implausible)
-        rejected = pl.concat(
-            [
-                split.rejected.with_columns(rules=pl.concat_list("rules", implausible).list.unique().list.sort()),
-                valid.filter(pl.col("_ts_rules").list.len() > 0).rename({"_ts_rules": "rules"}),
-            ],
-            how="diagonal_relaxed",
-        )
-        set_aside = pl.concat(
-            [
-                quarantine_rows(
-                    malformed,
-                    pl.concat_list(malformed_rule(parse_error)),
-                    self.target,
-                    self.day,
-                ),
-                quarantine_rows(ts_faults, pl.concat_list(pl.lit("ts.type")), self.target, self.day),
-                quarantine_rows(rejected, pl.col("rules"), self.target, self.day),
-            ],
-            how="vertical_relaxed",
-        )
-        rows = valid.filter(pl.col("_ts_rules").list.len() == 0).drop(_CARRIED, "_ts_rules")
         incomplete = no_usage = 0
         if self.kind == "requests":  # a null cost: no price in effect, or no usage to price
             unpriced = rows.select(
@@ -346,7 +317,7 @@ class DwdTransform:
             records=records.height,
             duplicates=duplicates,
             malformed=malformed.height,
-            quarantined=ts_faults.height + rejected.height,
+            quarantined=quarantined,
             trace_only=records.select(trace_only.sum()).item(),
             incomplete=incomplete,
             no_usage=no_usage,
@@ -382,15 +353,31 @@ class DwdTransform:
                 batch_id="batch_id",
             )
         ).with_columns(event_date=pl.lit(self.day))
+        rows, set_aside, quarantined = self._checked(
+            typed, malformed, malformed_rule(pl.col("parse_error")), self._span_contract, DWD_SPAN
+        )
+        counts = Counts(
+            records=spans.height,
+            duplicates=good.height - unique.height,
+            malformed=malformed.height,
+            quarantined=quarantined,
+        )
+        return Batch(detach(rows), detach(set_aside), counts)
+
+    def _checked(
+        self, typed: pl.DataFrame, malformed: pl.DataFrame, rule: pl.Expr, checked: Contract, table: Table
+    ) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+        """A batch's typed rows through ``checked`` (``table``'s contract with the raw user id) and the
+        timestamp rules a contract cannot state: (the rows to publish, pseudonymized; the rows set aside
+        for the quarantine, ``malformed`` with its ``rule`` among them; how many typed rows were set aside)."""
+        # A timestamp present but not canonical breaks ts.type (the row checks would see it as missing).
         ts_faults = typed.filter(pl.col("_ts_type_error"))
         split = split_rows(
-            typed.filter(~pl.col("_ts_type_error")).drop("_ts_type_error"),
-            self._span_contract,
-            now=self.now,
-            keep=_CARRIED,
+            typed.filter(~pl.col("_ts_type_error")).drop("_ts_type_error"), checked, now=self.now, keep=_CARRIED
         )
+        # Timestamp rules a contract cannot state: the configured floor, and the row's own partition.
         implausible = self._ts_rules()
-        valid = self._pseudonymized(split.valid, DWD_SPAN.contract).with_columns(_ts_rules=implausible)
+        valid = self._pseudonymized(split.valid, table.contract).with_columns(_ts_rules=implausible)
         rejected = pl.concat(
             [
                 split.rejected.with_columns(rules=pl.concat_list("rules", implausible).list.unique().list.sort()),
@@ -400,20 +387,14 @@ class DwdTransform:
         )
         set_aside = pl.concat(
             [
-                quarantine_rows(malformed, pl.concat_list(malformed_rule(pl.col("parse_error"))), DWD_SPAN, self.day),
-                quarantine_rows(ts_faults, pl.concat_list(pl.lit("ts.type")), DWD_SPAN, self.day),
-                quarantine_rows(rejected, pl.col("rules"), DWD_SPAN, self.day),
+                quarantine_rows(malformed, pl.concat_list(rule), table, self.day),
+                quarantine_rows(ts_faults, pl.concat_list(pl.lit("ts.type")), table, self.day),
+                quarantine_rows(rejected, pl.col("rules"), table, self.day),
             ],
             how="vertical_relaxed",
         )
-        counts = Counts(
-            records=spans.height,
-            duplicates=good.height - unique.height,
-            malformed=malformed.height,
-            quarantined=ts_faults.height + rejected.height,
-        )
         rows = valid.filter(pl.col("_ts_rules").list.len() == 0).drop(_CARRIED, "_ts_rules")
-        return Batch(detach(rows), detach(set_aside), counts)
+        return rows, set_aside, ts_faults.height + rejected.height
 
     @cached_property
     def _span_contract(self) -> Contract:
