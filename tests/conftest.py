@@ -30,6 +30,7 @@ FIRST = (
     "test_dags_run.py",
     "test_benchmarks.py",
     "test_ads.py",
+    "test_ads_operators.py",
     "test_demo.py",
     "test_forget_races.py",
     "test_races.py",
