@@ -170,7 +170,8 @@ _QUERIES = {
         from (select model, coalesce(model_version, '(none)') as v, count(*) as n,
                      count(distinct prompt_template_version) as t, count(distinct pipeline_version) as p,
                      sum(count(*)) over (partition by model) as total
-              from delta_scan('{lake}/dwd/request') where event_date = date '{day}' and model is not null group by model, v)
+              from delta_scan('{lake}/dwd/request') where event_date = date '{day}' and model is not null
+              group by model, v)
         group by model""",
     "ads.data_quality": """
         with attempts as (
