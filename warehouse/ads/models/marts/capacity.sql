@@ -13,8 +13,8 @@ with
 
 requests as (
 
-    select * from {{ ref('stg_dwd__requests') }}
-    where {{ in_build_days('event_date') }} and model is not null
+    select * from {{ ref('int_model_calls') }}
+    where {{ in_build_days('event_date') }}
 
 ),
 
