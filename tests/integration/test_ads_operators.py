@@ -159,7 +159,8 @@ def instances(dwd: pl.DataFrame) -> pl.DataFrame:
     """Per instance: first and last request, neighbours, the cold-start rule, warm-up and steady life, the fit."""
     lake_start = dwd["ts"].min()
     steady = pl.col("relative").is_not_null() & ~pl.col("warmup")
-    x, y = (pl.col("tokens_before") / 1e6).filter(steady), pl.col("relative").filter(steady)
+    # The mart fits in exact decimals: relative latency to the millionth, tokens in millions.
+    x, y = (pl.col("tokens_before") / 1e6).filter(steady), pl.col("relative").round(6).filter(steady)
     fitted = (
         instance_requests(dwd)
         .group_by("server", "server_instance")
@@ -173,7 +174,7 @@ def instances(dwd: pl.DataFrame) -> pl.DataFrame:
             warmup_latency_ratio=pl.col("relative").filter(pl.col("warmup")).median(),
             steady_requests=y.count().cast(pl.Int64),
             steady_mean=y.mean(),
-            slope_per_million_tokens=pl.cov(x, y, ddof=0) / x.var(ddof=0),
+            slope_per_million_tokens=(pl.cov(x, y, ddof=0) / x.var(ddof=0)).fill_nan(None),  # null: no spread
             mean_x=x.mean(),
         )
         .with_columns(
