@@ -336,9 +336,7 @@ _SAME = {
     "ads.retry_storms": "count(*), sum(retries), sum(first_attempts)",
     "ads.version_mix": "count(*), sum(requests), sum(versions_serving)",
     "ads.capacity": "count(*), sum(requests), sum(peak_concurrency), sum(replicas_needed)",
-    "ads.cold_starts": (
-        "count(*), count(*) filter (where is_cold_start), count(*) filter (where is_slow_start)"
-    ),
+    "ads.cold_starts": ("count(*), count(*) filter (where is_cold_start), count(*) filter (where is_slow_start)"),
     "ads.server_drift": "count(*), sum(steady_requests), count(*) filter (where is_drifting)",
     # The ADS tables' own writes of the day are listed from the build after the one that made them.
     "ads.data_quality": "count(*) filter (where table_name not like 'ads.%')",
