@@ -7,10 +7,11 @@ Per day ``round_half_up(WORKFLOW_SHARE × requests_per_day)`` traces (1 %), spli
   sequence. In a planted share of them (:data:`SLOW_SHARE`) ``retrieve`` is slow: ×5–10, and at least 1.1×
   the trace's other steps, so it is their slowest step; elsewhere ``chat`` is always the slowest.
 - **Agent** (``invoke_agent: chat > execute_tool > chat``, and with two tools run in parallel
-  ``invoke_agent: chat > execute_tool > execute_tool > chat``): the root is an ``invoke_agent`` call naming
-  the agent's model (``gpt-4o-mini``, with 0 tokens: the agent's usage is its calls', so a trace's
-  tokens sum without double counting), then chat calls around ``execute_tool`` calls, which name no model
-  and carry no tokens (``gen_ai.tool.name`` in their attributes).
+  ``invoke_agent: chat > execute_tool > execute_tool > chat``): the root is an ``invoke_agent`` call, then
+  ``gpt-4o-mini`` chat calls around ``execute_tool`` calls. The agent's call and the tools' name no model and
+  carry no tokens (``gen_ai.agent.name``, ``gen_ai.tool.name`` in their attributes): an agent's usage is
+  its model calls', so a trace's tokens and cost are its model calls' sums, and the requests per model
+  (the manifest's, the marts') count model calls only.
 
 Every step is a child of its trace's root. Every call has ``trace_id`` (32 hex), ``span_id`` (16 hex) and,
 below the root, ``parent_span_id``; all succeed (status 200) and have ``attempt`` 1. Retry chains of the
@@ -71,7 +72,8 @@ class Step:
 
     Latency is log-normal around ``median_ms``, clipped to ``clip_ms``; a ``parallel`` step starts 0.5–5 ms
     after the step before it, which it overlaps; any other step starts 1–20 ms after every earlier one ended.
-    A call of a model has tokens (log-normal medians; 0 when ``in_median`` is 0), a call of none has none.
+    A call of a model has tokens (log-normal medians; 0 when ``in_median`` or ``out_median`` is 0), a call of
+    none has none.
     """
 
     name: str
@@ -107,7 +109,7 @@ class Shape:
 _RAG_CHAT = Step("chat", True, "aurora-chat-8b", 700, 0.35, (300, 2500), in_median=2500, out_median=250)
 _AGENT_CHAT = Step("chat", True, "gpt-4o-mini", 900, 0.4, (300, 4000), in_median=1500, out_median=150)
 _TOOL = Step("execute_tool", True, None, 250, 0.6, (50, 3000))
-_INVOKE = Step("invoke_agent", True, "gpt-4o-mini", 0, 0, (0, 0))
+_INVOKE = Step("invoke_agent", True, None, 0, 0, (0, 0))
 #: The index of the RAG shape in :data:`SHAPES` (the others are agents').
 RAG = 0
 SHAPES: tuple[Shape, ...] = (
