@@ -17,6 +17,7 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -168,7 +169,7 @@ def generate(
     prices_file = write_file(out, "prices.csv", prices, len(price_rows(start, days)))
     quotas = quota_rows(pop, seed=seed, requests_per_day=requests_per_day, start=start, days=days)
     quotas_file = write_file(out, "quotas.csv", quotas_csv(quotas), len(quotas))
-    manifest = {
+    manifest: dict[str, Any] = {
         "seed": seed,
         "start": start.isoformat(),
         "day_count": days,
@@ -187,8 +188,8 @@ def generate(
         "retry_storms": _storms(pop, plans),
         "days": {p.date.isoformat(): s.to_json() for p, s in zip(plans, requests.stats)},
         "feedback": fb_summary,
-        "planted": {"workflows": [entry for w in workflows for entry in w.planted()]},
     }
+    manifest.setdefault("planted", {})["workflows"] = [entry for w in workflows for entry in w.planted()]
     write_manifest(out, manifest)
     return manifest
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import polars as pl
 
-from synthetic_workload import generate
 from strata import pipeline
+from synthetic_workload import generate
 from warehouse.settings import load_settings
 from warehouse.storage.lake import Lake
 from warehouse.tables import DWD_QUARANTINE, DWD_REQUEST, DWD_SPAN, OPS_BOOKS
