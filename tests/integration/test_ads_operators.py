@@ -217,8 +217,8 @@ def test_cold_starts_and_server_drift_equal_a_recomputation_from_dwd(week: tuple
 
 def planted(manifest: dict, kind: str) -> list[dict]:
     """The generator's planted patterns of one kind (``manifest["planted"]``)."""
-    if "planted" not in manifest:
-        pytest.skip("the generator plants no operator patterns yet (manifest['planted'])")
+    if kind not in manifest.get("planted", {}):
+        pytest.skip(f"the generator plants no {kind} yet (manifest['planted'])")
     return list(manifest["planted"][kind])
 
 
