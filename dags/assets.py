@@ -41,7 +41,17 @@ ADS_FEATURE_CONSISTENCY = _table("ads.feature_consistency")
 # ADS: strata_daily / ads (dbt marts)
 ADS_MARTS = [
     _table(f"ads.{mart}")
-    for mart in ("model_daily", "tenant_daily", "latency_breakdown", "retry_storms", "version_mix", "data_quality")
+    for mart in (
+        "model_daily",
+        "tenant_daily",
+        "latency_breakdown",
+        "retry_storms",
+        "version_mix",
+        "capacity",
+        "cold_starts",
+        "server_drift",
+        "data_quality",
+    )
 ]
 
 # Models and scores: strata_train, strata_daily / scores

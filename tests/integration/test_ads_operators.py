@@ -4,11 +4,19 @@ else is, and every numeric column equals an independent recomputation from DWD i
 
 from __future__ import annotations
 
+import datetime as dt
+import math
+import shutil
+from pathlib import Path
+
 import polars as pl
 import pytest
 
 from tests.integration.test_ads import build_lake
+from warehouse.ads.build import MARTS, build
+from warehouse.ads.project import PROJECT_DIR, DbtFailed
 from warehouse.settings import Settings
+from warehouse.storage.lake import Lake
 from warehouse.tables import DWD_REQUEST, table
 
 #: A week at the smallest scale at which every planted pattern stands out (see docs/ads.md).
@@ -34,3 +42,236 @@ def ads(settings: Settings, name: str) -> pl.DataFrame:
 
 def dwd_requests(settings: Settings) -> pl.DataFrame:
     return pl.read_delta(DWD_REQUEST.uri(settings))
+
+
+# ---- capacity, cold starts, server drift ------------------------------------------------------------
+
+#: The dbt vars' defaults these marts were built with (warehouse/ads/dbt_project.yml).
+WARMUP, LOOKBACK, INSTANCE_CONCURRENCY, HEADROOM = 20, dt.timedelta(minutes=60), 8, 0.25
+
+
+def assert_frames_close(ours: pl.DataFrame, theirs: pl.DataFrame, key: list[str]) -> None:
+    """Same rows and columns; integers, flags, names and times equal, floats to 1e-9 (1e-6 absolute)."""
+    ours, theirs = ours.sort(key), theirs.select(ours.columns).sort(key)
+    assert ours.height == theirs.height
+    for name in ours.columns:
+        mine, other = ours[name].to_list(), theirs[name].to_list()
+        if ours[name].dtype.is_float():
+            for a, b in zip(mine, other, strict=True):
+                assert (a is None) == (b is None) and (a is None or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6)), (
+                    name,
+                    a,
+                    b,
+                )
+        else:
+            assert mine == other, name
+
+
+def per_minute_peaks(calls: pl.DataFrame) -> pl.DataFrame:
+    """Per day and model: the busiest whole minute and the busiest 10 consecutive minutes (a sorted scan)."""
+    minutes = (
+        calls.group_by("event_date", "model", pl.col("ts").dt.truncate("1m").alias("minute"))
+        .len("n")
+        .sort("event_date", "model", "minute")
+    )
+    ten = minutes.rolling("minute", period="10m", offset="0m", closed="left", group_by=["event_date", "model"]).agg(
+        pl.col("n").sum().alias("n10")
+    )
+    first = ["event_date", "model"]
+    one = minutes.sort("n", "minute", descending=[True, False]).group_by(first).first()
+    ten = ten.sort("n10", "minute", descending=[True, False]).group_by(first).first()
+    return one.select(*first, peak_1m_start="minute", peak_qps_1m=pl.col("n") / 60).join(
+        ten.select(*first, peak_10m_start="minute", peak_qps_10m=pl.col("n10") / 600), on=first
+    )
+
+
+def concurrency_peaks(calls: pl.DataFrame) -> pl.DataFrame:
+    """Per day and model: the most requests in flight (a sweep line, ends before starts) and when first."""
+    timed = calls.filter(pl.col("duration_ms").is_not_null())
+    ends = pl.col("ts") + pl.duration(microseconds=(pl.col("duration_ms") * 1000).round().cast(pl.Int64))
+    events = pl.concat(
+        [
+            timed.select("event_date", "model", at="ts", change=pl.lit(1)),
+            timed.select("event_date", "model", at=ends, change=pl.lit(-1)),
+        ]
+    ).sort("event_date", "model", "at", "change")
+    swept = events.with_columns(flight=pl.col("change").cum_sum().over("event_date", "model"))
+    return (
+        swept.sort("flight", "at", descending=[True, False])
+        .group_by("event_date", "model")
+        .first()
+        .select("event_date", "model", peak_concurrency="flight", peak_concurrency_at="at")
+    )
+
+
+def test_capacity_equals_a_recomputation_from_dwd(week: tuple[Settings, dict]) -> None:
+    settings, _ = week
+    calls = dwd_requests(settings).filter(pl.col("model").is_not_null())
+    ok = pl.col("status_code") < 400
+    daily = calls.group_by("event_date", "model").agg(
+        requests=pl.len(),
+        mean_latency_ms=pl.col("duration_ms").filter(ok).mean(),
+        instances_active=pl.col("server_instance").drop_nulls().n_unique().cast(pl.Int64),
+    )
+    expected = (
+        daily.join(per_minute_peaks(calls), on=["event_date", "model"])
+        .join(concurrency_peaks(calls), on=["event_date", "model"], how="left")
+        .with_columns(
+            mean_qps=pl.col("requests") / 86_400,
+            littles_law_concurrency=pl.col("peak_qps_1m") * pl.col("mean_latency_ms") / 1000,
+            peak_concurrency_per_instance=pl.when(pl.col("instances_active") > 0).then(
+                pl.col("peak_concurrency") / pl.col("instances_active")
+            ),
+            instance_concurrency=pl.lit(INSTANCE_CONCURRENCY, pl.Int64),
+            headroom=pl.lit(HEADROOM),
+            replicas_needed=(pl.col("peak_concurrency") * (1 + HEADROOM) / INSTANCE_CONCURRENCY).ceil().cast(pl.Int64),
+        )
+    )
+    capacity = ads(settings, "capacity")
+    assert capacity.height > 0 and capacity["peak_concurrency"].max() > 1
+    assert_frames_close(capacity, expected.with_columns(pl.col("requests").cast(pl.Int64)), ["event_date", "model"])
+
+
+def instance_requests(dwd: pl.DataFrame) -> pl.DataFrame:
+    """Every request of a known instance: its number in the instance's life, the tokens before it, its latency
+    relative to the model's median in the hour outside every instance's first WARMUP requests."""
+    known = dwd.filter(pl.col("server").is_not_null() & pl.col("server_instance").is_not_null())
+    life = ["server", "server_instance"]
+    tokens = pl.col("input_tokens").fill_null(0) + pl.col("output_tokens").fill_null(0)
+    numbered = known.sort("ts", "request_id").with_columns(
+        number=pl.int_range(1, pl.len() + 1).over(life),
+        tokens=tokens,
+        tokens_before=(tokens.cum_sum() - tokens).over(life),
+        latency=pl.when((pl.col("status_code") < 400) & pl.col("model").is_not_null()).then(pl.col("duration_ms")),
+        hour=pl.col("ts").dt.truncate("1h"),
+    )
+    baselines = (
+        numbered.filter((pl.col("number") > WARMUP) & pl.col("latency").is_not_null())
+        .group_by("model", "hour")
+        .agg(baseline=pl.col("latency").median())
+    )
+    return numbered.join(baselines, on=["model", "hour"], how="left").with_columns(
+        warmup=pl.col("number") <= WARMUP, relative=pl.col("latency") / pl.col("baseline")
+    )
+
+
+def instances(dwd: pl.DataFrame) -> pl.DataFrame:
+    """Per instance: first and last request, neighbours, the cold-start rule, warm-up and steady life, the fit."""
+    lake_start = dwd["ts"].min()
+    steady = pl.col("relative").is_not_null() & ~pl.col("warmup")
+    # The mart fits in exact decimals: relative latency to the millionth, tokens in millions.
+    x, y = (pl.col("tokens_before") / 1e6).filter(steady), pl.col("relative").round(6).filter(steady)
+    fitted = (
+        instance_requests(dwd)
+        .group_by("server", "server_instance")
+        .agg(
+            first_seen_at=pl.col("ts").min(),
+            last_seen_at=pl.col("ts").max(),
+            requests=pl.len().cast(pl.Int64),
+            tokens_processed=pl.col("tokens").sum().cast(pl.Int64),
+            warmup_requests=pl.col("relative").filter(pl.col("warmup")).count().cast(pl.Int64),
+            warmup_latency_ms=pl.col("latency").filter(pl.col("warmup")).median(),
+            warmup_latency_ratio=pl.col("relative").filter(pl.col("warmup")).median(),
+            steady_requests=y.count().cast(pl.Int64),
+            steady_mean=y.mean(),
+            slope_per_million_tokens=(pl.cov(x, y, ddof=0) / x.var(ddof=0)).fill_nan(None),  # null: no spread
+            mean_x=x.mean(),
+        )
+        .with_columns(
+            start_relative_latency=pl.col("steady_mean") - pl.col("slope_per_million_tokens") * pl.col("mean_x"),
+            event_date=pl.col("first_seen_at").dt.date(),
+            is_cold_start=pl.col("first_seen_at") > lake_start + LOOKBACK,
+        )
+    )
+    order = fitted.sort("first_seen_at", "server_instance")
+    return order.with_columns(
+        previous_instance=pl.col("server_instance").shift(1).over("server"),
+        next_instance=pl.col("server_instance").shift(-1).over("server"),
+    )
+
+
+def test_cold_starts_and_server_drift_equal_a_recomputation_from_dwd(week: tuple[Settings, dict]) -> None:
+    settings, _ = week
+    expected = instances(dwd_requests(settings))
+    key = ["event_date", "server", "server_instance"]
+    cold = expected.with_columns(
+        is_slow_start=(pl.col("is_cold_start") & (pl.col("warmup_latency_ratio") > 3)).fill_null(False),
+        cold_start_requests=pl.lit(WARMUP, pl.Int64),
+        threshold_ratio=pl.lit(3.0),
+    )
+    assert_frames_close(ads(settings, "cold_starts"), cold, key)
+    nexts = expected.select("server", next_instance="server_instance", next_instance_relative_latency="steady_mean")
+    increase = pl.col("slope_per_million_tokens") * pl.col("tokens_processed") / 1e6 / pl.col("start_relative_latency")
+    drifting = ((pl.col("steady_requests") >= 200) & (increase > 0.5)).fill_null(False)
+    drift = (
+        expected.join(nexts, on=["server", "next_instance"], how="left")
+        .with_columns(predicted_increase=increase, is_drifting=drifting, threshold_increase=pl.lit(0.5))
+        .with_columns(
+            is_recovered=pl.when(pl.col("is_drifting") & pl.col("next_instance").is_not_null()).then(
+                (pl.col("next_instance_relative_latency") <= 1.25 * pl.col("start_relative_latency")).fill_null(False)
+            )
+        )
+    )
+    assert_frames_close(ads(settings, "server_drift"), drift, key)
+
+
+def planted(manifest: dict, kind: str) -> list[dict]:
+    """The generator's planted patterns of one kind (``manifest["planted"]``)."""
+    if kind not in manifest.get("planted", {}):
+        pytest.skip(f"the generator plants no {kind} yet (manifest['planted'])")
+    return list(manifest["planted"][kind])
+
+
+def at(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_every_planted_instance_start_is_a_slow_cold_start_and_nothing_else_is(week: tuple[Settings, dict]) -> None:
+    settings, manifest = week
+    starts = planted(manifest, "instance_starts")
+    flagged = ads(settings, "cold_starts").filter("is_slow_start")
+    found = {(r["server"], r["server_instance"]): r for r in flagged.iter_rows(named=True)}
+    assert set(found) == {(s["server"], s["server_instance"]) for s in starts}
+    for start in starts:
+        row = found[(start["server"], start["server_instance"])]
+        assert row["event_date"] == dt.date.fromisoformat(start["event_date"]) and row["is_cold_start"]
+        assert row["first_seen_at"] == at(start["first_request_at"])
+
+
+def test_the_planted_drift_is_flagged_and_recovered_by_the_next_instance(week: tuple[Settings, dict]) -> None:
+    settings, manifest = week
+    drifts = planted(manifest, "drifting_instances")
+    flagged = ads(settings, "server_drift").filter("is_drifting")
+    found = {(r["server"], r["server_instance"]): r for r in flagged.iter_rows(named=True)}
+    assert set(found) == {(d["server"], d["server_instance"]) for d in drifts}
+    for drift in drifts:
+        row = found[(drift["server"], drift["server_instance"])]
+        assert row["event_date"] == dt.date.fromisoformat(drift["event_date"])
+        assert row["next_instance"] == drift["next_instance"] and row["is_recovered"]
+
+
+def test_each_planted_peak_is_its_models_busiest_ten_minutes(week: tuple[Settings, dict]) -> None:
+    settings, manifest = week
+    capacity = ads(settings, "capacity")
+    for peak in planted(manifest, "peaks"):
+        row = capacity.filter(
+            (pl.col("event_date") == dt.date.fromisoformat(peak["event_date"])) & (pl.col("model") == peak["model"])
+        )
+        slack = dt.timedelta(minutes=1)
+        assert at(peak["start"]) - slack <= row["peak_10m_start"].item() <= at(peak["end"]) + slack, peak
+
+
+def test_a_capacity_of_the_wrong_type_fails_the_build_and_publishes_nothing(
+    week: tuple[Settings, dict], tmp_path: Path
+) -> None:
+    settings, manifest = week
+    project = tmp_path / "ads"
+    shutil.copytree(PROJECT_DIR, project, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    sql = project / "models" / "marts" / "capacity.sql"
+    sql.write_text(sql.read_text().replace("as bigint) as instance_concurrency", "as varchar) as instance_concurrency"))
+    versions = {m.name: Lake(settings).version(m) for m in MARTS}
+    with pytest.raises(DbtFailed) as failed:
+        build(Lake(settings), [dt.date.fromisoformat(min(manifest["days"]))], project_dir=project)
+    message = str(failed.value)
+    assert "model capacity" in message and "enforced contract" in message and "instance_concurrency" in message
+    assert {m.name: Lake(settings).version(m) for m in MARTS} == versions

@@ -73,7 +73,17 @@ OUTLETS = {
     "features.check_consistency": ["ads.feature_consistency"],
     "ads.build_ads": [
         f"ads.{mart}"
-        for mart in ("data_quality", "latency_breakdown", "model_daily", "retry_storms", "tenant_daily", "version_mix")
+        for mart in (
+            "capacity",
+            "cold_starts",
+            "data_quality",
+            "latency_breakdown",
+            "model_daily",
+            "retry_storms",
+            "server_drift",
+            "tenant_daily",
+            "version_mix",
+        )
     ],
     "apply_retention": ["dwd.quarantine", "ods.feedback_raw", "ods.request_log_raw"],
     "train": ["models.user_risk"],

@@ -12,10 +12,13 @@ def test_the_committed_file_is_the_generated_one_and_agrees_with_the_contracts()
     assert MARTS_YML.read_text(encoding="utf-8") == render(), "run `python -m warehouse.ads.models_yml`"
     assert check_dbt_models(MARTS_YML) == []
     assert [c.name for c in dbt_contracts()] == [
+        "ads.capacity",
+        "ads.cold_starts",
         "ads.data_quality",
         "ads.latency_breakdown",
         "ads.model_daily",
         "ads.retry_storms",
+        "ads.server_drift",
         "ads.tenant_daily",
         "ads.version_mix",
     ]

@@ -44,10 +44,13 @@ from warehouse.storage import boundaries
 from warehouse.storage.lake import Lake
 from warehouse.storage.publish import keeps_every_row, publish
 from warehouse.tables import (
+    ADS_CAPACITY,
+    ADS_COLD_STARTS,
     ADS_DATA_QUALITY,
     ADS_LATENCY_BREAKDOWN,
     ADS_MODEL_DAILY,
     ADS_RETRY_STORMS,
+    ADS_SERVER_DRIFT,
     ADS_TENANT_DAILY,
     ADS_VERSION_MIX,
     DWD_QUARANTINE,
@@ -67,6 +70,9 @@ MARTS: tuple[Table, ...] = (
     ADS_LATENCY_BREAKDOWN,
     ADS_RETRY_STORMS,
     ADS_VERSION_MIX,
+    ADS_CAPACITY,
+    ADS_COLD_STARTS,
+    ADS_SERVER_DRIFT,
     ADS_DATA_QUALITY,
 )
 #: Lake tables the staging models read; a missing one but dwd.request reads as empty.

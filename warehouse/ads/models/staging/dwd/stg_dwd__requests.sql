@@ -23,6 +23,7 @@ renamed as (
         coalesce(model_version, '(none)') as model_version,
         provider,
         server,
+        server_instance,
         prompt_template_version,
         pipeline_version,
         error_type,
