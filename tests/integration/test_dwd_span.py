@@ -130,7 +130,7 @@ def test_spans_land_beside_their_calls_and_forget_and_the_suppression_list_reach
 
 def test_a_lake_from_before_the_new_columns_still_builds_and_reads(strata_env: Path) -> None:
     """Tolerant reads: dwd.request written without span_id, parent_span_id, server_instance (and no dwd.span)
-    reads them as null, and the next build adds them to the table (Delta's schema merge); no migration."""
+    reads them as null, in Python and in the marts' dbt build, and the next build adds them to the table (Delta's schema merge); no migration."""
     settings = load_settings()
     _land(settings, "day.otlp.jsonl", [_line(*_workflow("1" * 32, "carol", 1))])
     build_day(Lake(settings), DAY)
@@ -142,6 +142,8 @@ def test_a_lake_from_before_the_new_columns_still_builds_and_reads(strata_env: P
     assert not set(NEW_COLUMNS) & set(Lake(settings).read(DWD_REQUEST).column_names)
     read = pl.from_arrow(Lake(settings).snapshot(DWD_REQUEST).to_table())  # read as the contract says
     assert isinstance(read, pl.DataFrame) and read.height == 1 and read.get_column("span_id").null_count() == 1
+    pipeline.build_ads(settings, DAY)  # the marts read the missing columns as nulls too
+    assert pl.read_delta(ADS_MODEL_DAILY.uri(settings)).get_column("requests").to_list() == [1]
     later = DAY + dt.timedelta(days=1)
     _land(settings, "next.otlp.jsonl", [_line(*_workflow("6" * 32, "carol", 1, later))], later)
     build_day(Lake(settings), later)

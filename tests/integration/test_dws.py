@@ -46,6 +46,7 @@ class Lake:
 def _requests_by_entity(settings: Settings) -> dict[str, dict[str, list[dict]]]:
     rows = (
         pl.read_delta(DWD_REQUEST.uri(settings))
+        .filter(pl.col("model").is_not_null())  # features describe model calls, not an agent's tool steps
         .sort("ts")
         .with_columns(model_key=pl.col("model") + "@" + pl.col("model_version").fill_null("unknown"))
         .to_dicts()

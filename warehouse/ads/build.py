@@ -144,11 +144,12 @@ def build(
         if any(needs_expectations(mart) for mart in MARTS):
             warm_up()  # the audit worker imports Great Expectations while dbt runs
         run = new_run(lake.settings, f"build-{built[0]}" + (f"-{built[-1]}" if len(built) > 1 else ""))
-        sources, empty = read_sources(lake)
+        shapes = read_sources(lake)
+        sources = shapes.present
         variables: dict[str, object] = {
             "days": [d.isoformat() for d in built],
             "freshness_sla_hours": freshness_sla_hours(),
-            "empty_sources": empty,
+            **shapes.variables(),
         }
         if storm_multiple is not None:
             variables["storm_multiple"] = float(storm_multiple)
@@ -224,18 +225,38 @@ def freshness_sla_hours() -> dict[str, float]:
     }
 
 
-def read_sources(lake: Lake) -> tuple[list[Table], dict[str, dict[str, str]]]:
-    """The sources dbt reads: those that exist (attached to its connection), and the optional ones
-    that do not exist yet with their contract's columns and DuckDB types (read as empty relations)."""
+@dataclass(frozen=True)
+class Sources:
+    """The lake's tables dbt reads, and how their shapes differ from their contracts."""
+
+    #: The tables that exist (attached to dbt's connection).
+    present: list[Table]
+    #: Optional tables that do not exist yet: their contract's columns and DuckDB types (read as empty relations).
+    empty: dict[str, dict[str, str]]
+    #: Columns a table written under an older contract lacks (read as nulls of the contract's type).
+    missing: dict[str, dict[str, str]]
+
+    def variables(self) -> dict[str, object]:
+        """The ``--vars`` that tell ``lake_source`` the shapes."""
+        return {"empty_sources": self.empty, "missing_columns": self.missing}
+
+
+def read_sources(lake: Lake) -> Sources:
+    """The sources dbt reads (:class:`Sources`): a lake from before a contract added columns still builds."""
     from contracts import dbt_columns
 
-    present = [t for t in SOURCES if lake.open_table(t) is not None]
-    empty = {
-        t.name: {c["name"]: c["data_type"] for c in dbt_columns(t.contract)}
-        for t in SOURCES
-        if t != DWD_REQUEST and t not in present
-    }
-    return present, empty
+    present, empty, missing = [], {}, {}
+    for t in SOURCES:
+        columns = {c["name"]: c["data_type"] for c in dbt_columns(t.contract)}
+        delta = lake.open_table(t)
+        if delta is not None:
+            present.append(t)
+            have = {f.name for f in delta.schema().fields}
+            if lacking := {n: kind for n, kind in columns.items() if n not in have}:
+                missing[t.name] = lacking
+        elif t != DWD_REQUEST:
+            empty[t.name] = columns
+    return Sources(present, empty, missing)
 
 
 def needs_expectations(mart: Table) -> bool:

@@ -52,8 +52,9 @@ def generate(settings: Settings, *, project_dir: Path = PROJECT_DIR, progress: P
     """Generate the site and return the path of its page; ``progress`` hears of each model created
     empty and of the catalog (a few seconds each: dbt's start and the catalog's queries)."""
     run = new_run(settings, "docs")
-    sources, empty = read_sources(Lake(settings))
-    variables: dict[str, object] = {"days": [], "freshness_sla_hours": freshness_sla_hours(), "empty_sources": empty}
+    shapes = read_sources(Lake(settings))
+    sources = shapes.present
+    variables: dict[str, object] = {"days": [], "freshness_sla_hours": freshness_sla_hours(), **shapes.variables()}
 
     def report(what: str, done: int, total: int) -> None:
         if progress is not None:

@@ -186,7 +186,7 @@ def invoke(
 
 #: The run's own values, as placeholders while parsing: a parse records refs, sources and configs,
 #: which none of them changes (they are read when the models compile, in the run).
-_PARSE_VARS = {"days": ["1970-01-01"], "freshness_sla_hours": {}, "empty_sources": {}}
+_PARSE_VARS = {"days": ["1970-01-01"], "freshness_sla_hours": {}, "empty_sources": {}, "missing_columns": {}}
 
 
 def _parsed(parses: Path, project_dir: Path) -> Any:
