@@ -130,7 +130,8 @@ def test_spans_land_beside_their_calls_and_forget_and_the_suppression_list_reach
 
 def test_a_lake_from_before_the_new_columns_still_builds_and_reads(strata_env: Path) -> None:
     """Tolerant reads: dwd.request written without span_id, parent_span_id, server_instance (and no dwd.span)
-    reads them as null, in Python and in the marts' dbt build, and the next build adds them to the table (Delta's schema merge); no migration."""
+    reads them as null, in Python and in the marts' dbt build, and the next build adds them to the table
+    (Delta's schema merge); no migration."""
     settings = load_settings()
     _land(settings, "day.otlp.jsonl", [_line(*_workflow("1" * 32, "carol", 1))])
     build_day(Lake(settings), DAY)
