@@ -47,11 +47,15 @@ from warehouse.tables import (
     ADS_DATA_QUALITY,
     ADS_LATENCY_BREAKDOWN,
     ADS_MODEL_DAILY,
+    ADS_RETRY_POLICY,
     ADS_RETRY_STORMS,
     ADS_TENANT_DAILY,
+    ADS_TOKEN_ANOMALIES,
+    ADS_TRACE_BREAKDOWN,
     ADS_VERSION_MIX,
     DWD_QUARANTINE,
     DWD_REQUEST,
+    DWD_SPAN,
     DWD_TENANT_QUOTA,
     OPS_AUDIT_LOG,
     OPS_BOOKS,
@@ -67,10 +71,13 @@ MARTS: tuple[Table, ...] = (
     ADS_LATENCY_BREAKDOWN,
     ADS_RETRY_STORMS,
     ADS_VERSION_MIX,
+    ADS_TOKEN_ANOMALIES,
+    ADS_RETRY_POLICY,
+    ADS_TRACE_BREAKDOWN,
     ADS_DATA_QUALITY,
 )
 #: Lake tables the staging models read; a missing one but dwd.request reads as empty.
-SOURCES: tuple[Table, ...] = (DWD_REQUEST, DWD_TENANT_QUOTA, DWD_QUARANTINE, OPS_AUDIT_LOG, OPS_BOOKS)
+SOURCES: tuple[Table, ...] = (DWD_REQUEST, DWD_SPAN, DWD_TENANT_QUOTA, DWD_QUARANTINE, OPS_AUDIT_LOG, OPS_BOOKS)
 #: Rows per record batch streamed from DuckDB into publish.
 BATCH_ROWS = 128 * 1024
 
