@@ -76,7 +76,8 @@ for day in sys.argv[3:]:
 print(json.dumps(out))
 """
 
-#: The same six tables, written by hand for DuckDB over the Delta tables ({lake}, {day}).
+#: The same tables, written by hand for DuckDB over the Delta tables ({lake}, {day}); the marts per model and
+#: tenant count model calls only (a tool's or an agent's step names no model).
 _QUERIES = {
     "ads.model_daily": """
         select event_date, model, coalesce(model_version, '(none)') as model_version, count(*) as requests,
@@ -100,7 +101,7 @@ _QUERIES = {
             count(feedback_kind) as labelled_requests,
             count(*) filter (where (feedback_kind = 'thumb' and feedback_value = 'up')
                 or (feedback_kind = 'review' and feedback_value = 'ok')) / count(feedback_kind)
-        from delta_scan('{lake}/dwd/request') where event_date = date '{day}' group by all""",
+        from delta_scan('{lake}/dwd/request') where event_date = date '{day}' and model is not null group by all""",
     "ads.tenant_daily": """
         with totals as (
             select event_date, tenant_id, count(*) as requests, sum(input_tokens)::bigint as input_tokens,
@@ -110,7 +111,7 @@ _QUERIES = {
                 count(*) filter (where is_error) as errors,
                 count(*) filter (where error_type = 'rate_limited' or status_code = 429) as rate_limited,
                 count(distinct model) as models_used
-            from delta_scan('{lake}/dwd/request') where event_date = date '{day}' group by all),
+            from delta_scan('{lake}/dwd/request') where event_date = date '{day}' and model is not null group by all),
         per_model as (
             select tenant_id, model, sum(cost_usd::decimal(18, 9)) as cost from delta_scan('{lake}/dwd/request')
             where event_date = date '{day}' and cost_usd is not null group by tenant_id, model
@@ -136,7 +137,7 @@ _QUERIES = {
             share > 0.2 as is_outside_inference_high
         from (select *, duration_ms is not null and queue_ms is not null and preprocess_ms is not null
                         and inference_ms is not null and postprocess_ms is not null as s
-              from delta_scan('{lake}/dwd/request') where event_date = date '{day}')
+              from delta_scan('{lake}/dwd/request') where event_date = date '{day}' and model is not null)
         group by all""",
     "ads.retry_storms": """
         with minutes as (
@@ -169,7 +170,8 @@ _QUERIES = {
         from (select model, coalesce(model_version, '(none)') as v, count(*) as n,
                      count(distinct prompt_template_version) as t, count(distinct pipeline_version) as p,
                      sum(count(*)) over (partition by model) as total
-              from delta_scan('{lake}/dwd/request') where event_date = date '{day}' group by model, v)
+              from delta_scan('{lake}/dwd/request') where event_date = date '{day}' and model is not null
+              group by model, v)
         group by model""",
     "ads.data_quality": """
         with attempts as (

@@ -12,6 +12,7 @@ from DEBUG with ``-vv``; ``STRATA_LOG_LEVEL`` sets the level when no ``-v`` is g
 
 from __future__ import annotations
 
+import inspect
 import shlex
 import sys
 from dataclasses import dataclass
@@ -132,6 +133,26 @@ app.add_typer(docs.app)
 app.add_typer(report.app)
 app.add_typer(airflow.app, name="airflow")
 app.add_typer(collect.app)
+
+
+def _unwrapped(text: str) -> str:
+    """A help text whose paragraphs are each one line: the terminal wraps them, not the source's line
+    breaks (rich keeps those, so a paragraph broke mid-sentence at 80 columns)."""
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
+
+
+def _unwrap_help(typer_app: typer.Typer) -> None:
+    """Every command's and group's help, :func:`_unwrapped`."""
+    for command in typer_app.registered_commands:
+        text = command.help or inspect.getdoc(command.callback)
+        command.help = _unwrapped(text) if text else None
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _unwrap_help(group.typer_instance)
+
+
+_unwrap_help(app)
 
 
 def error_line(exc: Exception) -> str:

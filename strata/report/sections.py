@@ -71,7 +71,7 @@ def latency(lake: LakeView) -> Section:
                quantile_cont(duration_ms, 0.5) AS p50, quantile_cont(duration_ms, 0.95) AS p95,
                quantile_cont(duration_ms, 0.99) AS p99,
                quantile_cont(ttft_ms, 0.5) AS ttft_p50, quantile_cont(ttft_ms, 0.95) AS ttft_p95
-        FROM {lake.scan("dwd.request")} WHERE {lake.days} GROUP BY 1 ORDER BY 1"""
+        FROM {lake.scan("dwd.request")} WHERE {lake.days} AND model IS NOT NULL GROUP BY 1 ORDER BY 1"""
     )
     figure = charts.subplots(
         ["end-to-end latency, ms", "time to first token, ms"], height=420, column_widths=[0.6, 0.4]

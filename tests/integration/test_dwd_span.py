@@ -12,13 +12,21 @@ import polars as pl
 from deltalake import write_deltalake
 from fixtures_otlp import key_value, nanos
 
+from strata import pipeline
 from warehouse.dwd.build import build_day
 from warehouse.ods.ingest import ingest
 from warehouse.ops.forget import forget_user
 from warehouse.privacy import pseudonym
 from warehouse.settings import Settings, load_settings
 from warehouse.storage.lake import Lake
-from warehouse.tables import DWD_REQUEST, DWD_SPAN, OPS_BOOKS
+from warehouse.tables import (
+    ADS_MODEL_DAILY,
+    ADS_TENANT_DAILY,
+    DWD_REQUEST,
+    DWD_SPAN,
+    DWS_MODEL_FEATURES,
+    OPS_BOOKS,
+)
 
 DAY = dt.date(2026, 3, 1)
 NEW_COLUMNS = ["span_id", "parent_span_id", "server_instance"]
@@ -142,3 +150,36 @@ def test_a_lake_from_before_the_new_columns_still_builds_and_reads(strata_env: P
     assert both.get_column("span_id").is_null().to_list() == [True, False]
     build_day(Lake(settings), DAY)  # rebuilt, the old date has its columns too
     assert _read(settings, DWD_REQUEST).get_column("span_id").null_count() == 0
+
+
+def test_an_agents_tool_and_agent_steps_land_without_a_model_and_stay_out_of_the_model_marts(
+    strata_env: Path,
+) -> None:
+    settings = load_settings()
+    trace = "6" * 32
+    agent = _span(trace, "6" * 16, "invoke_agent planner", 1, **{"gen_ai.operation.name": "invoke_agent"})
+    chat = _span(
+        trace,
+        "7" * 16,
+        "chat m1",
+        2,
+        "6" * 16,
+        **{"gen_ai.operation.name": "chat", "gen_ai.request.model": "m1", "gen_ai.response.id": "r-agent"},
+    )
+    tool = _span(trace, "8" * 16, "execute_tool search", 3, "6" * 16, **{"gen_ai.operation.name": "execute_tool"})
+    _land(settings, "agent.otlp.jsonl", [_line(agent, chat, tool)])
+    runs = build_day(Lake(settings), DAY)
+    assert runs["requests"].books is not None and runs["requests"].books.quarantined == 0
+    calls = _read(settings, DWD_REQUEST).sort("ts")
+    assert calls.get_column("operation").to_list() == ["invoke_agent", "chat", "execute_tool"]
+    assert calls.get_column("model").to_list() == [None, "m1", None]
+    assert calls.get_column("parent_span_id").to_list() == [None, "6" * 16, "6" * 16]
+
+    pipeline.build_dws(settings, DAY)
+    models = pl.read_delta(DWS_MODEL_FEATURES.uri(settings))
+    assert set(models.get_column("model")) == {"m1"}  # features describe model calls
+    pipeline.build_ads(settings, DAY)
+    daily = pl.read_delta(ADS_MODEL_DAILY.uri(settings))
+    assert daily.select("model", "requests").rows() == [("m1", 1)]
+    tenants = pl.read_delta(ADS_TENANT_DAILY.uri(settings))
+    assert tenants.get_column("requests").to_list() == [1]

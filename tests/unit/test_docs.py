@@ -213,7 +213,14 @@ def test_the_rule_ids_documented_are_those_the_dwd_build_gives() -> None:
     import polars as pl
 
     from contracts.rules import checked
-    from warehouse.dwd.transform import MALFORMED_RULES, TS_EVENT_DATE, TS_FLOOR, UNPARSEABLE, with_raw_user_id
+    from warehouse.dwd.transform import (
+        MALFORMED_RULES,
+        MODEL_REQUIRED,
+        TS_EVENT_DATE,
+        TS_FLOOR,
+        UNPARSEABLE,
+        with_raw_user_id,
+    )
     from warehouse.tables import DWD_FEEDBACK, DWD_REQUEST
 
     now = dt.datetime.now(dt.UTC)
@@ -223,7 +230,8 @@ def test_the_rule_ids_documented_are_those_the_dwd_build_gives() -> None:
             kinds |= {
                 r.name for r in checked(column, contract) if r.row_check(pl.col(column.name), column, now) is not None
             }
-    given = {rule for _, rule in MALFORMED_RULES} | {UNPARSEABLE, TS_FLOOR, TS_EVENT_DATE, "primary_key.unique"}
+    given = {rule for _, rule in MALFORMED_RULES} | {UNPARSEABLE, TS_FLOOR, TS_EVENT_DATE, MODEL_REQUIRED}
+    given |= {"primary_key.unique"}
     given |= {f"<column>.{kind}" for kind in kinds}
     lines = _prose_lines(REPO / "docs" / "pipeline.md")
     start = next(n for n, line in enumerate(lines) if line.startswith("| rule id |"))

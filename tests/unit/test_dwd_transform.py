@@ -252,3 +252,23 @@ def test_an_otlp_line_of_no_genai_span_is_trace_only_as_ods_marks_it_now_and_mar
         c = out.counts
         assert (c.records, c.trace_only, c.malformed, c.quarantined, out.rows.height) == (1, 1, 0, 0, 0)
         assert out.set_aside is not None and out.set_aside.height == 0
+
+
+def test_a_tools_or_agents_call_may_name_no_model_any_other_call_must() -> None:
+    batch = ods_batch(
+        lines(
+            request("tool", operation="execute_tool", model=None, model_version=None, input_tokens=None),
+            request("agent", operation="invoke_agent", model=None, model_version=None),
+            request("setup", operation="create_agent", model=None),
+            request("chat", operation="chat", model=None),
+            request("named", operation="execute_tool"),
+        )
+    )
+    out = transform_for([batch])(batch)
+    rows = out.rows.sort("request_id")
+    assert rows.get_column("request_id").to_list() == ["agent", "named", "setup", "tool"]
+    assert rows.get_column("model").to_list() == [None, "m1", None, None]
+    assert rows.filter(pl.col("model").is_null()).get_column("cost_usd").is_null().all()  # no model: no price
+    assert out.set_aside is not None and out.set_aside.get_column("line_no").to_list() == [4]
+    assert out.set_aside.get_column("rules").to_list() == [["model.required"]]
+    assert out.counts.quarantined == 1

@@ -57,6 +57,9 @@ MALFORMED_RULES = [
 UNPARSEABLE = "line.unparseable"
 #: The timestamp rules a contract cannot state: before ``STRATA_TS_FLOOR``, outside the day being built.
 TS_FLOOR, TS_EVENT_DATE = "ts.floor", "ts.event_date"
+#: A call names its model, unless it is a tool's or an agent's (which have none): a rule across two columns.
+MODEL_REQUIRED = "model.required"
+MODELLESS_OPERATIONS: tuple[str, ...] = ("execute_tool", "invoke_agent", "create_agent")
 #: Columns outside the target's contract that a quarantined row needs (its other lineage
 #: columns are the target's own).
 _CARRIED = ["raw_line", "ingested_at"]
@@ -375,8 +378,8 @@ class DwdTransform:
         split = split_rows(
             typed.filter(~pl.col("_ts_type_error")).drop("_ts_type_error"), checked, now=self.now, keep=_CARRIED
         )
-        # Timestamp rules a contract cannot state: the configured floor, and the row's own partition.
-        implausible = self._ts_rules()
+        # Rules a contract cannot state: the configured floor, the row's own partition, a call's model.
+        implausible = self._row_rules(table)
         valid = self._pseudonymized(split.valid, table.contract).with_columns(_ts_rules=implausible)
         rejected = pl.concat(
             [
@@ -416,18 +419,19 @@ class DwdTransform:
             records = records.filter(keep)  # in arrival order: the first arrival of a key wins
         return records.drop("_line_date", "_line_dates")
 
-    def _ts_rules(self) -> pl.Expr:
+    def _row_rules(self, table: Table) -> pl.Expr:
         """``ts.floor`` (before the earliest plausible time: a 1970 date, epoch seconds read as
-        milliseconds) and ``ts.event_date`` (outside the day being built), as a list per row."""
+        milliseconds), ``ts.event_date`` (outside the day being built) and, for a call, ``model.required``
+        (no model, and not a tool's or an agent's operation), as a list per row."""
         ts = pl.col("ts")
-        return (
-            pl.concat_list(
-                pl.when(ts < self.floor).then(pl.lit(TS_FLOOR)),
-                pl.when(ts.dt.date() != self.day).then(pl.lit(TS_EVENT_DATE)),
-            )
-            .list.drop_nulls()
-            .list.sort()
-        )
+        rules = [
+            pl.when(ts < self.floor).then(pl.lit(TS_FLOOR)),
+            pl.when(ts.dt.date() != self.day).then(pl.lit(TS_EVENT_DATE)),
+        ]
+        if table is DWD_REQUEST:
+            modelless = pl.col("model").is_null() & ~pl.col("operation").is_in(MODELLESS_OPERATIONS)
+            rules.append(pl.when(modelless).then(pl.lit(MODEL_REQUIRED)))
+        return pl.concat_list(rules).list.drop_nulls().list.sort()
 
     def _deduplicated(self, good: pl.DataFrame) -> tuple[pl.DataFrame, int]:
         """The first arrival of each key, and how many repeats were dropped.

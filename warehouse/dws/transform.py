@@ -122,7 +122,8 @@ def reduce(requests: pl.DataFrame | pl.LazyFrame, entity: Entity, day: dt.date) 
     ts = pl.col("ts")
     return (
         requests.lazy()
-        .filter((ts >= lo) & (ts < hi))
+        # features describe model calls: a tool's or an agent's step (no model) is none
+        .filter((ts >= lo) & (ts < hi) & pl.col("model").is_not_null())
         .select(
             entity.expression().alias("k"),
             *[e().alias(name) for name, e in entity.extra],

@@ -2,7 +2,7 @@ with
 
 requests as (
 
-    select * from {{ ref('stg_dwd__requests') }}
+    select * from {{ ref('int_model_calls') }}
     where {{ in_build_days('event_date') }}
 
 ),
