@@ -3,7 +3,7 @@
     prompts or answers grew (a template change, a runaway agent), not the traffic. Each day is set
     against the tenant's trailing baseline, the medians of its daily values over the 7 days before
     it (those with traffic, at least token_anomaly_min_days of them, else no baseline), read from
-    DWD whether or not those days are being built. Flagged when tokens per request are at least
+    DWD whether or not those days are being built. Model calls only, as tenant_daily counts them. Flagged when tokens per request are at least
     token_anomaly_multiple × their median while requests stay within token_anomaly_request_band
     of theirs, on a day of at least token_anomaly_min_requests requests.
 -#}
@@ -16,7 +16,7 @@ with
 
 requests as (
 
-    select * from {{ ref('stg_dwd__requests') }}
+    select * from {{ ref('int_model_calls') }}
     where {{ in_build_days('event_date', days_before=7) }}
 
 ),

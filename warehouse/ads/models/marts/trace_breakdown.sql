@@ -1,7 +1,7 @@
 {#-
     The shapes of the day's multi-call traces (int_trace_steps) and where their time goes. A trace's
     shape is `root: step > step > …`: its root's name, then its other steps' names in start order
-    (ties by span id). Per shape: traces, steps per trace, the duration (the root's, else from the
+    (ties by span id). Per shape: traces, steps per trace (the root not counted), the duration (the root's, else from the
     first start to the last end), the critical path most traces of the shape took (from the root,
     repeatedly the child that ends last, ties by span id; written like a shape), the step most often
     the slowest (the longest non-root step) with its mean share of the duration in those traces, and
@@ -113,7 +113,7 @@ traces as (
         trace_id,
         any_value(step_name) filter (where is_root) as root_name,
         string_agg(step_name, ' > ' order by started_at, span_id) filter (where not is_root) as followers,
-        count(*) as steps,
+        count(*) - 1 as steps,
         coalesce(
             any_value(duration_ms) filter (where is_root),
             (epoch_us(max(ended_at)) - epoch_us(min(started_at))) / 1000
