@@ -253,10 +253,11 @@ _QUERIES = {
                     '') as critical_path
             from traces left join sequences using (trace_id)),
         paths as (
-            select shape, critical_path, count(*) as n from described group by all
+            select shape, critical_path, count(*) as n from described group by shape, critical_path
             qualify row_number() over (partition by shape order by n desc, critical_path) = 1),
         slow as (
-            select shape, slowest, count(*) as n, avg(share) from described where slowest is not null group by all
+            select shape, slowest, count(*) as n, avg(share) from described where slowest is not null
+            group by shape, slowest
             qualify row_number() over (partition by shape order by n desc, slowest) = 1)
         select shape, count(*) as traces, avg(steps) as steps_per_trace, avg(duration),
             quantile_cont(duration, 0.95), any_value(paths.critical_path), any_value(paths.n),
