@@ -17,6 +17,7 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -31,6 +32,7 @@ from synthetic_workload.manifest import GENERATOR_VERSION, DayStats, abusive_use
 from synthetic_workload.population import Population, build_population
 from synthetic_workload.quotas import quota_rows, quotas_csv
 from synthetic_workload.requests import DayPlan, epoch_us, generate_shard, plan_day
+from synthetic_workload.workflows import DayWorkflows, day_files, generate_workflows
 from synthetic_workload.writer import LineBuffer, WrittenFile, gzip_bytes, write_file
 from warehouse.progress import Progress
 
@@ -143,8 +145,15 @@ def generate(
     ``progress("generate", done_lines, total_lines)`` is called after each hourly file.
 
     Layout: ``requests/date=D/hour=HH/requests-YYYYMMDDTHH.jsonl.gz`` (one file per hour),
-    ``feedback/date=D/feedback-YYYYMMDD.jsonl.gz`` (by arrival day), ``prices.csv``,
-    ``quotas.csv`` (tenant quotas) and ``manifest.json``. Same arguments → byte-identical files.
+    ``requests/date=D/workflows-YYYYMMDD.jsonl.gz`` and ``….otlp.json.gz`` (the day's multi-step
+    workflows: their calls, and their spans that are no call as OTLP/JSON; see
+    :mod:`synthetic_workload.workflows`), ``feedback/date=D/feedback-YYYYMMDD.jsonl.gz`` (by arrival
+    day), ``prices.csv``, ``quotas.csv`` (tenant quotas) and ``manifest.json``. Same arguments →
+    byte-identical files.
+
+    A day holds ``requests_per_day`` distinct valid requests of independent traffic (retries
+    included) and, on top of them, the calls of its workflow traces (1 % of ``requests_per_day``
+    traces, 3–5 calls each); the manifest's per-day ``requests`` counts both.
     A previous generator output in ``out`` is replaced. Raises ValueError on bad arguments.
     """
     _validate(out, days, requests_per_day, seed, start, fault_rate)
@@ -153,13 +162,14 @@ def generate(
     _prepare_out(out)
     pop = build_population(seed, requests_per_day)
     plans = _plan_days(pop, seed=seed, start=start, days=days, requests_per_day=requests_per_day)
-    requests = _write_requests(out, pop, plans, fault_rate, progress)
+    workflows = [generate_workflows(pop, p) for p in plans]
+    requests = _write_requests(out, pop, plans, workflows, fault_rate, progress)
     fb_files, fb_summary = _write_feedback(out, start, days, FeedbackEvents.concat(requests.feedback))
     prices = prices_csv(start, days)
     prices_file = write_file(out, "prices.csv", prices, len(price_rows(start, days)))
     quotas = quota_rows(pop, seed=seed, requests_per_day=requests_per_day, start=start, days=days)
     quotas_file = write_file(out, "quotas.csv", quotas_csv(quotas), len(quotas))
-    manifest = {
+    manifest: dict[str, Any] = {
         "seed": seed,
         "start": start.isoformat(),
         "day_count": days,
@@ -179,6 +189,7 @@ def generate(
         "days": {p.date.isoformat(): s.to_json() for p, s in zip(plans, requests.stats)},
         "feedback": fb_summary,
     }
+    manifest.setdefault("planted", {})["workflows"] = [entry for w in workflows for entry in w.planted()]
     write_manifest(out, manifest)
     return manifest
 
@@ -211,12 +222,19 @@ class _RequestFiles:
 
 
 def _write_requests(
-    out: Path, pop: Population, plans: list[DayPlan], fault_rate: float, progress: Progress | None
+    out: Path,
+    pop: Population,
+    plans: list[DayPlan],
+    workflows: list[DayWorkflows],
+    fault_rate: float,
+    progress: Progress | None,
 ) -> _RequestFiles:
-    """Write the hourly request files, shard by shard, drawing the next shard and gzipping the last meanwhile."""
+    """Write the hourly request files, shard by shard, drawing the next shard and gzipping the last meanwhile;
+    and each day's workflow files with its first shard."""
     seed, requests_per_day, days = plans[0].seed, plans[0].requests, len(plans)
     lines_per_day = requests_per_day + duplicate_count(requests_per_day) + round_half_up(fault_rate * requests_per_day)
-    total = days * lines_per_day
+    workflow_files = [day_files(pop, w) for w in workflows]
+    total = days * lines_per_day + sum(len(lines) for files in workflow_files for _, lines in files)
     stats = [DayStats(pop.n_tenants, len(pop.user_ids)) for _ in range(days)]
     tasks = [(i, s) for i in range(days) for s in range(len(plans[i].shard_hours))]
     files: list[WrittenFile] = []
@@ -245,6 +263,9 @@ def _write_requests(
             if s == 0:  # the day's duplicates and fault lines (plans are small; one day at a time)
                 dup_plan = plan_duplicates(seed, i, requests_per_day)
                 fault_plan = plan_faults(seed, i, requests_per_day, fault_rate)
+                for rel, lines in workflow_files[i]:
+                    pending.append(zip_pool.submit(_compress_write, out, rel, LineBuffer(lines), 0, len(lines)))
+                stats[i].add_workflows(workflows[i])
             shard_lines = assemble_shard(pop, plans[i], d, dup_plan, fault_plan)
             stats[i].add_shard(d, shard_lines)
             feedback.append(feedback_for_shard(d, seed=seed, day_index=i, shard=s))

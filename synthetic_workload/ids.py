@@ -13,6 +13,8 @@ import pyarrow as pa
 
 _M64 = (1 << 64) - 1
 NS_REQUEST, NS_FAULT, NS_TRACE, NS_USER, NS_KEY = 1, 2, 3, 4, 5
+#: Workflows' call request ids, span ids (and service instances), trace ids (high half; the low half + 8).
+NS_WORKFLOW_REQUEST, NS_SPAN, NS_WORKFLOW_TRACE = 32, 33, 34
 
 
 def mix64(x: np.ndarray, key: int) -> np.ndarray:

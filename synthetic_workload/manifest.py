@@ -2,7 +2,9 @@
 
 Per day it counts distinct valid requests, duplicates, retries and fault lines (with
 their request ids), and per model the requests, tokens, errors and version split.
-Sums exclude duplicates and fault lines; ``errors`` means ``status_code >= 400``.
+Sums exclude duplicates and fault lines; ``errors`` means ``status_code >= 400``. A day's workflow
+calls (:mod:`synthetic_workload.workflows`) count as its requests (by model where they name one), and
+its workflow span lines as its ``lines`` and ``trace_only_lines``.
 """
 
 from __future__ import annotations
@@ -15,14 +17,16 @@ import numpy as np
 
 from synthetic_workload import ids
 from synthetic_workload.assemble import ShardLines
-from synthetic_workload.catalog import ERROR_TYPES, MODELS, VERSIONS
+from synthetic_workload.catalog import ERROR_TYPES, MODELS, VERSION_OFFSET, VERSIONS
 from synthetic_workload.faults import FAULT_KINDS
 from synthetic_workload.population import Population
-from synthetic_workload.requests import DayRequests
+from synthetic_workload.requests import DayRequests, epoch_us
+from synthetic_workload.traffic import HOUR_US
+from synthetic_workload.workflows import DayWorkflows
 
 #: Changes whenever the same arguments would write different files (1.1: ISA-L deflate;
-#: 1.2: quotas.csv).
-GENERATOR_VERSION = "1.2.0"
+#: 1.2: quotas.csv; 1.3: multi-step workflows).
+GENERATOR_VERSION = "1.3.0"
 _NM, _NE, _NV = len(MODELS), len(ERROR_TYPES) + 1, len(VERSIONS)
 
 
@@ -38,6 +42,7 @@ class DayStats:
     retries: int = 0
     abusive_requests: int = 0
     cache_hits: int = 0
+    trace_only_lines: int = 0
     hours: np.ndarray = field(default_factory=lambda: np.zeros(24, dtype=np.int64))
     status: dict[int, int] = field(default_factory=dict)
     model_requests: np.ndarray = field(default_factory=lambda: np.zeros(_NM, dtype=np.int64))
@@ -83,6 +88,24 @@ class DayStats:
         self.tenants_seen[d.tenant] = True
         self.users_seen[d.user[d.user >= 0]] = True
 
+    def add_workflows(self, w: DayWorkflows) -> None:
+        """Count the day's workflow calls (a line each) and its lines of spans only (a line a trace that has them)."""
+        at = w.calls
+        n, span_lines = at.size, w.span_traces.size
+        self.lines += n + span_lines
+        self.trace_only_lines += span_lines
+        self.requests += n
+        self.status[200] = self.status.get(200, 0) + n
+        self.hours += np.bincount((w.start_us[at] - epoch_us(w.date)) // HOUR_US, minlength=24)
+        at = at[w.model[at] >= 0]
+        model = w.model[at].astype(np.int64)
+        self.model_requests += np.bincount(model, minlength=_NM)
+        for j, col in enumerate((w.in_tok[at], w.out_tok[at], np.zeros(at.size))):
+            self.model_tokens[:, j] += _int_bincount(model, col, _NM)
+        self.versions += np.bincount(VERSION_OFFSET[model], minlength=_NV)
+        self.tenants_seen[w.tenant] = True
+        self.users_seen[w.user] = True
+
     def to_json(self) -> dict:
         """The day's manifest entry."""
         models = {}
@@ -113,6 +136,7 @@ class DayStats:
             "users": int(self.users_seen.sum()),
             "abusive_requests": self.abusive_requests,
             "cache_hits": self.cache_hits,
+            "trace_only_lines": self.trace_only_lines,
             "status_codes": {str(c): self.status[c] for c in sorted(self.status)},
             "hours": self.hours.tolist(),
         }

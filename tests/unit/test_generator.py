@@ -67,6 +67,8 @@ class Dataset:
     manifest: dict
     lines: dict[str, list[Line]] = field(default_factory=dict)  # by file date
     feedback: list[tuple[str, dict]] = field(default_factory=list)  # (file date, event)
+    workflow_calls: dict[str, list[dict]] = field(default_factory=dict)  # by file date
+    workflow_spans: dict[str, list[dict]] = field(default_factory=dict)  # OTLP exports, by file date
 
     def valid(self, date: str | None = None) -> list[Line]:
         days = [date] if date else sorted(self.lines)
@@ -104,7 +106,13 @@ def read_dataset(root: Path) -> Dataset:
         date = day_dir.name.removeprefix("date=")
         seq = 0
         day_lines: list[Line] = []
-        for hour_dir in sorted(day_dir.iterdir()):
+        stem = f"workflows-{date.replace('-', '')}"
+        files = {p.name for p in day_dir.iterdir() if p.is_file()}
+        assert files <= {f"{stem}.jsonl.gz", f"{stem}.otlp.json.gz"}, files
+        for name, into in ((f"{stem}.jsonl.gz", ds.workflow_calls), (f"{stem}.otlp.json.gz", ds.workflow_spans)):
+            lines = gzip.decompress((day_dir / name).read_bytes()).splitlines() if name in files else []
+            into[date] = [json.loads(x) for x in lines]
+        for hour_dir in sorted(p for p in day_dir.iterdir() if p.is_dir()):
             hour = int(hour_dir.name.removeprefix("hour="))
             files = list(hour_dir.iterdir())
             assert [f.name for f in files] == [f"requests-{date.replace('-', '')}T{hour:02d}.jsonl.gz"]
@@ -182,7 +190,7 @@ def test_same_seed_same_bytes_different_seed_different_bytes(small_dir: Path, tm
     generate(again, days=3, requests_per_day=6000, seed=11, start=START, fault_rate=0.02)
     first, second = file_hashes(small_dir), file_hashes(again)
     assert first == second, [_difference(small_dir, again, p) for p in sorted(first) if first[p] != second.get(p)]
-    assert sum(p.startswith("requests/") for p in first) == 3 * 24
+    assert sum(p.startswith("requests/") for p in first) == 3 * (24 + 2)  # hourly files, a day's workflows
     assert sum(p.startswith("feedback/") for p in first) in (5, 6)  # reviews arrive up to 3 days later
     assert {"prices.csv", "manifest.json"} <= set(first)
 
@@ -218,7 +226,9 @@ def test_regenerating_into_the_same_folder_replaces_it(tmp_path: Path) -> None:
 def test_manifest_files_match_disk(small: Dataset) -> None:
     m = small.manifest
     listed = {f["path"]: f for f in m["files"]}
-    on_disk = {p.relative_to(small.root).as_posix() for p in small.root.rglob("*.jsonl.gz")}
+    on_disk = {
+        p.relative_to(small.root).as_posix() for glob in ("*.jsonl.gz", "*.json.gz") for p in small.root.rglob(glob)
+    }
     assert set(listed) == on_disk
     for path, f in listed.items():
         blob = (small.root / path).read_bytes()
@@ -226,7 +236,7 @@ def test_manifest_files_match_disk(small: Dataset) -> None:
         assert gzip.decompress(blob).count(b"\n") == f["lines"]
     for i in range(3):
         date = START + dt.timedelta(days=i)
-        hours = sorted(p for p in listed if p.startswith(f"requests/date={date.isoformat()}/"))
+        hours = sorted(p for p in listed if p.startswith(f"requests/date={date.isoformat()}/hour="))
         assert hours == [
             f"requests/date={date.isoformat()}/hour={h:02d}/requests-{date:%Y%m%d}T{h:02d}.jsonl.gz" for h in range(24)
         ]
@@ -241,7 +251,8 @@ def test_manifest_counts_match_the_lines(small: Dataset) -> None:
     assert sorted(m["days"]) == sorted(small.lines)
     for date, day in m["days"].items():
         lines = small.lines[date]
-        assert day["lines"] == len(lines)
+        calls, spans = small.workflow_calls[date], small.workflow_spans[date]
+        assert day["lines"] == len(lines) + len(calls) + len(spans) and day["trace_only_lines"] == len(spans)
         valid = [ln for ln in lines if ln.kind == "valid"]
         first: dict[str, Line] = {}
         duplicates = Counter()
@@ -252,15 +263,15 @@ def test_manifest_counts_match_the_lines(small: Dataset) -> None:
                 duplicates[ln.obj["model"]] += 1
             else:
                 first[ln.rid] = ln
-        assert day["requests"] == len(first) == 6000
+        assert len(first) == 6000 and day["requests"] == 6000 + len(calls)  # workflow calls come on top
         assert day["duplicates"] == sum(duplicates.values()) == round(0.005 * 6000)
-        reqs = [ln.obj for ln in first.values()]
+        reqs = [ln.obj for ln in first.values()] + calls
         assert day["retries"] == sum(r["attempt"] > 1 for r in reqs)
         assert day["tenants"] == len({r["tenant_id"] for r in reqs})
         assert day["hours"] == [sum(parse_ts(r["ts"]).hour == h for r in reqs) for h in range(24)]
         by_model: dict[str, list[dict]] = defaultdict(list)
         for r in reqs:
-            by_model[r["model"]].append(r)
+            by_model[r.get("model")].append(r)  # a tool's or an agent's call names none
         for model, stats in day["models"].items():
             rs = by_model.get(model, [])
             assert stats["requests"] == len(rs), model
@@ -272,7 +283,7 @@ def test_manifest_counts_match_the_lines(small: Dataset) -> None:
                 e: sum(r.get("error_type") == e for r in rs) for e in stats["errors_by_type"]
             }
             assert stats["versions"] == dict(Counter(r["model_version"] for r in rs))
-        assert set(by_model) <= set(day["models"])
+        assert set(by_model) - {None} <= set(day["models"])
         # fault lines: exactly the listed ids, classified from the bytes alone
         kinds = Counter(ln.kind for ln in lines if ln.kind != "valid")
         assert {k: kinds.get(k, 0) for k in FAULT_KINDS} == day["faults"]
@@ -435,7 +446,7 @@ def test_zipf_tenants_and_users(big: Dataset) -> None:
 
 def test_diurnal_curve_and_load_driven_timeouts(big: Dataset) -> None:
     hours = next(iter(big.manifest["days"].values()))["hours"]
-    assert sum(hours) == 60_000 and min(hours) > 0
+    assert sum(hours) == 60_000 + sum(len(calls) for calls in big.workflow_calls.values()) and min(hours) > 0
     assert max(hours) >= 3 * min(hours)
     reqs = list(big.requests().values())
     by_hour: dict[int, list[dict]] = defaultdict(list)
@@ -587,7 +598,7 @@ def test_bad_arguments_raise_value_error(tmp_path: Path, kwargs: dict, message: 
     assert not (tmp_path / "x").exists()
 
 
-def test_progress_reports_every_hourly_file(tmp_path: Path) -> None:
+def test_progress_reports_every_file_of_requests(tmp_path: Path) -> None:
     calls: list[tuple[int, int]] = []
     m = generate(
         tmp_path,
@@ -599,7 +610,7 @@ def test_progress_reports_every_hourly_file(tmp_path: Path) -> None:
         progress=lambda _what, done, total: calls.append((done, total)),
     )
     total = sum(d["lines"] for d in m["days"].values())
-    assert len(calls) == 48
+    assert len(calls) == 2 * (24 + 2)  # the hourly files and each day's two of workflows
     assert all(t == total for _, t in calls)
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
     assert calls[-1] == (total, total)
