@@ -221,7 +221,8 @@ _QUERIES = {
             from delta_scan('{lake}/dwd/span') semi join multi using (trace_id) where event_date = date '{day}'),
         steps as (
             select s.*, s.ts + to_microseconds(round(coalesce(s.duration_ms, 0) * 1000)::bigint) as e,
-                row_number() over (partition by s.trace_id order by p.span_id is null desc, s.ts, s.span_id) = 1 as root,
+                row_number() over (partition by s.trace_id order by p.span_id is null desc, s.ts, s.span_id) = 1
+                    as root,
                 p.span_id is not null as has_parent
             from raw s left join raw p on s.trace_id = p.trace_id and s.parent_span_id = p.span_id),
         last_child as (
@@ -237,7 +238,8 @@ _QUERIES = {
             select trace_id, any_value(name) filter (where root) as root_name,
                 string_agg(name, ' > ' order by ts, span_id) filter (where not root) as rest,
                 count(*) - 1 as steps, coalesce(any_value(duration_ms) filter (where root),
-                    (epoch_us(max(e)) - epoch_us(min(ts))) / 1000) as duration, sum(tokens) as tokens, sum(cost) as cost,
+                    (epoch_us(max(e)) - epoch_us(min(ts))) / 1000) as duration,
+                sum(tokens) as tokens, sum(cost) as cost,
                 arg_max(name, (duration_ms, -epoch_us(ts))) filter (where not root) as slowest,
                 max(duration_ms) filter (where not root) as slowest_ms
             from steps group by trace_id),
@@ -249,8 +251,9 @@ _QUERIES = {
         described as (
             select root_name || coalesce(': ' || rest, '') as shape, steps, duration, tokens, cost, slowest,
                 slowest_ms / nullif(duration, 0) as share, coalesce(sequential, false) as sequential,
-                root_name || coalesce(': ' || (select arg_max(path, depth) from walk where walk.trace_id = traces.trace_id),
-                    '') as critical_path
+                root_name || coalesce(
+                    ': ' || (select arg_max(path, depth) from walk where walk.trace_id = traces.trace_id), ''
+                ) as critical_path
             from traces left join sequences using (trace_id)),
         paths as (
             select shape, critical_path, count(*) as n from described group by shape, critical_path
