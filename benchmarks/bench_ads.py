@@ -241,6 +241,101 @@ _QUERIES = {
                 then coalesce(b.mean_y <= 1.25 * a.start, false) end
         from nexts a left join inst b on a.server = b.server and a.next_instance = b.server_instance
         where a.first_seen_at::date = date '{day}'""",
+    "ads.token_anomalies": """
+        with daily as (
+            select event_date, tenant_id, count(*) as requests,
+                (coalesce(sum(input_tokens), 0) + coalesce(sum(output_tokens), 0)) / count(*) as tokens_per_request
+            from delta_scan('{lake}/dwd/request')
+            where event_date between date '{day}' - 7 and date '{day}' and model is not null group by all),
+        baselines as (
+            select tenant_id, count(*) as days, median(requests) as r, median(tokens_per_request) as t
+            from daily where event_date < date '{day}' group by tenant_id)
+        select daily.*, coalesce(days, 0) as baseline_days, if(days >= 3, r, null) as median_requests,
+            if(days >= 3, t, null) as median_tokens_per_request, requests / median_requests as request_ratio,
+            tokens_per_request / nullif(median_tokens_per_request, 0) as token_ratio,
+            coalesce(requests >= 100 and token_ratio >= 2.5 and abs(request_ratio - 1) <= 0.25, false) as is_flagged
+        from daily left join baselines using (tenant_id) where event_date = date '{day}'""",
+    "ads.retry_policy": """
+        with attempts as (
+            select *, row_number() over w as n, lag(status_code) over w as previous
+            from delta_scan('{lake}/dwd/request') where event_date between date '{day}' - 1 and date '{day}'
+            window w as (partition by coalesce(retry_of, request_id) order by ts, request_id)),
+        today as (select * from attempts where event_date = date '{day}' and model is not null),
+        chains as (
+            select tenant_id, model, count(*) as chains, count(*) filter (where n > 3) as long_chains,
+                max(n) as longest_chain
+            from (select tenant_id, model, max(n) as n from today group by tenant_id, model,
+                  coalesce(retry_of, request_id) having bool_or(is_retry))
+            group by all),
+        retries as (
+            select tenant_id, model, count(*) as retries,
+                count(*) filter (where previous between 400 and 499 and previous not in (408, 429))
+                    as non_retryable_retries,
+                (coalesce(sum(input_tokens), 0) + coalesce(sum(output_tokens), 0))::bigint as retry_tokens,
+                sum(inference_ms) as retry_inference_ms, sum(cost_usd::decimal(18, 9)) as retry_cost_usd
+            from today where is_retry group by all)
+        select *, non_retryable_retries > 0 or long_chains > 0 as is_flagged
+        from retries join chains using (tenant_id, model)""",
+    "ads.trace_breakdown": """
+        with recursive calls as (
+            select trace_id, span_id, parent_span_id, operation as name, ts, duration_ms,
+                coalesce(input_tokens, 0) + coalesce(output_tokens, 0) as tokens, cost_usd::decimal(18, 9) as cost
+            from delta_scan('{lake}/dwd/request') where event_date = date '{day}' and span_id is not null),
+        multi as (select trace_id from calls group by trace_id having count(*) >= 2),
+        raw as (
+            select * from calls semi join multi using (trace_id)
+            union all by name
+            select trace_id, span_id, parent_span_id, name, ts, duration_ms, 0 as tokens
+            from delta_scan('{lake}/dwd/span') semi join multi using (trace_id) where event_date = date '{day}'),
+        steps as (
+            select s.*, s.ts + to_microseconds(round(coalesce(s.duration_ms, 0) * 1000)::bigint) as e,
+                row_number() over (partition by s.trace_id order by p.span_id is null desc, s.ts, s.span_id) = 1
+                    as root,
+                p.span_id is not null as has_parent
+            from raw s left join raw p on s.trace_id = p.trace_id and s.parent_span_id = p.span_id),
+        last_child as (
+            select * from steps where has_parent
+            qualify row_number() over (partition by trace_id, parent_span_id order by e desc, span_id) = 1),
+        walk as (
+            select trace_id, span_id, null::varchar as path, 0 as depth from steps where root
+            union all
+            select w.trace_id, c.span_id, coalesce(w.path || ' > ', '') || c.name, depth + 1
+            from walk w join last_child c on w.trace_id = c.trace_id and w.span_id = c.parent_span_id
+            where depth < 1000),
+        traces as (
+            select trace_id, any_value(name) filter (where root) as root_name,
+                string_agg(name, ' > ' order by ts, span_id) filter (where not root) as rest,
+                count(*) - 1 as steps, coalesce(any_value(duration_ms) filter (where root),
+                    (epoch_us(max(e)) - epoch_us(min(ts))) / 1000) as duration,
+                sum(tokens) as tokens, sum(cost) as cost,
+                arg_max(name, (duration_ms, -epoch_us(ts))) filter (where not root) as slowest,
+                max(duration_ms) filter (where not root) as slowest_ms
+            from steps group by trace_id),
+        sequences as (
+            select trace_id, count(*) > 2 and bool_and(ts >= coalesce(previous_end, ts)) as sequential
+            from (select *, lag(e) over (partition by trace_id order by ts, span_id) as previous_end
+                  from steps where not root)
+            group by trace_id),
+        described as (
+            select root_name || coalesce(': ' || rest, '') as shape, steps, duration, tokens, cost, slowest,
+                slowest_ms / nullif(duration, 0) as share, coalesce(sequential, false) as sequential,
+                root_name || coalesce(
+                    ': ' || (select arg_max(path, depth) from walk where walk.trace_id = traces.trace_id), ''
+                ) as critical_path
+            from traces left join sequences using (trace_id)),
+        paths as (
+            select shape, critical_path, count(*) as n from described group by shape, critical_path
+            qualify row_number() over (partition by shape order by n desc, critical_path) = 1),
+        slow as (
+            select shape, slowest, count(*) as n, avg(share) from described where slowest is not null
+            group by shape, slowest
+            qualify row_number() over (partition by shape order by n desc, slowest) = 1)
+        select shape, count(*) as traces, avg(steps) as steps_per_trace, avg(duration),
+            quantile_cont(duration, 0.95), any_value(paths.critical_path), any_value(paths.n),
+            any_value(slow.slowest), any_value(slow.n), count(*) filter (where sequential) as sequential_traces,
+            coalesce(sum(tokens) filter (where sequential), 0) as sequential_tokens,
+            sum(cost) filter (where sequential) as sequential_cost_usd
+        from described join paths using (shape) left join slow using (shape) group by shape""",
     "ads.data_quality": """
         with attempts as (
             select table_name, "partition", count(*) as attempts, count(*) filter (where status = 'failed'),
@@ -338,6 +433,11 @@ _SAME = {
     "ads.capacity": "count(*), sum(requests), sum(peak_concurrency), sum(replicas_needed)",
     "ads.cold_starts": ("count(*), count(*) filter (where is_cold_start), count(*) filter (where is_slow_start)"),
     "ads.server_drift": "count(*), sum(steady_requests), count(*) filter (where is_drifting)",
+    "ads.token_anomalies": "count(*), sum(requests), sum(baseline_days), count(*) filter (where is_flagged)",
+    "ads.retry_policy": (
+        "count(*), sum(retries), sum(non_retryable_retries), sum(long_chains), sum(retry_tokens), sum(retry_cost_usd)"
+    ),
+    "ads.trace_breakdown": "count(*), sum(traces), sum(sequential_traces), sum(sequential_tokens)",
     # The ADS tables' own writes of the day are listed from the build after the one that made them.
     "ads.data_quality": "count(*) filter (where table_name not like 'ads.%')",
 }

@@ -50,6 +50,9 @@ ADS_MARTS = [
         "capacity",
         "cold_starts",
         "server_drift",
+        "token_anomalies",
+        "retry_policy",
+        "trace_breakdown",
         "data_quality",
     )
 ]

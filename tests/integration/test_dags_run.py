@@ -79,9 +79,12 @@ OUTLETS = {
             "data_quality",
             "latency_breakdown",
             "model_daily",
+            "retry_policy",
             "retry_storms",
             "server_drift",
             "tenant_daily",
+            "token_anomalies",
+            "trace_breakdown",
             "version_mix",
         )
     ],

@@ -17,9 +17,12 @@ def test_the_committed_file_is_the_generated_one_and_agrees_with_the_contracts()
         "ads.data_quality",
         "ads.latency_breakdown",
         "ads.model_daily",
+        "ads.retry_policy",
         "ads.retry_storms",
         "ads.server_drift",
         "ads.tenant_daily",
+        "ads.token_anomalies",
+        "ads.trace_breakdown",
         "ads.version_mix",
     ]
 

@@ -49,12 +49,16 @@ from warehouse.tables import (
     ADS_DATA_QUALITY,
     ADS_LATENCY_BREAKDOWN,
     ADS_MODEL_DAILY,
+    ADS_RETRY_POLICY,
     ADS_RETRY_STORMS,
     ADS_SERVER_DRIFT,
     ADS_TENANT_DAILY,
+    ADS_TOKEN_ANOMALIES,
+    ADS_TRACE_BREAKDOWN,
     ADS_VERSION_MIX,
     DWD_QUARANTINE,
     DWD_REQUEST,
+    DWD_SPAN,
     DWD_TENANT_QUOTA,
     OPS_AUDIT_LOG,
     OPS_BOOKS,
@@ -73,10 +77,13 @@ MARTS: tuple[Table, ...] = (
     ADS_CAPACITY,
     ADS_COLD_STARTS,
     ADS_SERVER_DRIFT,
+    ADS_TOKEN_ANOMALIES,
+    ADS_RETRY_POLICY,
+    ADS_TRACE_BREAKDOWN,
     ADS_DATA_QUALITY,
 )
 #: Lake tables the staging models read; a missing one but dwd.request reads as empty.
-SOURCES: tuple[Table, ...] = (DWD_REQUEST, DWD_TENANT_QUOTA, DWD_QUARANTINE, OPS_AUDIT_LOG, OPS_BOOKS)
+SOURCES: tuple[Table, ...] = (DWD_REQUEST, DWD_SPAN, DWD_TENANT_QUOTA, DWD_QUARANTINE, OPS_AUDIT_LOG, OPS_BOOKS)
 #: Rows per record batch streamed from DuckDB into publish.
 BATCH_ROWS = 128 * 1024
 

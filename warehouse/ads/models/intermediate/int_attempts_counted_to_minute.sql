@@ -1,9 +1,10 @@
 with
 
-requests as (
+attempts as (
 
-    select * from {{ ref('stg_dwd__requests') }}
-    where {{ in_build_days('event_date') }}
+    -- Calls without a model (tools, agents) have no model to storm on.
+    select * from {{ ref('int_retry_chains') }}
+    where model is not null
 
 ),
 
@@ -17,7 +18,7 @@ attempts_by_minute as (
         count(*) filter (where is_retry) as retries,
         count(*) filter (where not is_retry) as first_attempts
 
-    from requests
+    from attempts
     group by event_date, tenant_id, model, minute_start
 
 )

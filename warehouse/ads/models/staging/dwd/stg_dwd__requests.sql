@@ -13,6 +13,9 @@ renamed as (
         ----------  ids
         request_id,
         retry_of as retry_of_request_id,
+        trace_id,
+        span_id,
+        parent_span_id,
         tenant_id,
         user_pseudonym,
         api_key_id,
