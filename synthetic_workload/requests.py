@@ -412,7 +412,7 @@ def _draw_first_errors(
     if bad is not None:  # a client bug: many invalid requests of one tenant to one model
         buggy = ~abusive & (tenant == bad.tenant) & (model == bad.model)
         p_invalid = np.where(buggy, np.maximum(p_invalid, NON_RETRYABLE_INVALID_RATE), p_invalid)
-    p_upstream = np.where(cand.in_storm, 0.9, _UPSTREAM[model])
+    p_upstream = np.where(cand.in_storm, 0.97, _UPSTREAM[model])
     err = np.zeros(m, dtype=np.int8)
     for code, p in (
         (ERR_INVALID, p_invalid),
@@ -452,8 +452,8 @@ def _grow_retry_chains(
     m, in_storm = len(first_err), cand.in_storm
     p_retry = np.array([0.0, 0.0, 0.7, 0.3, 0.5, 0.8])[first_err]
     p_retry = np.where(in_storm & (first_err != ERR_INVALID) & (first_err != ERR_NONE), 0.97, p_retry)
-    fail_again = np.where(in_storm, 0.85, np.where(first_err == ERR_RATE, 0.4, 0.25))
-    p_continue = np.where(in_storm, 0.97, 0.6)
+    fail_again = np.where(in_storm, 0.95, np.where(first_err == ERR_RATE, 0.4, 0.25))
+    p_continue = np.where(in_storm, 1.0, 0.6)
     max_attempt = np.full(m, MAX_ATTEMPTS)
     bad = plan.planted(plan.run.non_retryable)
     if bad is not None:

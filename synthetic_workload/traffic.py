@@ -51,12 +51,13 @@ class Storm:
 
 
 def storm_for_day(rng: np.random.Generator, pop: Population, day_index: int, day_start_us: int) -> Storm | None:
-    """The day's retry storm, if any: always on the first day, then on ~40% of days."""
+    """The day's retry storm, if any: always on the first day, then on ~40% of days; in busy hours,
+    where the tenant sends enough first attempts for its retries (at most 2 each) to stand out."""
     if day_index > 0 and rng.random() >= 0.4:
         return None
     top = np.argsort(-pop.tenant_weights, kind="stable")[:5]
     tenant = int(top[rng.integers(0, len(top))])
-    start = day_start_us + int(rng.integers(6 * HOUR_US, 20 * HOUR_US))
+    start = day_start_us + int(rng.integers(11 * HOUR_US, 19 * HOUR_US))
     return Storm(tenant, start, start + int(rng.integers(10, 26)) * 60_000_000)
 
 
