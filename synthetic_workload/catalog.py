@@ -34,7 +34,8 @@ class ServerFamily:
     pipeline_versions: tuple[str, ...]  # () = not logged; 2 = upgraded in the middle of the run
 
     def server_names(self) -> list[str]:
-        return [f"{self.name}-{i:02d}" for i in range(1, self.servers + 1)]
+        """The family's servers, then its spare (serving only once a scale-up starts it)."""
+        return [f"{self.name}-{i:02d}" for i in range(1, self.servers + 2)]
 
     @property
     def ts_quantum_us(self) -> int:
@@ -417,8 +418,10 @@ def prices_csv(start: dt.date, days: int) -> bytes:
 #: (model index, version) for every served version; a row's ``version`` code indexes this.
 VERSIONS: tuple[tuple[int, str], ...] = tuple((i, v) for i, m in enumerate(MODELS) for v in m.versions)
 VERSION_OFFSET = np.cumsum([0] + [len(m.versions) for m in MODELS[:-1]]).astype(np.int16)
-#: (family index, server name); a row's ``server`` code indexes this.
+#: (family index, server name), a family's spare last; a row's ``server`` code indexes this.
 SERVERS: tuple[tuple[int, str], ...] = tuple((i, s) for i, f in enumerate(FAMILIES) for s in f.server_names())
-SERVER_OFFSET = np.cumsum([0] + [f.servers for f in FAMILIES[:-1]]).astype(np.int16)
+SERVER_OFFSET = np.cumsum([0] + [f.servers + 1 for f in FAMILIES[:-1]]).astype(np.int16)
+#: Whether each server is its family's spare.
+SERVER_IS_SPARE = np.array([s == f"{FAMILIES[i].name}-{FAMILIES[i].servers + 1:02d}" for i, s in SERVERS])
 TEMPLATES: tuple[str, ...] = tuple(dict.fromkeys(t for m in MODELS for t in m.templates))
 PIPELINES: tuple[str, ...] = tuple(dict.fromkeys(p for f in FAMILIES for p in f.pipeline_versions))

@@ -28,10 +28,11 @@ from synthetic_workload.catalog import pipeline_upgrade_at, price_rows, prices_c
 from synthetic_workload.encode import encode_feedback
 from synthetic_workload.faults import FAULT_KINDS, MAX_FAULT_RATE, plan_faults, round_half_up
 from synthetic_workload.feedback import DAY_US, KINDS, REVIEW, SOURCES, VALUES, FeedbackEvents, feedback_for_shard
-from synthetic_workload.manifest import GENERATOR_VERSION, DayStats, abusive_user_ids, write_manifest
+from synthetic_workload.manifest import GENERATOR_VERSION, DayStats, PlantedStats, abusive_user_ids, write_manifest
 from synthetic_workload.population import Population, build_population
 from synthetic_workload.quotas import quota_rows, quotas_csv
 from synthetic_workload.requests import DayPlan, epoch_us, generate_shard, plan_day
+from synthetic_workload.traffic import plan_run
 from synthetic_workload.workflows import DayWorkflows, day_files, generate_workflows
 from synthetic_workload.writer import LineBuffer, WrittenFile, gzip_bytes, write_file
 from warehouse.progress import Progress
@@ -188,6 +189,7 @@ def generate(
         "retry_storms": _storms(pop, plans),
         "days": {p.date.isoformat(): s.to_json() for p, s in zip(plans, requests.stats)},
         "feedback": fb_summary,
+        "planted": requests.planted.to_json(),
     }
     manifest.setdefault("planted", {})["workflows"] = [entry for w in workflows for entry in w.planted()]
     write_manifest(out, manifest)
@@ -198,6 +200,7 @@ def _plan_days(pop: Population, *, seed: int, start: dt.date, days: int, request
     """Each day's plan; the serving pipeline's upgrade falls at one hour of the run."""
     upgrade = pipeline_upgrade_at(start, days)
     upgrade_us = epoch_us(upgrade.date()) + upgrade.hour * 3_600_000_000
+    run = plan_run(pop, seed=seed, start=start, days=days)
     return [
         plan_day(
             pop,
@@ -207,6 +210,7 @@ def _plan_days(pop: Population, *, seed: int, start: dt.date, days: int, request
             date=start + dt.timedelta(days=i),
             requests=requests_per_day,
             pipeline_upgrade_us=upgrade_us,
+            run=run,
         )
         for i in range(days)
     ]
@@ -214,11 +218,13 @@ def _plan_days(pop: Population, *, seed: int, start: dt.date, days: int, request
 
 @dataclass(frozen=True)
 class _RequestFiles:
-    """What writing the request files leaves: the files, each day's stats, each shard's feedback events."""
+    """What writing the request files leaves: the files, each day's stats, each shard's feedback events,
+    the planted patterns as written."""
 
     files: list[WrittenFile]
     stats: list[DayStats]
     feedback: list[FeedbackEvents]
+    planted: PlantedStats
 
 
 def _write_requests(
@@ -236,6 +242,7 @@ def _write_requests(
     workflow_files = [day_files(pop, w) for w in workflows]
     total = days * lines_per_day + sum(len(lines) for files in workflow_files for _, lines in files)
     stats = [DayStats(pop.n_tenants, len(pop.user_ids)) for _ in range(days)]
+    planted = PlantedStats(pop, plans)
     tasks = [(i, s) for i in range(days) for s in range(len(plans[i].shard_hours))]
     files: list[WrittenFile] = []
     feedback: list[FeedbackEvents] = []
@@ -268,6 +275,7 @@ def _write_requests(
                 stats[i].add_workflows(workflows[i])
             shard_lines = assemble_shard(pop, plans[i], d, dup_plan, fault_plan)
             stats[i].add_shard(d, shard_lines)
+            planted.add_shard(plans[i], d)
             feedback.append(feedback_for_shard(d, seed=seed, day_index=i, shard=s))
             date = plans[i].date
             h0, h1 = d.hours
@@ -279,7 +287,7 @@ def _write_requests(
                 finish(pending.popleft())
         while pending:
             finish(pending.popleft())
-    return _RequestFiles(files, stats, feedback)
+    return _RequestFiles(files, stats, feedback, planted)
 
 
 def _storms(pop: Population, plans: list[DayPlan]) -> list[dict]:

@@ -29,6 +29,7 @@ from synthetic_workload.catalog import (
 )
 from synthetic_workload.population import Population
 from synthetic_workload.requests import DayRequests
+from synthetic_workload.traffic import Fleet
 
 #: Status codes that occur, and the error_type each implies ("" for success).
 STATUSES: tuple[int, ...] = (200, 400, 429, 500, 502, 503, 504)
@@ -48,7 +49,7 @@ _STATUS_INDEX[list(STATUSES)] = np.arange(len(STATUSES))
 _FAM_OFFSET_US = np.array([f.utc_offset_minutes * 60_000_000 for f in FAMILIES], dtype=np.int64)
 _FAM_EPOCH = np.array([f.ts_format == "epoch_ms" for f in FAMILIES])
 _FAM_TS_LEN = np.array([20 + f.fraction_digits for f in FAMILIES], dtype=np.int64)  # "YYYY-MM-DDTHH:MM:SS.f…"
-_NT, _NP, _NS = len(TEMPLATES) + 1, len(PIPELINES) + 1, len(SERVERS)
+_NT, _NP = len(TEMPLATES) + 1, len(PIPELINES) + 1
 
 
 def offset_text(minutes: int) -> str:
@@ -59,25 +60,31 @@ def offset_text(minutes: int) -> str:
     return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
 
 
-@functools.lru_cache(maxsize=1)
-def _static_tables() -> dict[str, pl.Series]:
-    """Pre-rendered runs of keys for the catalog codes."""
+@functools.lru_cache(maxsize=4)
+def _service_table(fleet: Fleet) -> pl.Series:
+    """``,"operation":…,"input_tokens":`` per (version, server instance, template, pipeline) code."""
     service = []
     for m, v in VERSIONS:
         spec = MODELS[m]
         model_part = (
             f',"operation":"{spec.operation}","model":"{spec.name}","model_version":"{v}","provider":"{spec.provider}"'
         )
-        for _, server in SERVERS:
+        for server, instance in zip(fleet.server.tolist(), fleet.names):
             for t in (None, *TEMPLATES):
                 for p in (None, *PIPELINES):
                     service.append(
                         model_part
-                        + f',"server":"{server}"'
+                        + f',"server":"{SERVERS[server][1]}","server_instance":"{instance}"'
                         + (f',"prompt_template_version":"{t}"' if t else "")
                         + (f',"pipeline_version":"{p}"' if p else "")
                         + ',"input_tokens":'
                     )
+    return pl.Series(service)
+
+
+@functools.lru_cache(maxsize=1)
+def _static_tables() -> dict[str, pl.Series]:
+    """Pre-rendered runs of keys for the catalog codes."""
     tail = []
     for status in STATUSES:
         err = STATUS_ERROR[status]
@@ -92,7 +99,6 @@ def _static_tables() -> dict[str, pl.Series]:
                             + f',"cache_hit":{hit},"attributes":{{"region":"{f.region}","client":"{c}"}}}}\n'
                         )
     return {
-        "service": pl.Series(service),
         "tail": pl.Series(tail),
         "ts_suffix": pl.Series([offset_text(f.utc_offset_minutes) + '"' for f in FAMILIES]),
     }
@@ -174,8 +180,9 @@ def _line_parts(pop: Population, d: DayRequests, src: np.ndarray, head: pl.Serie
     ts = d.ts_us[src]
     user = d.user[src]
     who = np.where(user >= 0, user, len(pop.user_ids) + d.tenant[src])
+    n_instances = len(d.fleet.names)
     service = (
-        ((d.version[src].astype(np.int64) * _NS + d.server[src]) * _NT + d.template[src] + 1) * _NP
+        ((d.version[src].astype(np.int64) * n_instances + d.instance[src]) * _NT + d.template[src] + 1) * _NP
         + d.pipeline[src]
         + 1
     )
@@ -203,7 +210,7 @@ def _line_parts(pop: Population, d: DayRequests, src: np.ndarray, head: pl.Serie
             "inf": _ms(d.inf_us[src]),
             "post": _ms(d.post_us[src]),
             "who": _who_table(pop).gather(who),
-            "service": st["service"].gather(service),
+            "service": _service_table(d.fleet).gather(service),
             "in": d.in_tok[src],
             "out": d.out_tok[src],
             "cached": d.cached_tok[src],

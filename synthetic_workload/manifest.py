@@ -9,6 +9,7 @@ its workflow span lines as its ``lines`` and ``trace_only_lines``.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,16 +18,26 @@ import numpy as np
 
 from synthetic_workload import ids
 from synthetic_workload.assemble import ShardLines
-from synthetic_workload.catalog import ERROR_TYPES, MODELS, VERSION_OFFSET, VERSIONS
+from synthetic_workload.catalog import ERR_INVALID, ERROR_TYPES, MODELS, SERVERS, VERSION_OFFSET, VERSIONS
 from synthetic_workload.faults import FAULT_KINDS
 from synthetic_workload.population import Population
-from synthetic_workload.requests import DayRequests, epoch_us
-from synthetic_workload.traffic import HOUR_US
+from synthetic_workload.requests import DayPlan, DayRequests, epoch_us
+from synthetic_workload.traffic import (
+    HOUR_US,
+    INSTANCE_KINDS,
+    KIND_INITIAL,
+    MAX_ATTEMPTS,
+    MINUTE_US,
+    PEAK_MINUTES,
+    PEAK_SURROUNDING_MINUTES,
+    TOKEN_JUMP_FACTOR,
+    WARMUP_REQUESTS,
+)
 from synthetic_workload.workflows import DayWorkflows
 
 #: Changes whenever the same arguments would write different files (1.1: ISA-L deflate;
-#: 1.2: quotas.csv; 1.3: multi-step workflows).
-GENERATOR_VERSION = "1.3.0"
+#: 1.2: quotas.csv; 1.3: multi-step workflows; 1.4: server instances and the planted operator patterns).
+GENERATOR_VERSION = "1.4.0"
 _NM, _NE, _NV = len(MODELS), len(ERROR_TYPES) + 1, len(VERSIONS)
 
 
@@ -140,6 +151,129 @@ class DayStats:
             "status_codes": {str(c): self.status[c] for c in sorted(self.status)},
             "hours": self.hours.tolist(),
         }
+
+
+class PlantedStats:
+    """The planted operator patterns as written (the manifest's ``planted``), counted from each
+    shard's valid requests: duplicates and fault lines excluded, whole-chain trimming included."""
+
+    def __init__(self, pop: Population, plans: list[DayPlan]) -> None:
+        self.pop, self.plans, self.run = pop, plans, plans[0].run
+        n = len(self.run.fleet.names)
+        self.first_us = np.full(n, np.iinfo(np.int64).max)
+        self.warm = np.zeros(n, dtype=np.int64)
+        self.non_retryable = 0
+        self.chains = 0
+        self.longest = 0
+        self.peaks = np.zeros((len(plans), 2), dtype=np.int64)  # first attempts inside, around
+
+    def add_shard(self, plan: DayPlan, d: DayRequests) -> None:
+        """Count one shard's share of each pattern."""
+        fleet = self.run.fleet
+        seen, at = np.unique(d.instance, return_index=True)  # rows are in time order
+        self.first_us[seen] = np.minimum(self.first_us[seen], d.ts_us[at])
+        lo, hi = (plan.day_start_us + h * HOUR_US for h in d.hours)
+        for i in np.flatnonzero((fleet.start_us >= lo) & (fleet.start_us < hi) & (fleet.kind != KIND_INITIAL)):
+            self.warm[i] = min(WARMUP_REQUESTS, int((d.instance == i).sum()))
+        bad = plan.planted(self.run.non_retryable)
+        if bad is not None:
+            of = (d.tenant == bad.tenant) & (d.model == bad.model)
+            self.non_retryable += int((of & (d.attempt > 1) & (d.err == ERR_INVALID)).sum())
+        loop = plan.planted(self.run.unbounded)
+        if loop is not None:
+            attempts = d.attempt[(d.tenant == loop.tenant) & (d.model == loop.model)]
+            self.chains += int((attempts == MAX_ATTEMPTS + 1).sum())
+            self.longest = max(self.longest, int(attempts.max(initial=0)))
+        peak = self.run.peaks[plan.day_index]
+        if lo <= peak.start_us < hi:
+            t = d.ts_us[(d.model == peak.model) & (d.attempt == 1)]
+            end, around = peak.start_us + PEAK_MINUTES * MINUTE_US, PEAK_SURROUNDING_MINUTES * MINUTE_US
+            inside = int(((t >= peak.start_us) & (t < end)).sum())
+            self.peaks[plan.day_index] += [inside, int(((t >= peak.start_us - around) & (t < end + around)).sum())]
+            self.peaks[plan.day_index, 1] -= inside
+
+    def to_json(self) -> dict:
+        """The manifest's ``planted`` entry."""
+        run, fleet, days = self.run, self.run.fleet, [p.date.isoformat() for p in self.plans]
+        tenant_ids, day0 = self.pop.tenant_ids, self.plans[0].day_start_us
+
+        def date(ts_us: int) -> str:
+            return days[(ts_us - day0) // (24 * HOUR_US)]
+
+        started = sorted(np.flatnonzero(fleet.kind != KIND_INITIAL).tolist(), key=lambda i: int(fleet.start_us[i]))
+        planted: dict[str, list[dict]] = {
+            "instance_starts": [
+                {
+                    "server": SERVERS[fleet.server[i]][1],
+                    "server_instance": fleet.names[i],
+                    "event_date": date(int(fleet.start_us[i])),
+                    "started_at": iso_us(int(fleet.start_us[i])),
+                    "first_request_at": iso_us(int(self.first_us[i])) if self.warm[i] else None,
+                    "warmup_factor": float(fleet.warmup[i]),
+                    "warmup_requests": int(self.warm[i]),
+                    "kind": INSTANCE_KINDS[fleet.kind[i]],
+                }
+                for i in started
+            ],
+            "drifting_instances": [],
+            "token_jumps": [],
+            "non_retryable_retries": [],
+            "unbounded_chains": [],
+            "peaks": [],
+        }
+        if (drift := run.drift) is not None:
+            planted["drifting_instances"].append(
+                {
+                    "server": SERVERS[fleet.server[drift.instance]][1],
+                    "server_instance": fleet.names[drift.instance],
+                    "event_date": days[drift.day],
+                    "restarted_at": iso_us(drift.restart_us),
+                    "next_instance": fleet.names[drift.instance + 1],
+                    "slowdown_before_restart": drift.slowdown,
+                }
+            )
+        if (jump := run.token_jump) is not None:
+            planted["token_jumps"].append(
+                {"tenant_id": tenant_ids[jump.tenant], "event_date": days[jump.day], "factor": TOKEN_JUMP_FACTOR}
+            )
+        if (bad := run.non_retryable) is not None and self.non_retryable:
+            planted["non_retryable_retries"].append(
+                {
+                    "tenant_id": tenant_ids[bad.tenant],
+                    "event_date": days[bad.day],
+                    "model": MODELS[bad.model].name,
+                    "retries": self.non_retryable,
+                }
+            )
+        if (loop := run.unbounded) is not None and self.chains:
+            planted["unbounded_chains"].append(
+                {
+                    "tenant_id": tenant_ids[loop.tenant],
+                    "event_date": days[loop.day],
+                    "model": MODELS[loop.model].name,
+                    "chains": self.chains,
+                    "longest": self.longest,
+                }
+            )
+        for i, peak in enumerate(run.peaks):
+            inside, around = self.peaks[i].tolist()
+            rate_around = around / (2 * PEAK_SURROUNDING_MINUTES)
+            planted["peaks"].append(
+                {
+                    "event_date": days[i],
+                    "model": MODELS[peak.model].name,
+                    "start": iso_us(peak.start_us),
+                    "end": iso_us(peak.start_us + PEAK_MINUTES * MINUTE_US),
+                    "factor": round(inside / PEAK_MINUTES / rate_around, 3) if around else None,
+                }
+            )
+        return planted
+
+
+def iso_us(ts_us: int) -> str:
+    """A UTC instant as ISO 8601 with microseconds and ``Z``."""
+    t = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=ts_us)
+    return t.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _int_bincount(codes: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:

@@ -33,7 +33,23 @@ from synthetic_workload.catalog import (
 )
 from synthetic_workload.population import ABUSE_TRAFFIC_SHARE, SERVICE_SHARE, Population
 from synthetic_workload.sampling import AliasTable
-from synthetic_workload.traffic import HOUR_US, Storm, abuse_weights, diurnal_weights, storm_for_day
+from synthetic_workload.traffic import (
+    HOUR_US,
+    MAX_ATTEMPTS,
+    MINUTE_US,
+    NON_RETRYABLE_INVALID_RATE,
+    PEAK_MINUTES,
+    PEAK_SURROUNDING_MINUTES,
+    TOKEN_JUMP_FACTOR,
+    WARMUP_REQUESTS,
+    Fleet,
+    RunPlan,
+    Storm,
+    TenantDay,
+    abuse_weights,
+    diurnal_weights,
+    storm_for_day,
+)
 
 FINISH_STOP, FINISH_LENGTH, FINISH_FILTER = 0, 1, 2
 #: HTTP status per error code (upstream errors are 502 or 503).
@@ -64,7 +80,6 @@ def _new_version_share(day_index: int, days: int) -> np.ndarray:
 
 _MODEL_TEMPLATE = np.array([TEMPLATES.index(m.templates[0]) if m.templates else -1 for m in MODELS], dtype=np.int8)
 _MODEL_TWO_TEMPLATES = np.array([len(m.templates) == 2 for m in MODELS])
-_FAM_SERVERS = np.array([f.servers for f in FAMILIES])
 _FAM_STAGES = np.array([f.logs_stages for f in FAMILIES])
 _FAM_BATCH = np.array([f.batching for f in FAMILIES])
 _FAM_QUANTUM = np.array([f.ts_quantum_us for f in FAMILIES], dtype=np.int64)
@@ -86,7 +101,8 @@ def epoch_us(day: dt.date) -> int:
 
 @dataclass(frozen=True)
 class DayPlan:
-    """Day-level decisions shared by the day's shards: hourly volumes, load, the retry storm.
+    """Day-level decisions shared by the day's shards: hourly volumes, load, the retry storm,
+    and the run's planted patterns (``run``).
 
     A day is generated in shards of whole hours (so the work pipelines); a shard holds
     exactly the planned number of valid requests of its hours.
@@ -104,6 +120,11 @@ class DayPlan:
     storm: Storm | None
     pipeline_upgrade_us: int
     shard_hours: tuple[tuple[int, int], ...]  # [start, end) hours of each shard
+    run: RunPlan
+
+    def planted(self, which: TenantDay | None) -> TenantDay | None:
+        """``which`` if it is planted on this day."""
+        return which if which is not None and which.day == self.day_index else None
 
     def shard_requests(self, shard: int) -> int:
         h0, h1 = self.shard_hours[shard]
@@ -123,6 +144,7 @@ def plan_day(
     date: dt.date,
     requests: int,
     pipeline_upgrade_us: int,
+    run: RunPlan,
     hours_per_shard: int = 3,
 ) -> DayPlan:
     """Draw the day's hourly volumes (summing to ``requests``) and its retry storm."""
@@ -135,7 +157,7 @@ def plan_day(
     storm = storm_for_day(rng, pop, day_index, day_start)
     shards = tuple((h, min(h + hours_per_shard, 24)) for h in range(0, 24, hours_per_shard))
     return DayPlan(
-        seed, day_index, days, date, requests, day_start, normal, abuse, load, storm, pipeline_upgrade_us, shards
+        seed, day_index, days, date, requests, day_start, normal, abuse, load, storm, pipeline_upgrade_us, shards, run
     )
 
 
@@ -145,7 +167,8 @@ class DayRequests:
 
     Columns are numpy arrays. Codes index :mod:`synthetic_workload.catalog` tables; -1
     means "absent" (the key is omitted from the JSON line). Latencies are integer µs.
-    ``retry_of`` is a row number within this shard (retries never cross a shard).
+    ``retry_of`` is a row number within this shard (retries never cross a shard);
+    ``instance`` indexes ``fleet``.
     """
 
     date: dt.date
@@ -165,6 +188,8 @@ class DayRequests:
     version: np.ndarray
     family: np.ndarray
     server: np.ndarray
+    instance: np.ndarray
+    fleet: Fleet
     template: np.ndarray
     pipeline: np.ndarray
     client: np.ndarray
@@ -195,13 +220,19 @@ def generate_shard(pop: Population, plan: DayPlan, shard: int) -> DayRequests:
     """
     rng = np.random.default_rng(np.random.SeedSequence([plan.seed, 2, plan.day_index, shard]))
     cand = _draw_candidates(rng, pop, plan, shard)
-    tokens = _draw_tokens(rng, pop, cand)
-    chains = _grow_retry_chains(rng, cand.in_storm, _draw_first_errors(rng, pop, plan, cand, tokens))
+    tokens = _draw_tokens(rng, pop, plan, cand)
+    loops = _unbounded_chains(plan, shard, cand)
+    first_err = _draw_first_errors(rng, pop, plan, cand, tokens, loops[0])
+    chains = _grow_retry_chains(rng, plan, cand, first_err, loops)
     rows = _attempt_rows(rng, plan, cand, tokens, chains)
     latency = _draw_latency(rng, rows)
-    ts = _attempt_timestamps(rng, cand, chains, rows, latency)
+    backoff_us = _draw_backoff(rng, chains, rows)
+    slow = _Slowdowns(plan, shard, cand, chains, rows, latency)
+    ts = _attempt_timestamps(cand, chains, rows, slow.apply(latency, slow.drift_rows, slow.no_rows), backoff_us)
     sel = _keep_whole_chains(rng, plan, shard, chains, ts)
-    return _shard_requests(plan, shard, cand, chains, rows, latency, ts, sel)
+    instance, ts = slow.settle(cand, chains, rows, latency, backoff_us, ts, sel)
+    sel = sel[np.argsort(ts[sel], kind="stable")]  # rows are in (chain, attempt) order: a stable sort is cheap
+    return _shard_requests(plan, shard, cand, chains, rows, latency, ts, sel, instance)
 
 
 @dataclass(frozen=True)
@@ -257,6 +288,12 @@ def _draw_candidates(rng: np.random.Generator, pop: Population, plan: DayPlan, s
     key = np.where(user >= 0, pop.user_key[np.maximum(user, 0)], pop.tenant_service_key[tenant]).astype(np.int32)
     client = np.where(user >= 0, pop.user_client[np.maximum(user, 0)], 0).astype(np.int8)
     model = pop.sample_models(rng, tenant, abusive)
+    moved = _move_into_peak(rng, plan, shard, ts0, model, n_norm)
+    if moved is not None:
+        hour[:n_norm] = (ts0[:n_norm] - plan.day_start_us) // HOUR_US
+        order = np.argsort(ts0[:n_norm], kind="stable")
+        for col in (hour, ts0, tenant, user, key, client, model):
+            col[:n_norm] = col[:n_norm][order]
     in_storm = np.zeros(m, dtype=bool)
     if storm is not None:
         in_storm = (tenant == storm.tenant) & (ts0 >= storm.start_us) & (ts0 < storm.end_us)
@@ -271,6 +308,34 @@ def _draw_candidates(rng: np.random.Generator, pop: Population, plan: DayPlan, s
     )
 
 
+def _move_into_peak(
+    rng: np.random.Generator, plan: DayPlan, shard: int, ts0: np.ndarray, model: np.ndarray, n_norm: int
+) -> np.ndarray | None:
+    """Move first attempts of the day's peak model from the rest of the shard into its peak window.
+
+    Returns the candidates moved (None outside the peak's shard); the block is no longer sorted.
+    """
+    peak = plan.run.peaks[plan.day_index]
+    h0, h1 = plan.shard_hours[shard]
+    if not plan.day_start_us + h0 * HOUR_US <= peak.start_us < plan.day_start_us + h1 * HOUR_US:
+        return None
+    end, around = peak.start_us + PEAK_MINUTES * MINUTE_US, PEAK_SURROUNDING_MINUTES * MINUTE_US
+    of_model = model == peak.model
+    inside = of_model & (ts0 >= peak.start_us) & (ts0 < end)
+    near = of_model & (ts0 >= peak.start_us - around) & (ts0 < end + around)
+    donors = np.flatnonzero(of_model[:n_norm] & ~near[:n_norm])  # normal users'; the surrounding rate stays
+    rate_around = int((near & ~inside).sum()) / (2 * PEAK_SURROUNDING_MINUTES)
+    # fill each minute of the window up to the target, so every one of them stands out
+    minute = (ts0[inside] - peak.start_us) // MINUTE_US
+    short = np.maximum(round(peak.multiplier * rate_around) - np.bincount(minute, minlength=PEAK_MINUTES), 0)
+    short = short[: np.searchsorted(np.cumsum(short), donors.size, side="right")]
+    moved = np.sort(rng.choice(donors, int(short.sum()), replace=False))
+    ts0[moved] = (
+        peak.start_us + np.repeat(np.arange(short.size), short) * MINUTE_US + rng.integers(0, MINUTE_US, moved.size)
+    )
+    return moved
+
+
 @dataclass(frozen=True)
 class _Tokens:
     """Token shapes of each candidate, shared by its retries."""
@@ -282,12 +347,15 @@ class _Tokens:
     cached: np.ndarray
 
 
-def _draw_tokens(rng: np.random.Generator, pop: Population, cand: _Candidates) -> _Tokens:
+def _draw_tokens(rng: np.random.Generator, pop: Population, plan: DayPlan, cand: _Candidates) -> _Tokens:
     """Prompt and answer lengths, finish reasons and prompt-cache hits of each candidate."""
     m, n_norm, model, abusive = len(cand), cand.n_norm, cand.model, cand.abusive
     ctx = _CTX[model]
     lin = np.log(_IN_MED[model]) + _IN_SIG[model] * rng.standard_normal(m)
     lin[n_norm:] += np.log(8.0) + 0.5 * rng.standard_normal(m - n_norm)  # abusers: huge prompts
+    jump = plan.planted(plan.run.token_jump)
+    if jump is not None:  # a prompt template stuffed with context
+        lin[cand.tenant == jump.tenant] += np.log(TOKEN_JUMP_FACTOR)
     in_tok = np.maximum(1, np.minimum(np.exp(lin), np.where(abusive, 1.3 * ctx, ctx))).astype(np.int64)
     has_out = _OUT_MED[model] > 0
     out = np.exp(np.log(np.maximum(_OUT_MED[model], 1)) + _OUT_SIG[model] * rng.standard_normal(m))
@@ -304,8 +372,29 @@ def _draw_tokens(rng: np.random.Generator, pop: Population, cand: _Candidates) -
     return _Tokens(in_tok, out, finish, cache_hit, cached)
 
 
+def _unbounded_chains(plan: DayPlan, shard: int, cand: _Candidates) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates that start the planted unbounded chains in this shard, and each chain's attempts.
+
+    Each planned chain time takes the tenant's next request to its model within 30 minutes.
+    """
+    loop = plan.planted(plan.run.unbounded)
+    none = np.zeros(0, dtype=np.int64)
+    if loop is None:
+        return none, none
+    h0, h1 = plan.shard_hours[shard]
+    at = plan.run.unbounded_at
+    here = (at >= plan.day_start_us + h0 * HOUR_US) & (at < plan.day_start_us + h1 * HOUR_US)
+    n = cand.n_norm
+    mine = np.flatnonzero((cand.tenant[:n] == loop.tenant) & (cand.model[:n] == loop.model))
+    pos = np.searchsorted(cand.ts0[mine], at[here])
+    found = pos < mine.size
+    first = mine[pos[found]]
+    ok = cand.ts0[first] < at[here][found] + 30 * MINUTE_US
+    return first[ok], plan.run.unbounded_attempts[here][found][ok]
+
+
 def _draw_first_errors(
-    rng: np.random.Generator, pop: Population, plan: DayPlan, cand: _Candidates, tokens: _Tokens
+    rng: np.random.Generator, pop: Population, plan: DayPlan, cand: _Candidates, tokens: _Tokens, loops: np.ndarray
 ) -> np.ndarray:
     """Each first attempt's error code: load-driven timeouts, tenant rate limits, oversized prompts, ..."""
     m, model, tenant, hour, abusive, in_tok = len(cand), cand.model, cand.tenant, cand.hour, cand.abusive, tokens.in_tok
@@ -319,7 +408,11 @@ def _draw_first_errors(
     p_invalid = np.where(in_tok > ctx, 1.0, np.where(abusive, 0.06, 0.004))
     p_oom = _OOM[model] * 0.5 * np.clip((in_tok / ctx - 0.6) / 0.4, 0, 1) ** 2
     p_timeout = np.where(_GEN[model], 0.0025, 0.0008) * load**4
-    p_upstream = np.where(cand.in_storm, 0.7, _UPSTREAM[model])
+    bad = plan.planted(plan.run.non_retryable)
+    if bad is not None:  # a client bug: many invalid requests of one tenant to one model
+        buggy = ~abusive & (tenant == bad.tenant) & (model == bad.model)
+        p_invalid = np.where(buggy, np.maximum(p_invalid, NON_RETRYABLE_INVALID_RATE), p_invalid)
+    p_upstream = np.where(cand.in_storm, 0.97, _UPSTREAM[model])
     err = np.zeros(m, dtype=np.int8)
     for code, p in (
         (ERR_INVALID, p_invalid),
@@ -329,6 +422,7 @@ def _draw_first_errors(
         (ERR_UPSTREAM, p_upstream),
     ):
         err[(err == ERR_NONE) & (rng.random(m) < p)] = code
+    err[loops] = ERR_UPSTREAM
     return err
 
 
@@ -342,14 +436,31 @@ class _Chains:
     err: np.ndarray  # each attempt's error code
 
 
-def _grow_retry_chains(rng: np.random.Generator, in_storm: np.ndarray, first_err: np.ndarray) -> _Chains:
-    """Retry failed first attempts, each retry failing again (and retried) with some probability."""
-    m = len(first_err)
+def _grow_retry_chains(
+    rng: np.random.Generator,
+    plan: DayPlan,
+    cand: _Candidates,
+    first_err: np.ndarray,
+    loops: tuple[np.ndarray, np.ndarray],
+) -> _Chains:
+    """Retry failed first attempts, each retry failing again (and retried) with some probability.
+
+    A chain takes at most MAX_ATTEMPTS attempts and an invalid request is not retried, except in
+    the planted violations: a tenant retrying its 400s (once or twice, failing alike) and a
+    tenant's unbounded chains of 5–8 attempts (``loops``).
+    """
+    m, in_storm = len(first_err), cand.in_storm
     p_retry = np.array([0.0, 0.0, 0.7, 0.3, 0.5, 0.8])[first_err]
     p_retry = np.where(in_storm & (first_err != ERR_INVALID) & (first_err != ERR_NONE), 0.97, p_retry)
-    fail_again = np.where(in_storm, 0.75, np.where(first_err == ERR_RATE, 0.4, 0.25))
-    p_continue = np.where(in_storm, 0.95, 0.6)
-    max_attempt = np.where(in_storm, 7, 4)
+    fail_again = np.where(in_storm, 0.95, np.where(first_err == ERR_RATE, 0.4, 0.25))
+    p_continue = np.where(in_storm, 1.0, 0.6)
+    max_attempt = np.full(m, MAX_ATTEMPTS)
+    bad = plan.planted(plan.run.non_retryable)
+    if bad is not None:
+        retried = (first_err == ERR_INVALID) & ~cand.abusive & (cand.tenant == bad.tenant) & (cand.model == bad.model)
+        p_retry[retried], fail_again[retried], p_continue[retried] = 1.0, 1.0, 0.5
+    loop, attempts = loops
+    p_retry[loop], fail_again[loop], p_continue[loop], max_attempt[loop] = 1.0, 1.0, 1.0, attempts
     retries: list[tuple[np.ndarray, int, np.ndarray]] = []  # (chains, attempt, error) per level
     n_retries = np.zeros(m, dtype=np.int64)
     idx = np.flatnonzero(rng.random(m) < p_retry)
@@ -401,7 +512,8 @@ def _attempt_rows(
     r = len(chain)
     model_r, family_r, storm_r = cand.model[chain], cand.family[chain], cand.in_storm[chain]
     ok = err == ERR_NONE
-    server = (SERVER_OFFSET[family_r] + (rng.random(r) * _FAM_SERVERS[family_r]).astype(np.int16)).astype(np.int16)
+    active = plan.run.fleet.active_servers(family_r, cand.ts0[chain])
+    server = (SERVER_OFFSET[family_r] + (rng.random(r) * active).astype(np.int16)).astype(np.int16)
     status = STATUS_OF_ERR[err]
     status = np.where((err == ERR_UPSTREAM) & (storm_r | (rng.random(r) < 0.5)), 503, status).astype(np.int16)
     return _Rows(
@@ -484,27 +596,116 @@ def _draw_latency(rng: np.random.Generator, rows: _Rows) -> _Latency:
     return _Latency(duration_us, ttft_us, q_us, pre_us, inf_us, post_us, batch)
 
 
-def _attempt_timestamps(
-    rng: np.random.Generator, cand: _Candidates, chains: _Chains, rows: _Rows, latency: _Latency
-) -> np.ndarray:
-    """Each attempt's start: a retry starts after the previous attempt's duration and the client's backoff."""
+def _draw_backoff(rng: np.random.Generator, chains: _Chains, rows: _Rows) -> np.ndarray:
+    """Each attempt's client backoff before its retry, in µs."""
     r, err, attempt = len(chains.chain), rows.err, chains.attempt
     backoff_ms = np.where(
         rows.in_storm,
         rng.uniform(20, 400, r),
         np.where(err == ERR_RATE, rng.uniform(1000, 5000, r), 500.0 * 2.0 ** (attempt - 1) * rng.uniform(0.5, 1.5, r)),
     )
-    inc = latency.duration_us + _us(backoff_ms)
+    return _us(backoff_ms)
+
+
+def _attempt_timestamps(
+    cand: _Candidates, chains: _Chains, rows: _Rows, duration_us: np.ndarray, backoff_us: np.ndarray
+) -> np.ndarray:
+    """Each attempt's start: a retry starts after the previous attempt's duration and the client's backoff."""
+    inc = duration_us + backoff_us
     excl = np.cumsum(inc) - inc
     ts = cand.ts0[chains.chain] + excl - excl[chains.first_row][chains.chain]
     ts -= ts % _FAM_QUANTUM[rows.family]
     return ts
 
 
+class _Slowdowns:
+    """A shard's planted slowdowns: the drifting instance, and the first WARMUP_REQUESTS kept rows of
+    each instance started in the shard. Both multiply duration, inference and time to first token.
+
+    Who is slowed depends on the instance serving each attempt, that on the attempt's time, and that
+    on the earlier attempts' durations: :meth:`settle` iterates to a fixed point.
+    """
+
+    def __init__(self, plan: DayPlan, shard: int, cand: _Candidates, chains: _Chains, rows: _Rows, latency: _Latency):
+        fleet, drift = plan.run.fleet, plan.run.drift
+        h0, h1 = plan.shard_hours[shard]
+        lo, hi = plan.day_start_us + h0 * HOUR_US, plan.day_start_us + h1 * HOUR_US
+        self.fleet = fleet
+        self.no_rows = np.zeros(0, dtype=np.int64)
+        self.instance = self.no_rows  # each row's instance, once its time is known
+        self.new = np.flatnonzero((fleet.start_us >= lo) & (fleet.start_us < hi) & (fleet.warmup > 1))
+        self.drift_instance = -1
+        self.drift_rows = self.no_rows
+        if drift is not None and drift.day == plan.day_index:
+            t = cand.ts0[chains.chain]  # the chain's start: close to each attempt's
+            on = (rows.server == fleet.server[drift.instance]) & (t >= drift.start_us) & (t < drift.restart_us)
+            self.drift_instance, self.drift_rows = drift.instance, np.flatnonzero(on)
+        self.base: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        if self.new.size or self.drift_rows.size:
+            self.base = (latency.duration_us.copy(), latency.inf_us.copy(), latency.ttft_us.copy())
+            self.drift_factor = np.ones(len(chains.chain))
+            if self.drift_rows.size and drift is not None:
+                work = _planned_work(plan, cand.ts0[chains.chain[self.drift_rows]])
+                w0, w1 = _planned_work(plan, np.array([drift.start_us, drift.restart_us]))
+                self.drift_factor[self.drift_rows] = 1 + (drift.slowdown - 1) * (work - w0) / (w1 - w0)
+
+    def apply(self, latency: _Latency, drift_rows: np.ndarray, warm: np.ndarray) -> np.ndarray:
+        """Slow ``drift_rows`` by the drift and ``warm`` by their instance's warm-up; the durations."""
+        if self.base is None:
+            return latency.duration_us
+        duration, inference, ttft = self.base
+        factor = np.ones(len(duration))
+        factor[drift_rows] = self.drift_factor[drift_rows]
+        factor[warm] *= self.fleet.warmup[self.instance[warm]]
+        latency.duration_us[:] = np.rint(duration * factor)
+        latency.inf_us[:] = np.where(inference >= 0, np.rint(inference * factor), inference)
+        latency.ttft_us[:] = np.where(ttft >= 0, np.rint(ttft * factor), ttft)
+        return latency.duration_us
+
+    def _warm(self, ts: np.ndarray, sel: np.ndarray) -> np.ndarray:
+        """The kept rows among the first WARMUP_REQUESTS of each instance started in the shard."""
+        rows = sel[np.isin(self.instance[sel], self.new)]
+        rows = rows[np.lexsort((ts[rows], self.instance[rows]))]
+        inst = self.instance[rows]
+        rank = np.arange(rows.size) - np.searchsorted(inst, inst, side="left")
+        return np.sort(rows[rank < WARMUP_REQUESTS])
+
+    def settle(
+        self,
+        cand: _Candidates,
+        chains: _Chains,
+        rows: _Rows,
+        latency: _Latency,
+        backoff_us: np.ndarray,
+        ts: np.ndarray,
+        sel: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Each attempt's instance and time, once the slowed rows are exactly those the rules pick."""
+        self.instance = self.fleet.instance_of(rows.server, ts)
+        if self.base is None:
+            return self.instance, ts
+        used = (self.drift_rows, self.no_rows)
+        for _ in range(8):
+            drift_rows = self.drift_rows[self.instance[self.drift_rows] == self.drift_instance]
+            warm = self._warm(ts, sel)
+            if np.array_equal(drift_rows, used[0]) and np.array_equal(warm, used[1]):
+                break
+            used = (drift_rows, warm)
+            ts = _attempt_timestamps(cand, chains, rows, self.apply(latency, drift_rows, warm), backoff_us)
+            self.instance = self.fleet.instance_of(rows.server, ts)
+        return self.instance, ts
+
+
+def _planned_work(plan: DayPlan, t_us: np.ndarray) -> np.ndarray:
+    """The day's planned requests before each time (hourly volumes, linear within the hour)."""
+    cum = np.concatenate([[0], np.cumsum(plan.normal_hour_counts + plan.abuse_hour_counts)])
+    return np.interp(t_us - plan.day_start_us, np.arange(25) * HOUR_US, cum)
+
+
 def _keep_whole_chains(
     rng: np.random.Generator, plan: DayPlan, shard: int, chains: _Chains, ts: np.ndarray
 ) -> np.ndarray:
-    """The rows kept, in time order: whole chains (random order) until exactly the planned count.
+    """The rows kept, in (chain, attempt) order: whole chains (random order) until exactly the planned count.
 
     The last chain kept may be cut short (a client giving up); rows past the shard's end are dropped.
     """
@@ -521,8 +722,6 @@ def _keep_whole_chains(
     rank_r = rank[chain]
     keep &= (rank_r < n_full) | ((rank_r == n_full) & (attempt - 1 < rem))
     sel = np.flatnonzero(keep)
-    # rows are in (chain, attempt) order and chains in ts order per block: a stable sort is cheap
-    sel = sel[np.argsort(ts[sel], kind="stable")]
     assert len(sel) == m, (len(sel), m)
     return sel
 
@@ -536,6 +735,7 @@ def _shard_requests(
     latency: _Latency,
     ts: np.ndarray,
     sel: np.ndarray,
+    instance: np.ndarray,
 ) -> DayRequests:
     """The kept rows as the shard's columns, with their ids and each retry's first attempt."""
     seed, day_index = plan.seed, plan.day_index
@@ -567,6 +767,8 @@ def _shard_requests(
         version=cand.version[chain_s],
         family=fam_s,
         server=rows.server[sel],
+        instance=instance[sel].astype(np.int32),
+        fleet=plan.run.fleet,
         template=cand.template[chain_s],
         pipeline=pipe,
         client=cand.client[chain_s],

@@ -18,6 +18,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from contracts.errors import InputError
@@ -621,3 +622,150 @@ def test_tiny_scale_still_exact(tmp_path: Path) -> None:
     day = m["days"][START.isoformat()]
     assert day["requests"] == 1 and day["lines"] == 2 and sum(day["faults"].values()) == 1
     assert sum(f["lines"] for f in m["files"] if f["path"].startswith("requests/")) == 2
+
+
+# ---- planted operator patterns (manifest["planted"]) -------------------------------------------
+
+
+def request_frame(ds: Dataset) -> pl.DataFrame:
+    """The distinct valid requests as a polars frame (ts in UTC)."""
+    rows = list(ds.requests().values())
+    keys = ("request_id", "attempt", "retry_of", "tenant_id", "model", "server", "server_instance", "status_code")
+    frame = pl.DataFrame({k: [r.get(k) for r in rows] for k in keys}).with_columns(
+        ts=pl.Series([parse_ts(r["ts"]) for r in rows]),
+        duration_ms=pl.Series([float(r["duration_ms"]) for r in rows]),
+        input_tokens=pl.Series([r["input_tokens"] for r in rows]),
+    )
+    frame = frame.with_columns(event_date=pl.col("ts").dt.date().cast(pl.Utf8))
+    # latency against the model's median that day (models differ by orders of magnitude)
+    typical = pl.col("duration_ms").median().over("event_date", "model")
+    return frame.with_columns(slowdown=pl.col("duration_ms") / typical).sort("ts")
+
+
+def utc(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text)
+
+
+def check_instances(frame: pl.DataFrame, planted: dict) -> None:
+    """Every line names its server's instance; each planted start's first requests are slowed."""
+    assert frame["server_instance"].null_count() == 0
+    assert (frame["server_instance"].str.slice(0, frame["server"].str.len_chars()) == frame["server"]).all()
+    per_instance = frame.group_by("server_instance").agg(pl.col("server").n_unique())
+    assert (per_instance["server"] == 1).all()
+    days = sorted(frame["event_date"].unique())
+    for s in planted["instance_starts"]:
+        assert utc(s["started_at"]) >= utc(f"{days[0]}T02:00:00+00:00")
+        assert 5 <= s["warmup_factor"] <= 10 and s["kind"] in ("deploy", "scale_up", "restart")
+        served = frame.filter(pl.col("server_instance") == s["server_instance"])
+        assert served["ts"][0] == utc(s["first_request_at"]) >= utc(s["started_at"])
+        started = utc(s["started_at"])
+        shard_end = started.replace(hour=started.hour // 3 * 3 + 3 if started.hour < 21 else 0, minute=0, second=0)
+        shard_end += dt.timedelta(days=started.hour >= 21, microseconds=-started.microsecond)
+        # the first 50 the instance serves, those within the 3-hour block of its start (drawn alone)
+        assert s["warmup_requests"] == min(50, served.filter(pl.col("ts") < shard_end).height)
+        before = frame.filter((pl.col("server") == s["server"]) & (pl.col("ts") < utc(s["started_at"])))
+        assert before.height == 0 or before["server_instance"][-1] != s["server_instance"]
+        warm, later = served.head(s["warmup_requests"]), served.slice(s["warmup_requests"], 200)
+        if s["warmup_requests"] >= 30 and later.height >= 30:
+            assert warm["slowdown"].median() >= 4 * later["slowdown"].median(), s
+    # servers without a start keep one instance
+    started = {s["server"] for s in planted["instance_starts"]}
+    steady = frame.filter(~pl.col("server").is_in(started)).group_by("server").agg(pl.col("server_instance").n_unique())
+    assert (steady["server_instance"] == 1).all()
+
+
+def check_retry_policy(frame: pl.DataFrame, planted: dict) -> None:
+    """Chains longer than 3 attempts and retries of a 400 occur only where planted, as counted."""
+    first = frame.select(pl.col("request_id").alias("retry_of"), pl.col("status_code").alias("first_status"))
+    retries = frame.filter(pl.col("attempt") > 1).join(first, on="retry_of")
+    keys = ["tenant_id", "event_date", "model"]
+    of_400 = retries.filter(pl.col("first_status") == 400).group_by(keys).agg(retries=pl.len())
+    assert sorted(of_400.to_dicts(), key=str) == sorted(planted["non_retryable_retries"], key=str)
+    assert set(retries.filter(pl.col("first_status") == 400)["status_code"]) <= {400}
+    long = (
+        frame.filter(pl.col("attempt") > 3)
+        .group_by(keys)
+        .agg(chains=(pl.col("attempt") == 4).sum().cast(pl.Int64), longest=pl.col("attempt").max())
+    )
+    assert sorted(long.to_dicts(), key=str) == sorted(planted["unbounded_chains"], key=str)
+    for c in planted["unbounded_chains"]:
+        assert 5 <= c["longest"] <= 8
+
+
+def check_peaks(frame: pl.DataFrame, planted: dict) -> None:
+    """Each day's peak is its model's busiest 10 minutes (and minutes) of first attempts, ×3–4 the
+    30 minutes around (at a busy day's scale: small counts round coarsely)."""
+    firsts = frame.filter(pl.col("attempt") == 1)
+    for p in planted["peaks"]:
+        start, end = utc(p["start"]), utc(p["end"])
+        assert start.second == start.microsecond == 0 and end - start == dt.timedelta(minutes=10)
+        ts = firsts.filter((pl.col("model") == p["model"]) & (pl.col("event_date") == p["event_date"]))["ts"]
+        inside = ts.is_between(start, end, closed="left").sum()
+        around = ts.is_between(start - dt.timedelta(minutes=30), end + dt.timedelta(minutes=30), closed="left").sum()
+        assert p["factor"] == pytest.approx(inside / 10 / ((around - inside) / 60), abs=1e-3)
+        assert 3 <= p["factor"] <= 4, p
+        minutes = ts.dt.truncate("1m").value_counts().sort("ts").upsample("ts", every="1m").fill_null(0)
+        assert inside == minutes["count"].rolling_sum(10).max(), p  # the model's busiest 10 minutes
+        near = minutes.filter(pl.col("ts").is_between(start - dt.timedelta(minutes=10), end + dt.timedelta(minutes=10)))
+        assert start <= near["ts"][near["count"].arg_max()] < end
+
+
+def test_planted_instances_retry_policy_and_peaks(small: Dataset) -> None:
+    planted = small.manifest["planted"]
+    frame = request_frame(small)
+    assert {s["kind"] for s in planted["instance_starts"]} == {"deploy", "scale_up", "restart"}
+    check_instances(frame, planted)
+    check_retry_policy(frame, planted)
+    assert planted["non_retryable_retries"] and planted["unbounded_chains"]
+    assert len(planted["peaks"]) == 3
+
+
+def test_planted_peak_is_the_busiest_window(big: Dataset) -> None:
+    check_peaks(request_frame(big), big.manifest["planted"])
+
+
+def check_drift(frame: pl.DataFrame, planted: dict) -> None:
+    """The drifting instance slows with its work, to ×2.5–3 by its restart; the next is normal."""
+    (d,) = planted["drifting_instances"]
+    assert 2.5 <= d["slowdown_before_restart"] <= 3
+    day = frame.filter(pl.col("event_date") == d["event_date"])
+    start = next(s for s in planted["instance_starts"] if s["server_instance"] == d["server_instance"])
+    served = day.filter(pl.col("server_instance") == d["server_instance"]).slice(start["warmup_requests"])
+    # in quarters of its requests (a few huge prompts would make a quarter of the tokens)
+    quarters = served.group_by(pl.int_range(pl.len()) * 4 // pl.len()).agg(pl.col("slowdown").median())
+    medians = quarters.sort("literal")["slowdown"].to_list()
+    assert medians[0] < min(medians[1:]) and medians[-1] > max(medians[:-1]), medians
+    assert medians[-1] > 1.8 * medians[0], medians
+    after = day.filter(pl.col("server_instance") == d["next_instance"]).slice(50)
+    assert after["slowdown"].median() < 0.6 * medians[-1]
+
+
+def check_token_jump(frame: pl.DataFrame, planted: dict) -> None:
+    (j,) = planted["token_jumps"]
+    daily = (
+        frame.filter(pl.col("tenant_id") == j["tenant_id"])
+        .group_by("event_date")
+        .agg(n=pl.len(), tokens=pl.col("input_tokens").median())
+        .sort("event_date")
+    )
+    jump, usual = (
+        daily.filter(pl.col("event_date") == j["event_date"]),
+        daily.filter(pl.col("event_date") != j["event_date"]),
+    )
+    assert jump["tokens"][0] > 2 * usual["tokens"].max()  # ×3, less where prompts hit the context size
+    assert abs(jump["n"][0] / usual["n"].mean() - 1) < 0.2
+
+
+@pytest.fixture(scope="module")
+def week(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
+    out = tmp_path_factory.mktemp("week")
+    generate(out, days=5, requests_per_day=4000, seed=7, start=START, fault_rate=0.01)
+    return read_dataset(out)
+
+
+def test_planted_drift_and_token_jump(week: Dataset) -> None:
+    planted = week.manifest["planted"]
+    frame = request_frame(week)
+    check_drift(frame, planted)
+    check_token_jump(frame, planted)
+    check_retry_policy(frame, planted)
