@@ -328,10 +328,12 @@ def _forget(lake: Lake, user_id: str, pseud: str, existing: list[Table]) -> Forg
         if lineage.height:
             report.files += rewrite_landed(lake, table, lineage)
 
-    # Second pass: rewrite every partition holding a marked row or a row of the user's requests.
+    # Second pass: rewrite every partition holding a marked row or a row of the user's requests. The rows
+    # found only by a link (a feedback event, a retrieval span of the user's trace) go before the rows the
+    # links were read from, and spans before calls: a crash in between leaves the links to be found again.
     request_list = pl.Series("request_id", sorted(request_ids), pl.String).implode()
     trace_list = pl.Series(_TRACE, sorted(trace_ids), pl.String).implode()
-    for table in existing:
+    for table in sorted(existing, key=lambda t: (t in marked, _TRACE not in t.contract.primary_key)):
         linked = bool(request_ids) and "request_id" in table.contract
         traced = bool(trace_ids) and _TRACE in table.contract.primary_key
         mark = marked.get(table)
