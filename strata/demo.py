@@ -288,6 +288,7 @@ def _show_lake(settings: Settings, manifest: dict, echo: Echo) -> None:
     lake_report.quarantine_section(lake, echo)
     lake_report.books_section(lake, echo)
     lake_report.ads_section(lake, echo, last)
+    lake_report.operators_section(lake, echo, last)
     user = (manifest["abusive_user_ids"] or ["u_0"])[0]  # an abusive user, whose features stand out
     lake_report.features_section(settings, echo, user)
     key = settings.require_pseudonym_key()

@@ -13,7 +13,10 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from strata.console import Command, FitTable, cell
+import polars as pl
+from rich.markup import escape
+
+from strata.console import Clauses, Command, FitTable, cell
 from warehouse.settings import Settings
 
 if TYPE_CHECKING:
@@ -69,7 +72,6 @@ def tables_section(lake: Lake, echo: Echo) -> None:
 
 def quarantine_section(lake: Lake, echo: Echo) -> None:
     """Quarantined rows per rule (a row may break several)."""
-    import polars as pl
 
     from warehouse.tables import DWD_QUARANTINE
 
@@ -94,8 +96,6 @@ def quarantine_section(lake: Lake, echo: Echo) -> None:
 
 def books_section(lake: Lake, echo: Echo) -> None:
     """The books per table and day: ODS rows = DWD rows + duplicates + quarantined + malformed + trace-only."""
-    import polars as pl
-
     from warehouse.tables import OPS_BOOKS
 
     if lake.open_table(OPS_BOOKS) is None:
@@ -140,6 +140,113 @@ def ads_section(lake: Lake, echo: Echo, day: dt.date) -> None:
         echo(_table(f"{title} ({name}, {when})", columns, [list(r) for r in frame.iter_rows()]))
 
 
+def operators_section(lake: Lake, echo: Echo, day: dt.date) -> None:
+    """One line per operators' mart: its headline over the week (for capacity and workflows, ``day``'s),
+    or why there is none."""
+    from warehouse.tables import Table
+
+    for name, headline in _HEADLINES:
+        table = Table(name)
+        if lake.open_table(table) is None:
+            echo(f"{name}: not built yet — skipped")
+            continue
+        frame = lake.read_frame(table)
+        echo(Clauses([f"[bold]{name}[/]:", *headline(frame, day)]))
+
+
+def _capacity(frame: pl.DataFrame, day: dt.date) -> list[str]:
+    """The model that needs the most replicas at ``day``'s peak."""
+    rows = frame.filter(pl.col("event_date") == day).sort("replicas_needed", "peak_concurrency", descending=True)
+    if rows.is_empty():
+        return [f" no traffic on {day}"]
+    r = rows.row(0, named=True)
+    return [
+        f" {escape(r['model'])} peaks at {r['peak_qps_1m']:.1f} req/s",
+        f" and {r['peak_concurrency']} in flight at {r['peak_concurrency_at']:%H:%M}",
+        f" (Little's law: {r['littles_law_concurrency']:.1f});",
+        f" {r['replicas_needed']} replicas at {r['instance_concurrency']} a replica",
+        f" and {r['headroom']:.0%} headroom",
+    ]
+
+
+def _cold_starts(frame: pl.DataFrame, _: dt.date) -> list[str]:
+    """How many instances started and how slow the slowest warm-up was."""
+    started = frame.filter("is_cold_start")
+    slow = started.filter("is_slow_start").sort("warmup_latency_ratio", descending=True)
+    clauses = [f" {started.height} instance(s) started, {slow.height} slow to warm up"]
+    if slow.height:
+        r = slow.row(0, named=True)
+        clauses[-1] += ";"
+        clauses += [
+            f" {escape(r['server_instance'])} at {r['first_seen_at']:%a %H:%M}:",
+            f" first {r['cold_start_requests']} requests {r['warmup_latency_ratio']:.1f}× steady",
+        ]
+    return clauses
+
+
+def _server_drift(frame: pl.DataFrame, _: dt.date) -> list[str]:
+    """The instance that drifted most, and whether its restart recovered."""
+    drifting = frame.filter("is_drifting").sort("predicted_increase", descending=True)
+    if drifting.is_empty():
+        return [f" no instance drifted (of {frame.height})"]
+    r = drifting.row(0, named=True)
+    recovered = {True: "its restart recovered", False: "its restart did not recover", None: "not restarted"}
+    return [
+        f" {escape(r['server_instance'])} slowed +{r['predicted_increase']:.0%}",
+        f" over {r['tokens_processed'] / 1e6:.1f}M tokens;",
+        f" {recovered[r['is_recovered']]}",
+    ]
+
+
+def _token_anomalies(frame: pl.DataFrame, _: dt.date) -> list[str]:
+    """The tenant-day whose tokens per request jumped most while its requests did not."""
+    flagged = frame.filter("is_flagged").sort("token_ratio", descending=True)
+    if flagged.is_empty():
+        return [" no tenant's tokens per request jumped"]
+    r = flagged.row(0, named=True)
+    return [
+        f" {escape(r['tenant_id'])} sent {r['token_ratio']:.1f}× its usual tokens a request",
+        f" on {r['event_date']}",
+        f" at {r['request_ratio']:.2f}× its usual requests",
+    ]
+
+
+def _retry_policy(frame: pl.DataFrame, _: dt.date) -> list[str]:
+    """Retries no retry mends, chains without bound, and what all retries cost."""
+    flagged = frame.filter("is_flagged")
+    limit = "/".join(str(n) for n in frame.get_column("chain_limit").unique().sort()) or "the limit's"
+    return [
+        f" {flagged.select('tenant_id', 'event_date').n_unique()} tenant-day(s) flagged:",
+        f" {int(frame.get_column('non_retryable_retries').sum()):,} retries of non-retryable answers,",
+        f" {int(frame.get_column('long_chains').sum()):,} chain(s) beyond {limit} attempts;",
+        f" {int(frame.get_column('retry_tokens').sum()):,} tokens spent on retries",
+    ]
+
+
+def _trace_breakdown(frame: pl.DataFrame, day: dt.date) -> list[str]:
+    """``day``'s most frequent workflow shape, and the step that holds it up."""
+    rows = frame.filter(pl.col("event_date") == day).sort("traces", descending=True)
+    if rows.is_empty():
+        return [f" no multi-call trace on {day}"]
+    r = rows.row(0, named=True)
+    return [
+        f" {r['traces']} × {escape(r['shape'])}:",
+        f" {escape(r['slowest_step'])} takes {r['slowest_step_share']:.0%} of a trace;",
+        f" {r['sequential_traces']} ran strictly in sequence",
+    ]
+
+
+#: The operators' marts and their headline lines, in the order the demo prints them.
+_HEADLINES: tuple[tuple[str, Callable[[pl.DataFrame, dt.date], list[str]]], ...] = (
+    ("ads.capacity", _capacity),
+    ("ads.cold_starts", _cold_starts),
+    ("ads.server_drift", _server_drift),
+    ("ads.token_anomalies", _token_anomalies),
+    ("ads.retry_policy", _retry_policy),
+    ("ads.trace_breakdown", _trace_breakdown),
+)
+
+
 def features_section(settings: Settings, echo: Echo, user_id: str) -> None:
     """One user's online features, through the pipeline's lookup (once they are materialized)."""
     from features.online import NotMaterialized
@@ -158,8 +265,6 @@ def features_section(settings: Settings, echo: Echo, user_id: str) -> None:
 def model_section(lake: Lake, echo: Echo, day: dt.date, planted: frozenset[str] = frozenset()) -> None:
     """The latest registered model's metrics and the day's riskiest users (marked when the generator
     planted them as abusers: ``planted`` holds their pseudonyms)."""
-    import polars as pl
-
     from batch_inference.registry import ModelError, get
     from warehouse.tables import Table
 
