@@ -45,6 +45,9 @@ def test_demo_runs_the_dags_end_to_end_and_prints_the_lake(tmp_path: Path) -> No
     for title in ("tables", "quarantined rows by rule", "the books per day: ODS rows = DWD rows"):
         assert title in out
     assert "dwd.request" in out and "ops.books" in out
+    # One headline line per operators' mart, continued indented between its clauses
+    for mart in ("capacity", "cold_starts", "server_drift", "token_anomalies", "retry_policy", "trace_breakdown"):
+        assert any(line.startswith(f"ads.{mart}:") for line in screen.lines), mart
     # Every section or layer not built yet says so in one line, never a made-up table.
     for line in out.splitlines():
         if "not built yet" in line or "skipped" in line:
