@@ -520,8 +520,9 @@ _WORKFLOWS = """
          paths AS (SELECT shape, critical_path FROM days GROUP BY shape, critical_path
                    QUALIFY row_number() OVER (
                        PARTITION BY shape ORDER BY sum(critical_path_traces) DESC, critical_path) = 1),
-         shapes AS (SELECT shape, sum(traces) AS traces, sum(duration_mean_ms * traces) / sum(traces) AS duration_ms,
-                           max(duration_p95_ms) AS worst_p95_ms, sum(sequential_traces) AS sequential_traces,
+         shapes AS (SELECT shape, sum(traces)::BIGINT AS traces,
+                           sum(duration_mean_ms * traces) / sum(traces) AS duration_ms,
+                           max(duration_p95_ms) AS worst_p95_ms, sum(sequential_traces)::BIGINT AS sequential_traces,
                            sum(sequential_cost_usd)::DOUBLE AS sequential_cost_usd
                     FROM days GROUP BY shape)
     SELECT shape, slowest_step, slowest_step_share, traces, duration_ms, worst_p95_ms, critical_path,
@@ -842,7 +843,7 @@ def _sankey(nodes: dict[str, str], links: list[tuple[str, str]]) -> go.Figure:
         "ops": charts.PALETTE[7],
         "model": charts.PALETTE[3],
     }
-    figure = charts.blank(max(420, 34 * len(ids)))
+    figure = charts.blank(max(420, 40 * len(ids)))
     figure.add_trace(
         go.Sankey(
             arrangement="snap",
@@ -853,7 +854,7 @@ def _sankey(nodes: dict[str, str], links: list[tuple[str, str]]) -> go.Figure:
                 "align": "left",
                 "label": [nodes[i] for i in ids],
                 "color": [colours[i.split(":")[0] if ":" in i else i.split(".")[0]] for i in ids],
-                "pad": 14,
+                "pad": 24,  # the model's label between the two score tables' (the last column's, drawn to its left)
                 "thickness": 14,
             },
             link={
