@@ -7,6 +7,7 @@ its hover. Charts use SVG traces only, so a browser test can count what was draw
 
 from __future__ import annotations
 
+import datetime as dt
 import html
 import math
 from collections.abc import Callable, Sequence
@@ -48,10 +49,10 @@ def axis_label(name: str, width: int = LABEL_CHARS) -> str:
     return plotly_text(text[: keep - keep // 2] + "…" + text[len(text) - keep // 2 :])
 
 
-def short_ticks(figure: go.Figure, names: Sequence[str], axis: str) -> None:
+def short_ticks(figure: go.Figure, names: Sequence[str], axis: str, width: int = LABEL_CHARS) -> None:
     """Label the categories ``names`` of the figure's ``axis`` axes (``"x"`` or ``"y"``, every subplot's) with
-    :func:`axis_label`; the data keep the whole names."""
-    ticks = {"tickmode": "array", "tickvals": list(names), "ticktext": [axis_label(n) for n in names]}
+    :func:`axis_label` (at most ``width`` characters); the data keep the whole names."""
+    ticks = {"tickmode": "array", "tickvals": list(names), "ticktext": [axis_label(n, width) for n in names]}
     (figure.update_xaxes if axis == "x" else figure.update_yaxes)(**ticks)
 
 
@@ -80,6 +81,28 @@ def log_axis(values: Sequence[float | None]) -> dict[str, Any]:
     if len(ticks) > 8:
         ticks = [t for t in ticks if math.log10(t).is_integer()]
     return {"type": "log", "range": [bottom, top], "tickmode": "array", "tickvals": ticks, "tickformat": "~s"}
+
+
+def fit_axis(values: Sequence[float | None], *, counts: bool = False) -> dict[str, Any]:
+    """A :func:`log_axis` where the positive ``values`` span a decade or more (the small would be slivers beside
+    the large on a linear axis), else a linear axis from 0, ticked at whole numbers only for ``counts``."""
+    positive = [v for v in values if v is not None and v > 0]
+    if positive and max(positive) >= 10 * min(positive):
+        return log_axis(positive)
+    whole = {"tick0": 0, "dtick": max(1, math.ceil(max(positive, default=1) / 5))} if counts else {}
+    return {"type": "linear", "rangemode": "tozero"} | whole
+
+
+#: A date axis's ticks: days flat as "Mar 2", as many as fit, so no label runs into the next subplot's or the legend.
+DAY_TICKS = {"type": "date", "tickformat": "%b %-d", "tickangle": 0}
+
+
+def days_axis(start: dt.date, end: dt.date, *, whole_days: bool = False) -> dict[str, Any]:
+    """A date axis over the days ``start`` … ``end``: half a day of room either side of their middays (a day's bar
+    or point stands whole), or from ``start``'s first instant to ``end``'s last for times (``whole_days``)."""
+    if whole_days:
+        return DAY_TICKS | {"range": [str(start), str(end + dt.timedelta(days=1))]}
+    return DAY_TICKS | {"range": [f"{start - dt.timedelta(days=1)} 12:00", f"{end} 12:00"]}
 
 
 def layout(height: int) -> dict[str, Any]:
@@ -132,8 +155,11 @@ def keep_top(frame: pl.DataFrame, key: str, by: str) -> pl.DataFrame:
     return frame.with_columns(pl.when(pl.col(key).is_in(kept)).then(pl.col(key)).otherwise(pl.lit(OTHERS)).alias(key))
 
 
-def stacked_by_day(figure: go.Figure, frame: pl.DataFrame, key: str, measures: Sequence[str]) -> None:
-    """One stacked bar per day and measure (a subplot each), one trace per ``key`` value."""
+def bars_by_day(
+    figure: go.Figure, frame: pl.DataFrame, key: str, measures: Sequence[str], barmode: str = "stack"
+) -> None:
+    """One bar per day and measure (a subplot each), stacked or side by side (``barmode``), one trace per ``key``
+    value."""
     import plotly.graph_objects as go
 
     summed = frame.group_by("event_date", key).agg(pl.col(m).sum() for m in measures).sort("event_date", key)
@@ -155,10 +181,9 @@ def stacked_by_day(figure: go.Figure, frame: pl.DataFrame, key: str, measures: S
                 row=1,
                 col=col,
             )
-    figure.update_layout(barmode="stack")
-    # A date axis: days in date order (not in the order the traces first name them: a tenant new on a day came
-    # last), labelled flat and as many as fit, so no label runs into the next subplot's or the legend.
-    figure.update_xaxes(type="date", tickformat="%b %-d", tickangle=0)
+    figure.update_layout(barmode=barmode)
+    # A date axis: days in date order (not in the order the traces first name them: a tenant new on a day came last).
+    figure.update_xaxes(DAY_TICKS)
 
 
 def stacked_parts(
@@ -168,9 +193,12 @@ def stacked_parts(
     parts: Sequence[tuple[str, int]],
     *,
     across: bool = False,
+    col: int | None = None,
+    **trace: Any,
 ) -> None:
     """The ``parts`` of ``frame`` (columns, each with its :data:`PALETTE` index) stacked into one bar per
-    category, upright or ``across``: one trace per part."""
+    category, upright or ``across``: one trace per part, in subplot ``col`` if given, with ``trace``'s settings
+    (a hover, say)."""
     import plotly.graph_objects as go
 
     for part, colour in parts:
@@ -182,6 +210,68 @@ def stacked_parts(
                 name=part.replace("_", " "),
                 orientation="h" if across else None,
                 marker_color=PALETTE[colour],
-            )
+                **trace,
+            ),
+            **({"row": 1, "col": col} if col else {}),
         )
     figure.update_layout(barmode="stack")
+
+
+def day_lines(
+    figure: go.Figure,
+    frame: pl.DataFrame,
+    key: str,
+    keys: Sequence[str],
+    measure: str,
+    *,
+    what: str,
+    col: int = 1,
+    dash: str = "solid",
+    legend: bool = True,
+) -> None:
+    """One line per ``key`` value of ``keys`` (its colour its place there) through ``frame``'s ``measure`` day by
+    day (``event_date``), in subplot ``col``; its hover names the value and ``what`` the measure is."""
+    import plotly.graph_objects as go
+
+    for i, name in enumerate(keys):
+        rows = frame.filter(pl.col(key) == name).sort("event_date")
+        figure.add_trace(
+            go.Scatter(
+                x=[str(d) for d in rows.get_column("event_date")],
+                y=rows.get_column(measure).to_list(),
+                mode="lines+markers",
+                name=name,
+                legendgroup=name,
+                showlegend=legend,
+                line={"color": PALETTE[i % len(PALETTE)], "dash": dash},
+                hovertemplate=f"%{{fullData.name}}<br>{what}: %{{y:,.2f}}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
+
+
+def flagged_points(
+    figure: go.Figure, frame: pl.DataFrame, x: str, y: str, flag: str, names: tuple[str, str], hover: str
+) -> None:
+    """``frame``'s points (``x``, ``y``) as two traces named ``names``: those not ``flag``-ged, small and blue,
+    then the flagged ones over them, larger and red. ``hover`` is a template over ``customdata``: the frame's
+    columns other than ``x`` and ``y``, in order."""
+    import plotly.graph_objects as go
+
+    custom = [c for c in frame.columns if c not in (x, y)]
+    figure.update_layout(showlegend=True)  # what red means, even where every point is flagged
+    for flagged, name, colour, size in ((False, names[0], PALETTE[0], 7), (True, names[1], PALETTE[3], 11)):
+        rows = frame.filter(pl.col(flag) == flagged)
+        if not rows.is_empty():
+            figure.add_trace(
+                go.Scatter(
+                    x=rows.get_column(x).to_list(),
+                    y=rows.get_column(y).to_list(),
+                    mode="markers",
+                    name=name,
+                    marker={"color": colour, "size": size, "opacity": 0.85},
+                    customdata=rows.select(custom).rows(),
+                    hovertemplate=hover + "<extra></extra>",
+                )
+            )

@@ -1,10 +1,11 @@
 """``strata report`` as a person opens it: in headless Chromium, offline, every chart drawn with the lake's numbers.
 
-The lake: two generated days through every layer (DWD, DWS, the online store and its consistency check, the
-ADS marts, a registered model and its scores), plus one client's retry storm landed as a file of its own (at
-this small scale the generator's planted storms stay under the storm threshold), plus a hostile day the week
-includes: requests whose tenant, model, version, provider, server and error type are script and markup
-payloads (what whoever writes a service's logs controls), which its own page must show as text. The page
+The lake: a generated week at the scale where every pattern the operators' marts look for is planted (DWD and
+the ADS marts of every day; DWS, the online store and its consistency check, a registered model and its scores
+of the last two), plus one client's retry storm landed as a file of its own, plus a hostile evening before the
+week: requests whose tenant, model, version, provider, server and error type are script and markup payloads
+(what whoever writes a service's logs controls), which its own page must show as text. (Late in the day: the
+lake's first request stays within the cold-start lookback of the instances serving when the week begins.) The page
 and the dbt docs page are opened from ``file://`` in Debian's Chromium (``tests/browser.py``); any console
 error, uncaught exception or failed load fails the test. A screenshot of the report is kept in the test's folder.
 The data-quality table is read cell by cell against SQL on the lake, and every chart's labels are measured
@@ -31,7 +32,17 @@ import pytest
 from contracts.errors import InputError
 from strata import pipeline
 from strata.report.charts import LABEL_CHARS, OTHERS
-from strata.report.sections import quality
+from strata.report.sections import (
+    CAPACITY_MODELS,
+    DRIFT_SHOWN,
+    capacity,
+    cold_starts,
+    quality,
+    retry_waste,
+    server_drift,
+    token_anomalies,
+    workflows,
+)
 from strata.report.view import LakeView
 from synthetic_workload import generate
 from tests.browser import CHROMIUM, MISSING, Page, chromium
@@ -45,8 +56,12 @@ from warehouse.storage.publish import AuditFailed, publish
 from warehouse.tables import OPS_BOOKS, Table
 
 START = dt.date(2026, 3, 2)
-DAYS = [START, START + dt.timedelta(days=1)]
+DAYS = [START + dt.timedelta(days=i) for i in range(7)]
 END = DAYS[-1]
+#: The days built through DWS, the online store and the scores (every day is built through DWD and ADS).
+FEATURE_DAYS = DAYS[-2:]
+#: The generator's requests a day: the smallest at which every operators' pattern stands out (docs/ads.md).
+REQUESTS_PER_DAY = 40_000
 WEEK_START = END - dt.timedelta(days=6)
 KEY = "test-key-not-a-secret-0123456789"
 #: What whoever writes a service's logs can put in its tenant, model, version, provider, server and error type:
@@ -64,12 +79,15 @@ HOSTILE = START - dt.timedelta(days=1)
 #: The report of a week stays under this many bytes (the issue's bound).
 MAX_BYTES = 8_000_000
 needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason=MISSING)
+#: The charts of the operators' marts (capacity, cold starts, server drift, retry waste, token anomalies, workflows).
+OPERATORS = ("capacity", "cold-starts", "drift", "retry-waste", "tokens", "workflows")
 
 #: Every chart's marks (bars, points, lines, Sankey boxes) and the numbers of its traces, as the browser holds them.
 CHARTS_JS = """
 Object.fromEntries(Array.from(document.querySelectorAll('[data-chart]')).map(d => [d.dataset.chart, {
   marks: d.querySelectorAll('.barlayer .point path, .scatterlayer .points path, .scatterlayer .js-line, '
                             + '.sankey-node rect').length,
+  drawn: d.querySelectorAll('.barlayer .trace, .scatterlayer .trace').length,
   nodes: d.querySelectorAll('.sankey-node rect').length,
   xticks: Array.from(d.querySelectorAll('.xtick text')).map(t => t.textContent),
   xtype: (d._fullLayout.xaxis || {}).type,
@@ -177,25 +195,27 @@ SCALES_JS = """
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, dict[str, Any]]:
-    """A lake with every layer of two days, and the generator's manifest."""
+    """A lake with every layer (see the module's docstring), and the generator's manifest."""
     landing = tmp_path_factory.mktemp("landing")
     settings = load_settings({"STRATA_HOME": str(tmp_path_factory.mktemp("home")), "STRATA_PSEUDONYM_KEY": KEY})
-    manifest = generate(landing, days=len(DAYS), requests_per_day=300, seed=5, start=START, fault_rate=0.03)
+    manifest = generate(
+        landing, days=len(DAYS), requests_per_day=REQUESTS_PER_DAY, seed=5, start=START, fault_rate=0.01
+    )
     storm = _storm(dt.datetime.combine(END, dt.time(13, 0), dt.UTC), "tenant-001", "gpt-4o-mini", "2024-07-18")
     (landing / "requests" / f"date={END}" / "storm.jsonl").write_text("".join(json.dumps(r) + "\n" for r in storm))
     _hostile(landing / "requests" / f"date={HOSTILE}")
     pipeline.land(settings, [landing / "requests", landing / "feedback"])
     pipeline.load_prices(settings, landing / "prices.csv")
     pipeline.load_quotas(settings, landing / "quotas.csv")
-    for day in DAYS:
+    for day in [HOSTILE, *DAYS]:
         pipeline.build_dwd(settings, day)
+    for day in FEATURE_DAYS:
         pipeline.build_dws(settings, day)
         pipeline.materialize(settings, day)
         pipeline.check_consistency(settings, day, sample=40)
-    pipeline.build_dwd(settings, HOSTILE)
     build(Lake(settings), [HOSTILE, *DAYS])
-    register_a_model(settings, START, START)
-    for day in DAYS:
+    register_a_model(settings, FEATURE_DAYS[0], FEATURE_DAYS[0])
+    for day in FEATURE_DAYS:
         pipeline.score(settings, day, provider="cpu")
     return settings, manifest
 
@@ -226,12 +246,12 @@ def _hostile(folder: Path) -> None:
     """A day of requests whose every free-text field carries a payload (tenant, model, version, provider,
     server, error type: four requests per tenant, the last one failed), one request the contract refuses
     (its operation a payload), a retry storm, all in a landing file whose name is a payload too."""
-    at = dt.datetime.combine(HOSTILE, dt.time(9, 0), dt.UTC)
+    at = dt.datetime.combine(HOSTILE, dt.time(23, 5), dt.UTC)
     n = len(PAYLOADS)
     lines: list[dict[str, object]] = [
         {
             "request_id": f"req_hostile_{i}_{j}",
-            "ts": int((at + dt.timedelta(minutes=10 * i + j)).timestamp() * 1000),
+            "ts": int((at + dt.timedelta(minutes=8 * i + j)).timestamp() * 1000),
             "tenant_id": tenant,
             "user_id": f"u_hostile_{j}",
             "operation": "chat",
@@ -251,7 +271,7 @@ def _hostile(folder: Path) -> None:
         for j in range(4)
     ]
     lines.append({**lines[0], "request_id": "req_hostile_refused", "operation": PAYLOADS[0]})
-    lines += _storm(at + dt.timedelta(hours=2), PAYLOADS[-1], PAYLOADS[0], PAYLOADS[1])
+    lines += _storm(at + dt.timedelta(minutes=45), PAYLOADS[-1], PAYLOADS[0], PAYLOADS[1])
     folder.mkdir(parents=True)
     (folder / f"{PAYLOADS[1]}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
 
@@ -316,7 +336,7 @@ def test_a_lake_not_built_yet_gets_a_page_whose_sections_say_so(strata_env: Path
     result = pipeline.write_report(load_settings(), END, out=tmp_path / "empty.html")
     text = (tmp_path / "empty.html").read_text()
     assert result.detail == str(tmp_path / "empty.html")
-    assert text.count("Not built yet") == 8 and 'data-chart="' not in text
+    assert text.count("Not built yet") == 14 and 'data-chart="' not in text
 
 
 @needs_chromium
@@ -324,7 +344,7 @@ def test_every_chart_of_the_report_is_drawn_in_chromium_with_the_lake_s_numbers(
     built: tuple[Settings, dict[str, Any]], tmp_path: Path
 ) -> None:
     settings, _ = built
-    with _report_in_chromium(settings, tmp_path, WEEK_START, END) as browser:
+    with _report_in_chromium(settings, tmp_path, HOSTILE, END) as browser:  # the week and the hostile evening
         charts = browser.evaluate(CHARTS_JS)
         riskiest = browser.evaluate(
             "Array.from(document.querySelectorAll('#scores table')).pop().querySelector('tbody td').textContent"
@@ -332,13 +352,17 @@ def test_every_chart_of_the_report_is_drawn_in_chromium_with_the_lake_s_numbers(
         shot = browser.screenshot(tmp_path / "report.png")
     assert shot.stat().st_size > 50_000
     expected = {"tenant-traffic", "model-traffic", "latency", "stages", "storms", "books", "quarantine"}
-    assert set(charts) == expected | {"consistency", "scores", "lineage"}
+    assert set(charts) == expected | {"consistency", "scores", "lineage"} | set(OPERATORS)
     assert all(chart["marks"] > 0 for chart in charts.values()), {k: c["marks"] for k, c in charts.items()}
+    # The operators' charts: every trace drawn, the marts' times and days on date axes.
+    assert {k: charts[k]["drawn"] for k in OPERATORS} == {k: len(charts[k]["traces"]) for k in OPERATORS}
+    assert {charts[k]["xtype"] for k in ("capacity", "cold-starts", "retry-waste")} == {"date"}
 
     # Days in date order on a date axis (the hostile day's tenants are new to the traces drawn before them).
     for chart in ("tenant-traffic", "model-traffic"):
         ticks = [dt.datetime.strptime(f"{t} {END.year}", "%b %d %Y").date() for t in charts[chart]["xticks"]]
-        assert charts[chart]["xtype"] == "date" and ticks == sorted(set(ticks)) and ticks[0] <= HOSTILE <= ticks[-1]
+        assert charts[chart]["xtype"] == "date" and ticks == sorted(set(ticks))
+        assert str(HOSTILE) in {x for trace in charts[chart]["traces"] for x in trace["x"]}
     # Requests and cost per day: the stacked bars add up to the marts; each tenant drawn alone is its own row.
     tenants = _sql(settings, "SELECT event_date::VARCHAR AS d, tenant_id, requests FROM {ads.tenant_daily}")
     assert _by_x(charts["tenant-traffic"]["traces"]) == {
@@ -358,7 +382,7 @@ def test_every_chart_of_the_report_is_drawn_in_chromium_with_the_lake_s_numbers(
     p95 = _sql(
         settings,
         "SELECT model || ' ' || coalesce(model_version, '(none)') AS v, quantile_cont(duration_ms, 0.95) AS p "
-        "FROM {dwd.request} GROUP BY 1",
+        "FROM {dwd.request} WHERE model IS NOT NULL GROUP BY 1",  # (a tool's or an agent's call names no model)
     )
     trace = next(t for t in charts["latency"]["traces"] if t["name"] == "p95")
     assert {html.unescape(x): y for x, y in zip(trace["x"], trace["y"])} == pytest.approx(dict(p95.iter_rows()))
@@ -461,7 +485,8 @@ def test_every_cell_of_the_data_quality_table_is_what_sql_on_the_lake_says(
         by_table = {row["table"]: row for row in shown}
         days = f"event_date BETWEEN '{start}' AND '{end}'"
         held = _sql(settings, f"SELECT count(DISTINCT event_date) FROM {{ads.model_daily}} WHERE {days}").item()
-        assert by_table["ads.model_daily"]["days published"] == str(held) == "3"
+        assert by_table["ads.model_daily"]["days published"] == str(held)
+        assert held == sum(start <= day <= end for day in [HOSTILE, *DAYS])
         assert by_table["ops.books"]["failed writes"] == "1"
         assert {row["fresh"] for row in shown if row["SLA"] != "—"} == ({"yes"} if end == END else {"NO"})
         assert re.search(r"when this page was made \(\d{4}-\d\d-\d\d \d\d:\d\d UTC\)", table)
@@ -472,13 +497,13 @@ def test_every_label_of_the_report_fits_its_chart_and_every_bar_shows(
     built: tuple[Settings, dict[str, Any]], tmp_path: Path
 ) -> None:
     settings, _ = built
-    with _report_in_chromium(settings, tmp_path, WEEK_START, END) as browser:
+    with _report_in_chromium(settings, tmp_path, HOSTILE, END) as browser:
         labels = browser.evaluate(LABELS_JS)
         scales = browser.evaluate(SCALES_JS)
     # Every label (ticks, titles, Sankey node labels, legends) inside its chart, none over another.
     assert {chart: drawn for chart, drawn in labels.items() if drawn["outside"] or drawn["overlapping"]} == {}
     assert (
-        len(labels) == 10 and all(drawn["boxes"] > 0 for drawn in labels.values()) and labels["lineage"]["sankey"] > 5
+        len(labels) == 16 and all(drawn["boxes"] > 0 for drawn in labels.values()) and labels["lineage"]["sankey"] > 5
     )
     # Latency and time to first token on log scales with three ticks or more and room above the tallest bar.
     for subplot in ("latency", "ttft"):
@@ -524,3 +549,147 @@ def test_strings_from_the_logs_show_as_text_and_run_nothing_in_the_page(
     assert all(p in seen["text"] for p in PAYLOADS)
     # On an axis a long name is shortened from the middle (the hover above names it whole), so the bars keep room.
     assert max(map(len, seen["ticks"])) <= LABEL_CHARS and any("…" in tick for tick in seen["ticks"])
+
+
+def _mart(settings: Settings, name: str) -> pl.DataFrame:
+    """Mart ``name``'s rows of the week, read by polars (not through the report's DuckDB)."""
+    return pl.read_delta(Table(name).uri(settings)).filter(pl.col("event_date").is_between(START, END))
+
+
+def _traces(figure: Any, **want: Any) -> list[Any]:
+    """The figure's traces whose settings are ``want``'s (``name``, ``xaxis``, ``line_dash`` for ``line.dash``)."""
+    return [t for t in figure.data if all(t[key.replace("_", ".")] == value for key, value in want.items())]
+
+
+def _points(figure: Any, **want: Any) -> dict[Any, Any]:
+    """The (x → y) of the figure's traces of ``want``'s settings (see :func:`_traces`), together."""
+    return {x: y for t in _traces(figure, **want) for x, y in zip(t.x, t.y)}
+
+
+def test_the_capacity_section_draws_the_busiest_models_peaks_and_replicas_from_the_mart(
+    built: tuple[Settings, dict[str, Any]],
+) -> None:
+    settings, _ = built
+    section = capacity(LakeView.open(settings, START, END))
+    mart = _mart(settings, "ads.capacity")
+    top = mart.group_by("model").agg(pl.col("peak_concurrency").max()).sort("peak_concurrency", "model")
+    models = top.sort(["peak_concurrency", "model"], descending=[True, False]).get_column("model").head(CAPACITY_MODELS)
+    figure = section.charts["capacity"]
+    assert [t.name for t in _traces(figure, line_dash="solid", xaxis="x")] == models.to_list()
+    for model in models:
+        rows = mart.filter(pl.col("model") == model)
+        for measure, where in (
+            ("peak_concurrency", {"line_dash": "solid", "xaxis": "x"}),
+            ("littles_law_concurrency", {"line_dash": "dot"}),
+            ("replicas_needed", {"xaxis": "x2"}),
+        ):
+            drawn = _points(figure, name=model, **where)
+            assert drawn == {str(d): v for d, v in zip(rows["event_date"], rows[measure])}, (model, measure)
+    assert "at 8 requests per instance and 25% headroom" in section.note
+
+
+def test_the_cold_start_section_places_every_start_of_the_week_and_marks_the_slow_ones(
+    built: tuple[Settings, dict[str, Any]],
+) -> None:
+    settings, manifest = built
+    section = cold_starts(LakeView.open(settings, START, END))
+    starts = _mart(settings, "ads.cold_starts").filter(pl.col("is_cold_start"))
+    slow = starts.filter(pl.col("is_slow_start"))
+    figure = section.charts["cold-starts"]
+    assert _points(figure, name="slow start") == dict(zip(slow["first_seen_at"], slow["server"]))
+    assert _points(figure) == dict(zip(starts["first_seen_at"], starts["server"]))
+    (flagged,) = _traces(figure, name="slow start")  # the warm-up ratio is in its hover
+    assert [c[2] for c in flagged.customdata] == slow.sort("server", "first_seen_at", descending=[True, False])[
+        "warmup_latency_ratio"
+    ].to_list()
+    # The generator's new instances are the week's starts (the hostile evening started none).
+    planted = {i["server_instance"] for i in manifest["planted"]["instance_starts"] if i["first_request_at"]}
+    assert planted <= set(starts["server_instance"]) and f"{starts.height} instance(s) started" in section.note
+
+
+def test_the_drift_section_draws_the_largest_rises_and_says_whether_the_next_instance_recovered(
+    built: tuple[Settings, dict[str, Any]],
+) -> None:
+    settings, _ = built
+    section = server_drift(LakeView.open(settings, START, END))
+    drift = pl.read_delta(Table("ads.server_drift").uri(settings)).filter(
+        pl.col("predicted_increase").is_not_null()
+        & (pl.col("event_date") <= END)
+        & (pl.col("last_seen_at") >= dt.datetime.combine(START, dt.time(), dt.UTC))
+    )
+    shown = drift.sort(["is_drifting", "predicted_increase"], descending=True).head(DRIFT_SHOWN)
+    bars = {y: x for t in section.charts["drift"].data for x, y in zip(t.x, t.y) if x is not None}
+    assert bars == dict(zip(shown["server_instance"], shown["predicted_increase"]))
+    drifting = {y for t in section.charts["drift"].data if t.name.startswith("drifting") for x, y in zip(t.x, t.y) if x}
+    assert drifting == set(shown.filter(pl.col("is_drifting"))["server_instance"])
+    (table,) = section.tables
+    listed = _rows(table) if "<table>" in table else []
+    flagged = drift.filter(pl.col("is_drifting"))
+    assert {r["instance"]: r["recovered"] for r in listed} == {
+        i: {True: "yes", False: "NO", None: "—"}[r] for i, r in zip(flagged["server_instance"], flagged["is_recovered"])
+    }
+
+
+def test_the_token_section_plots_every_tenant_day_with_a_baseline_and_lists_the_flagged(
+    built: tuple[Settings, dict[str, Any]],
+) -> None:
+    settings, manifest = built
+    section = token_anomalies(LakeView.open(settings, START, END))
+    days = _mart(settings, "ads.token_anomalies").filter(pl.col("token_ratio").is_not_null())
+    flagged = days.filter(pl.col("is_flagged"))
+    figure = section.charts["tokens"]
+    drawn = [xy for t in figure.data for xy in zip(t.x, t.y)]
+    assert sorted(drawn) == sorted(zip(days["request_ratio"], days["token_ratio"]))
+    assert _points(figure, name="flagged") == dict(zip(flagged["request_ratio"], flagged["token_ratio"]))
+    (table,) = section.tables
+    assert [(r["day"], r["tenant"]) for r in _rows(table)] == list(
+        zip(map(str, flagged["event_date"]), flagged["tenant_id"])
+    )
+    jumps = {(j["event_date"], j["tenant_id"]) for j in manifest["planted"]["token_jumps"]}
+    assert jumps and jumps <= {(r["day"], r["tenant"]) for r in _rows(table)}
+
+
+def test_the_retry_waste_section_draws_each_flagged_tenant_and_model_per_day(
+    built: tuple[Settings, dict[str, Any]],
+) -> None:
+    settings, _ = built
+    section = retry_waste(LakeView.open(settings, START, END))
+    flagged = _mart(settings, "ads.retry_policy").filter(pl.col("is_flagged"))
+    assert flagged.height > 0
+    figure = section.charts["retry-waste"]
+    for row in flagged.iter_rows(named=True):
+        who, day = f"{row['tenant_id']} → {row['model']}", str(row["event_date"])
+        for axis, measure in (("x", "non_retryable_retries"), ("x2", "long_chains"), ("x3", "retry_tokens")):
+            assert _points(figure, name=who, xaxis=axis)[day] == row[measure], (who, measure)
+        assert _points(figure, name=who, xaxis="x4")[day] == pytest.approx(float(row["retry_cost_usd"] or 0))
+    assert {t.name for t in figure.data} == {f"{t} → {m}" for t, m in zip(flagged["tenant_id"], flagged["model"])}
+
+
+def test_the_workflow_section_draws_each_shape_s_traces_and_lists_its_slowest_step(
+    built: tuple[Settings, dict[str, Any]],
+) -> None:
+    settings, _ = built
+    section = workflows(LakeView.open(settings, START, END))
+    mart = _mart(settings, "ads.trace_breakdown")
+    shapes = mart.group_by("shape").agg(
+        pl.col("traces").sum(),
+        pl.col("sequential_traces").sum(),
+        duration=(pl.col("duration_mean_ms") * pl.col("traces")).sum() / pl.col("traces").sum(),
+    )
+    figure = section.charts["workflows"]
+    sequential, other = ({html.unescape(y): x for x, y in zip(t.x, t.y)} for t in _traces(figure, xaxis="x2"))
+    parts = [{html.unescape(y): x for x, y in zip(t.x, t.y)} for t in _traces(figure, xaxis="x")]
+    assert sequential == dict(zip(shapes["shape"], shapes["sequential_traces"]))
+    assert {s: other[s] + sequential[s] for s in other} == dict(zip(shapes["shape"], shapes["traces"]))
+    assert {s: parts[0][s] + parts[1][s] for s in parts[0]} == pytest.approx(
+        dict(zip(shapes["shape"], shapes["duration"]))
+    )
+    (table,) = section.tables
+    rows = {r["shape"]: r for r in _rows(table)}
+    assert rows.keys() == set(shapes["shape"])
+    for shape in rows:  # the step most often slowest over the week
+        counts = mart.filter(pl.col("shape") == shape).group_by("slowest_step").agg(pl.col("slowest_step_traces").sum())
+        assert (
+            rows[shape]["slowest step"]
+            == counts.sort(["slowest_step_traces", "slowest_step"], descending=[True, False])["slowest_step"][0]
+        )
