@@ -134,6 +134,11 @@ def subplots(titles: Sequence[str], height: int = 340, **kwargs: Any) -> go.Figu
     return figure
 
 
+def yes(value: bool) -> str:
+    """A table cell for a flag an operator must not miss: ``yes``, or ``NO`` in capitals."""
+    return "yes" if value else "NO"
+
+
 def table_html(frame: pl.DataFrame, headers: Sequence[str], formats: dict[str, Callable[[Any], str]]) -> str:
     """A small HTML table of ``frame`` (headers as given; cells through their column's format, else str)."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)

@@ -32,17 +32,17 @@ import pytest
 from contracts.errors import InputError
 from strata import pipeline
 from strata.report.charts import LABEL_CHARS, OTHERS
-from strata.report.sections import (
+from strata.report.operators import (
     CAPACITY_MODELS,
     DRIFT_SHOWN,
     capacity,
     cold_starts,
-    quality,
     retry_waste,
     server_drift,
     token_anomalies,
     workflows,
 )
+from strata.report.sections import quality
 from strata.report.view import LakeView
 from synthetic_workload import generate
 from tests.browser import CHROMIUM, MISSING, Page, chromium
