@@ -36,8 +36,9 @@ from synthetic_workload.traffic import (
 from synthetic_workload.workflows import DayWorkflows
 
 #: Changes whenever the same arguments would write different files (1.1: ISA-L deflate;
-#: 1.2: quotas.csv; 1.3: multi-step workflows; 1.4: server instances and the planted operator patterns).
-GENERATOR_VERSION = "1.4.0"
+#: 1.2: quotas.csv; 1.3: multi-step workflows; 1.4: server instances and the planted operator patterns;
+#: 1.5: a slow retrieve planted in a majority of RAG traces on slow-retrieval days only).
+GENERATOR_VERSION = "1.5.0"
 _NM, _NE, _NV = len(MODELS), len(ERROR_TYPES) + 1, len(VERSIONS)
 
 

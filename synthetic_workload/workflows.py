@@ -4,8 +4,10 @@ Per day ``round_half_up(WORKFLOW_SHARE × requests_per_day)`` traces (1 %), spli
 
 - **RAG** (``rag.query: retrieve > rerank > chat``): a web handler's span ``rag.query`` (no call), under it
   a vector-store lookup ``retrieve`` (no call), then a ``rerank`` call and a ``chat`` call, strictly in
-  sequence. In a planted share of them (:data:`SLOW_SHARE`) ``retrieve`` is slow: ×5–10, and at least 1.1×
-  the trace's other steps, so it is their slowest step; elsewhere ``chat`` is always the slowest.
+  sequence. On a slow-retrieval day (:func:`slow_retrieval_day`: the run's second day and every third after
+  it, a degraded vector store) ``retrieve`` is slow in a majority of them (``ceil(SLOW_SHARE × traces)``):
+  ×5–10, and at least 1.1× the trace's other steps, so it is their slowest step and the shape's most often
+  slowest; elsewhere ``chat`` is always the slowest.
 - **Agent** (``invoke_agent: chat > execute_tool > chat``, and with two tools run in parallel
   ``invoke_agent: chat > execute_tool > execute_tool > chat``): the root is an ``invoke_agent`` call, then
   ``gpt-4o-mini`` chat calls around ``execute_tool`` calls. The agent's call and the tools' name no model and
@@ -28,13 +30,14 @@ name (``rag.query``, ``retrieve``) and a call's its operation (``chat``, ``reran
 ``invoke_agent``); ``steps`` the steps of a trace (the root not counted); ``sequential`` whether every trace of
 the shape ran strictly in sequence (each step starts at or after the end of the one before it in start order;
 steps of one trace never start at the same microsecond); ``slow_step`` and ``slow_traces`` the planted slow
-step and how many traces have it; ``input_tokens`` and ``output_tokens`` the shape's sums. A trace lies within
-its UTC day.
+step and how many traces it is the slowest in (``None`` and 0 but on a slow-retrieval day's RAG shape);
+``input_tokens`` and ``output_tokens`` the shape's sums. A trace lies within its UTC day.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,8 +60,8 @@ from synthetic_workload.traffic import DAY_US
 
 #: Workflow traces per day, as a share of ``requests_per_day`` (their calls come on top of it).
 WORKFLOW_SHARE = 0.01
-#: Share of RAG traces whose ``retrieve`` step is planted slow.
-SLOW_SHARE = 0.2
+#: Share of a slow-retrieval day's RAG traces whose ``retrieve`` step is planted slow (rounded up: a majority).
+SLOW_SHARE = 0.7
 #: The service whose spans the RAG traces' root and retrieval are, and its instances (process lifetimes) a day.
 SERVICE, INSTANCES = "rag-app", 3
 TOOLS: tuple[str, ...] = ("search_kb", "get_order", "create_ticket")
@@ -94,7 +97,7 @@ class Shape:
     root: Step
     steps: tuple[Step, ...]
     share: float
-    slow_step: int | None = None  # index into ``steps`` of the step planted slow in ``SLOW_SHARE`` of traces
+    slow_step: int | None = None  # index into ``steps`` of the step planted slow on a slow-retrieval day
 
     @property
     def name(self) -> str:
@@ -185,7 +188,7 @@ class DayWorkflows:
             if not traces.any():
                 continue
             nodes = traces[self.trace]
-            slow = shape.slow_step is not None
+            slow = int((self.slow & traces).sum())  # only a slow step's shape has slow traces
             out.append(
                 {
                     "event_date": self.date.isoformat(),
@@ -193,8 +196,8 @@ class DayWorkflows:
                     "traces": int(traces.sum()),
                     "steps": len(shape.steps),
                     "sequential": shape.sequential,
-                    "slow_step": shape.steps[shape.slow_step].name if shape.slow_step is not None else None,
-                    "slow_traces": int((self.slow & traces).sum()) if slow else 0,
+                    "slow_step": shape.steps[shape.slow_step].name if slow and shape.slow_step is not None else None,
+                    "slow_traces": slow,
                     "input_tokens": int(np.maximum(self.in_tok[nodes], 0).sum()),
                     "output_tokens": int(np.maximum(self.out_tok[nodes], 0).sum()),
                 }
@@ -214,8 +217,8 @@ def generate_workflows(pop: Population, plan: DayPlan) -> DayWorkflows:
     parts = []
     for k, sh in enumerate(SHAPES):
         at = np.flatnonzero(shape == k)
-        if sh.slow_step is not None:
-            slow[at] = rng.random(at.size) < SLOW_SHARE
+        if sh.slow_step is not None and slow_retrieval_day(plan.day_index):
+            slow[rng.choice(at, math.ceil(SLOW_SHARE * at.size), replace=False)] = True
         parts.append(_shape_nodes(rng, sh, at, t0[at], slow[at]))
     nodes = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
     order = np.lexsort((nodes["pos"], nodes["trace"]))  # by trace, root first, then steps in start order
@@ -259,6 +262,11 @@ def generate_workflows(pop: Population, plan: DayPlan) -> DayWorkflows:
         span_id=ids.structured_ids(plan.seed, ids.NS_SPAN, plan.day_index, rows),
         request_id=ids.structured_ids(plan.seed, ids.NS_WORKFLOW_REQUEST, plan.day_index, rows),
     )
+
+
+def slow_retrieval_day(day_index: int) -> bool:
+    """Whether the RAG traces' ``retrieve`` is planted slow on this day of the run (its second, then every third)."""
+    return day_index % 3 == 1
 
 
 def _lognormal_ms(rng: np.random.Generator, step: Step, n: int) -> np.ndarray:

@@ -137,7 +137,11 @@ def test_traces_read_back_match_the_planted_workflows(generated: tuple[Path, dic
                 and tokens[shape, "output_tokens"] == p["output_tokens"]
             )
         rag = truth["rag.query: retrieve > rerank > chat"]
-        assert rag["sequential"] and rag["slow_step"] == "retrieve" and 0 < rag["slow_traces"] < rag["traces"]
+        assert rag["sequential"]
+        if date == list(manifest["days"])[1]:  # a slow-retrieval day: retrieve is the slowest step of most traces
+            assert rag["slow_step"] == "retrieve" and rag["traces"] / 2 < rag["slow_traces"] < rag["traces"]
+        else:  # chat is the slowest step of every trace
+            assert (rag["slow_step"], rag["slow_traces"]) == (None, 0)
         assert not truth["invoke_agent: chat > execute_tool > execute_tool > chat"]["sequential"]
         assert truth["invoke_agent: chat > execute_tool > chat"]["sequential"]
 

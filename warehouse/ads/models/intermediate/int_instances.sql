@@ -2,7 +2,10 @@
     One row per server instance over the whole lake: when it was first and last seen, the
     instances of its server before and after it (by first request), whether it is a cold start,
     its warm-up (its first cold_start_requests requests) and its steady life after it, with the
-    least-squares fit of relative latency against the tokens it had processed (in millions).
+    least-squares fit of the natural log of relative latency against the tokens it had processed (in
+    millions). In log space because latencies are lognormal: a mean of ratios is pulled up by the
+    slow tail (it reads ~1.5-2 for an instance at its model's median), which would inflate the fit's
+    start and shrink the rise predicted from it; the mean of logs is the geometric mean, the median.
 
     An instance is a cold start when its first request is more than cold_start_lookback_minutes
     after the lake's first request (over every day of dwd.request): one already running when the
@@ -17,8 +20,9 @@ instance_requests as (
 
     select
         *,
-        cast(tokens_before as decimal(18, 6)) / 1000000 as x,
-        cast(relative_latency as decimal(18, 6)) as y
+        -- exact: a decimal divided is a double, whose sums would depend on the order they ran in
+        cast(tokens_before / 1000000 as decimal(18, 6)) as x,
+        case when relative_latency > 0 then cast(ln(relative_latency) as decimal(18, 6)) end as y
 
     from {{ ref('int_instance_requests') }}
 
@@ -83,9 +87,10 @@ final as (
         warmup_latency_ms,
         warmup_relative_latency,
         steady_latencies,
-        sum_y / nullif(steady_latencies, 0) as steady_relative_latency,
+        -- geometric means: exp of the mean log, and of the line's value at zero tokens
+        exp(sum_y / nullif(steady_latencies, 0)) as steady_relative_latency,
         slope_per_million_tokens,
-        (sum_y - slope_per_million_tokens * sum_x) / nullif(steady_latencies, 0) as start_relative_latency
+        exp((sum_y - slope_per_million_tokens * sum_x) / nullif(steady_latencies, 0)) as start_relative_latency
 
     from fitted
     cross join lake_start

@@ -1,8 +1,9 @@
 {#-
     One row per server instance, in the partition of the day it was first seen: the least-squares
-    slope of its steady requests' relative latency (after its first cold_start_requests) against the
-    tokens it had processed, and the increase that line predicts over its life (from its start, at
-    zero tokens, to all the tokens it processed), flagged beyond drift_threshold when at least
+    slope of its steady requests' log relative latency (after its first cold_start_requests) against
+    the tokens it had processed (int_instances), and the increase that line predicts over its life
+    (from its start, at zero tokens, to all the tokens it processed: exp(slope × tokens) - 1, a
+    growth in log space being a factor), flagged beyond drift_threshold when at least
     drift_min_requests latencies back it. For a flagged instance, the next instance of the same
     server (by first request) recovered when its steady relative latency is at most
     drift_recovery_factor × the drifting instance's start. A row covers the instance's life in the
@@ -16,20 +17,26 @@ instances as (
 
 ),
 
+predictions as (
+
+    select
+        *,
+        exp(slope_per_million_tokens * tokens_processed / 1000000) - 1 as predicted_increase
+
+    from instances
+
+),
+
 fits as (
 
     select
         *,
-        slope_per_million_tokens * tokens_processed / 1000000 / nullif(start_relative_latency, 0)
-            as predicted_increase,
         coalesce(
-            steady_latencies >= {{ var('drift_min_requests') }}
-                and slope_per_million_tokens * tokens_processed / 1000000 / nullif(start_relative_latency, 0)
-                    > {{ var('drift_threshold') }},
+            steady_latencies >= {{ var('drift_min_requests') }} and predicted_increase > {{ var('drift_threshold') }},
             false
         ) as is_drifting
 
-    from instances
+    from predictions
 
 ),
 
