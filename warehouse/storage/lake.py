@@ -12,13 +12,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 from urllib.parse import unquote
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 from deltalake import (
     BloomFilterProperties,
@@ -36,6 +35,9 @@ from warehouse.storage import locks
 from warehouse.storage.boundaries import passed
 from warehouse.storage.objectstore import S3, filesystem, is_object_store, storage_options
 from warehouse.tables import Table
+
+if TYPE_CHECKING:  # pyarrow.dataset takes ~0.25 s to import, which a command reading no dataset (strata trace) spares
+    import pyarrow.dataset as ds
 
 #: Delta properties of every table. A checkpoint every 10 commits (Delta's own default; delta-rs
 #: writes one every 100): opening a table replays the commits since the last checkpoint, which for
@@ -215,6 +217,8 @@ class Lake:
         Read with pyarrow alone (deltalake reads only the log, here and now), so it may feed a
         Delta write that is running: deltalake cannot read inside its own write.
         """
+        import pyarrow.dataset as ds
+
         from contracts import arrow_schema
 
         delta = self._existing(table)
