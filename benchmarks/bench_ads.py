@@ -365,14 +365,17 @@ _QUERIES = {
 def _cache() -> Path:
     from contracts import load_contract
     from synthetic_workload import GENERATOR_VERSION
+    from warehouse.storage.lake import LOOKUP_COLUMNS
 
     root = Path(os.environ.get("STRATA_BENCH_CACHE", Path(__file__).resolve().parents[1] / ".strata" / "bench-cache"))
     version = load_contract("dwd.request").version
-    return root / f"ads-week-{DAYS}x{REQUESTS_PER_DAY}-seed{SEED}-gen{GENERATOR_VERSION}-dwd{version}"
+    # the files' layout too: a lake written before the Bloom filters on trace_id has none (bench_trace reads it)
+    lookups = "-bloom-" + "-".join(LOOKUP_COLUMNS)
+    return root / f"ads-week-{DAYS}x{REQUESTS_PER_DAY}-seed{SEED}-gen{GENERATOR_VERSION}-dwd{version}{lookups}"
 
 
-def _lake() -> tuple[Path, dict]:
-    """The week's lake, built to DWD (once: later runs reuse it)."""
+def week_lake() -> tuple[Path, dict]:
+    """The week's lake, built to DWD (once: later runs reuse it; ``bench_trace`` reads it too)."""
     home = _cache()
     if not (home / "manifest.json").exists():
         import shutil
@@ -462,7 +465,7 @@ def _same_tables(lake: str, days: list[str]) -> None:
 
 
 def run(workdir: Path) -> list[Measurement]:
-    home, manifest = _lake()
+    home, manifest = week_lake()
     days = sorted(manifest["days"])
     lake = str(home / "lake")
     before = _baseline(lake, days)

@@ -35,6 +35,7 @@ from strata.commands import (
     reference,
     report,
     sql,
+    trace,
 )
 from strata.console import console, log_level, log_shown, out
 
@@ -129,6 +130,7 @@ app.add_typer(models.app, name="model")
 app.add_typer(features.app, name="features")
 app.add_typer(contracts.app, name="contracts")
 app.add_typer(sql.app)
+app.add_typer(trace.app)
 app.add_typer(docs.app)
 app.add_typer(report.app)
 app.add_typer(airflow.app, name="airflow")
