@@ -99,7 +99,7 @@ def _rows_line(found: Explanation) -> Clauses:
     if found.dwd_as_built:
         at.append(" the one the build read")
     elif found.reads:
-        at += [" the current:", " [yellow]the version the build read is gone;", " these are the rows now[/]"]
+        at += [" the current:", " [yellow]the version the build read is gone;[/]", " [yellow]these are the rows now[/]"]
     else:
         at += [" the current:", " [yellow]the build recorded no versions[/]"]
     return Clauses(["[bold]DWD rows it summarises:[/]", *parts, *at])
