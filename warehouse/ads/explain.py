@@ -437,9 +437,9 @@ def _accounted(
     counted: dict[dt.date, dict[str, int]] = {d: {} for d in dates}
     for d, fate, n in fates:
         counted.setdefault(d, {})[fate] = n
-    fields = ("summarised", "other_rows", "quarantined", "duplicates_of_these", "duplicates", "unaccounted")
+    kinds = ("summarised", "other_rows", "quarantined", "duplicates_of_these", "duplicates", "unaccounted")
     return [
-        Partition(d, sum(c.values()), *(c.get(f, 0) for f in fields), rules=rules.get(d, {}))
+        Partition(d, sum(c.values()), **{f: c.get(f, 0) for f in kinds}, rules=rules.get(d, {}))
         for d, c in sorted(counted.items())
     ]
 
