@@ -6,7 +6,10 @@ rows as they are; raw lines only with ``--raw``, and a forgotten user's rows sho
 from __future__ import annotations
 
 import datetime as dt
+import html
 import json
+import re
+import shlex
 from collections.abc import Iterator
 
 import polars as pl
@@ -146,6 +149,31 @@ def test_on_a_terminal_raw_lines_only_with_raw_and_a_bad_key_is_one_line(built: 
         screen = run_on_terminal(["explain", "ads.tenant_daily", *bad], env, columns=200)
         assert screen.returncode == 1 and len(screen.lines) == 1, screen.text
         assert screen.lines[0].startswith("error:") and why in screen.text and "event_date, tenant_id" in screen.text
+
+
+def test_the_reports_rows_name_the_command_that_opens_each(built: Built) -> None:
+    """The slowest workflows name ``strata trace`` of their longest trace, flagged rows ``strata explain`` of theirs,
+    and each command opens what it names."""
+    from strata.report import operators
+    from strata.report.view import LakeView
+    from warehouse.dwd.trace import trace
+
+    settings, _, _ = built
+    view = LakeView.open(settings, START, START + dt.timedelta(days=1))
+    (steps,) = operators.workflows(view).tables
+    opened = re.findall(r"strata trace ([0-9a-f]{32})", steps)
+    shapes = _read(settings, "ads.trace_breakdown")
+    assert len(opened) == shapes.get_column("shape").n_unique()
+    longest = max(shapes.get_column("duration_p95_ms"))
+    found = [trace(Lake(settings), trace_id) for trace_id in opened]
+    assert max((f.end - f.start).total_seconds() * 1000 for f in found) >= longest
+    flagged = _read(settings, "ads.retry_policy").filter(pl.col("is_flagged"))
+    (pairs,) = operators.retry_waste(view).tables
+    commands = [html.unescape(c) for c in re.findall(r"strata explain [^<]*", pairs)]
+    assert len(commands) == flagged.height > 0
+    for command in commands:
+        _, _, mart, *key = shlex.split(command)
+        assert explain(Lake(settings), mart, key).rows > 0
 
 
 def test_after_retention_and_forget_explain_says_the_versions_read_are_gone(built: Built) -> None:

@@ -344,7 +344,8 @@ def _selected(grain: Grain, row: Mapping[str, Any], requests: str, spans: str | 
     if grain.window:
         conditions.append(f"ts >= {sql_literal(row['window_start'])} AND ts < {sql_literal(row['window_end'])}")
     if grain.shape:
-        traces = f"SELECT trace_id FROM ({shapes_sql(requests, spans, row['event_date'])}) WHERE shape = "
+        on_day = f"event_date = {sql_literal(row['event_date'])}"
+        traces = f"SELECT trace_id FROM ({shapes_sql(requests, spans, on_day)}) WHERE shape = "
         conditions.append(f"trace_id IN ({traces}{sql_literal(row['shape'])})")
     where = " AND ".join(conditions)
     calls = f"SELECT 'dwd.request' AS dwd_table, {', '.join(SAMPLE_COLUMNS)}, event_date FROM {requests} WHERE {where}"
@@ -357,34 +358,38 @@ def _selected(grain: Grain, row: Mapping[str, Any], requests: str, spans: str | 
     )
 
 
-def shapes_sql(requests: str, spans: str | None, day: object) -> str:
-    """SQL of each multi-call trace of ``day`` with its workflow shape (``trace_id``, ``shape``, ``duration_ms``):
-    the definitions of docs/ads.md ("Traces, shapes and critical paths"), as ``int_trace_steps`` and
-    ``ads.trace_breakdown`` compute them; ``requests`` and ``spans`` are the tables' scans."""
-    on_day = f"event_date = {sql_literal(day)}"
+def shapes_sql(requests: str, spans: str | None, days: str) -> str:
+    """SQL of each multi-call trace of the days ``days`` (a predicate on ``event_date``) with its workflow shape
+    (``event_date``, ``trace_id``, ``shape``, ``duration_ms``; a trace across midnight is one on each day): the
+    definitions of docs/ads.md ("Traces, shapes and critical paths"), as ``int_trace_steps`` and
+    ``ads.trace_breakdown`` compute them (a test checks the traces found per shape are the mart's);
+    ``requests`` and ``spans`` are the tables' scans."""
+    on_day = days
     other = (
-        f"UNION ALL SELECT trace_id, span_id, parent_span_id, name, ts, duration_ms FROM {spans} WHERE {on_day}"
+        f"UNION ALL SELECT event_date, trace_id, span_id, parent_span_id, name, ts, duration_ms FROM {spans} "
+        f"WHERE {on_day}"
         if spans is not None
         else ""
     )
     return f"""
-        WITH calls AS (SELECT trace_id, span_id, parent_span_id, operation AS step_name, ts, duration_ms
+        WITH calls AS (SELECT event_date, trace_id, span_id, parent_span_id, operation AS step_name, ts, duration_ms
                        FROM {requests} WHERE {on_day} AND span_id IS NOT NULL),
-             multi AS (SELECT trace_id FROM calls GROUP BY trace_id HAVING count(*) >= 2),
-             steps AS (SELECT * FROM (SELECT * FROM calls {other}) SEMI JOIN multi USING (trace_id)),
+             multi AS (SELECT event_date, trace_id FROM calls GROUP BY ALL HAVING count(*) >= 2),
+             steps AS (SELECT * FROM (SELECT * FROM calls {other}) SEMI JOIN multi USING (event_date, trace_id)),
              parented AS (SELECT steps.*, parents.span_id IS NULL AS has_no_parent FROM steps
                           LEFT JOIN steps AS parents
-                            ON steps.trace_id = parents.trace_id AND steps.parent_span_id = parents.span_id),
-             ranked AS (SELECT *, row_number() OVER (PARTITION BY trace_id ORDER BY has_no_parent DESC, ts, span_id)
-                                  = 1 AS is_root,
+                            ON steps.event_date = parents.event_date AND steps.trace_id = parents.trace_id
+                            AND steps.parent_span_id = parents.span_id),
+             ranked AS (SELECT *, row_number() OVER (PARTITION BY event_date, trace_id
+                                                     ORDER BY has_no_parent DESC, ts, span_id) = 1 AS is_root,
                                ts + to_microseconds(CAST(round(coalesce(duration_ms, 0) * 1000) AS BIGINT)) AS ended
                         FROM parented)
-        SELECT trace_id,
+        SELECT event_date, trace_id,
                any_value(step_name) FILTER (WHERE is_root) || coalesce(': ' || string_agg(step_name, ' > '
                    ORDER BY ts, span_id) FILTER (WHERE NOT is_root), '') AS shape,
                coalesce(any_value(duration_ms) FILTER (WHERE is_root),
                         (epoch_us(max(ended)) - epoch_us(min(ts))) / 1000) AS duration_ms
-        FROM ranked GROUP BY trace_id"""
+        FROM ranked GROUP BY event_date, trace_id"""
 
 
 def _accounted(
