@@ -364,16 +364,15 @@ def shapes_sql(requests: str, spans: str | None, days: str) -> str:
     definitions of docs/ads.md ("Traces, shapes and critical paths"), as ``int_trace_steps`` and
     ``ads.trace_breakdown`` compute them (a test checks the traces found per shape are the mart's);
     ``requests`` and ``spans`` are the tables' scans."""
-    on_day = days
     other = (
         f"UNION ALL SELECT event_date, trace_id, span_id, parent_span_id, name, ts, duration_ms FROM {spans} "
-        f"WHERE {on_day}"
+        f"WHERE {days}"
         if spans is not None
         else ""
     )
     return f"""
         WITH calls AS (SELECT event_date, trace_id, span_id, parent_span_id, operation AS step_name, ts, duration_ms
-                       FROM {requests} WHERE {on_day} AND span_id IS NOT NULL),
+                       FROM {requests} WHERE {days} AND span_id IS NOT NULL),
              multi AS (SELECT event_date, trace_id FROM calls GROUP BY ALL HAVING count(*) >= 2),
              steps AS (SELECT * FROM (SELECT * FROM calls {other}) SEMI JOIN multi USING (event_date, trace_id)),
              parented AS (SELECT steps.*, parents.span_id IS NULL AS has_no_parent FROM steps
