@@ -28,6 +28,7 @@ from strata.commands import (
     contracts,
     demo,
     docs,
+    explain,
     features,
     ingest,
     models,
@@ -55,6 +56,7 @@ OPTIONS: dict[str, str] = {
     "provider": "--provider",
     "raw": "--raw",
     "shard": "--shard",
+    "table": "TABLE",
     "start": "--start",
     "tenant": "--tenant",
     "until": "--until",
@@ -64,6 +66,7 @@ OPTIONS: dict[str, str] = {
 
 #: The command that runs each step the library names in an error (:attr:`StrataError.step`).
 COMMANDS: dict[str, str] = {
+    "build_ads": "strata build ads --date D",
     "build_dwd": "strata build dwd --date D",
     "land": "strata ingest PATH",
     "materialize": "strata features materialize",
@@ -131,6 +134,7 @@ app.add_typer(features.app, name="features")
 app.add_typer(contracts.app, name="contracts")
 app.add_typer(sql.app)
 app.add_typer(trace.app)
+app.add_typer(explain.app)
 app.add_typer(docs.app)
 app.add_typer(report.app)
 app.add_typer(airflow.app, name="airflow")

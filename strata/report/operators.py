@@ -3,7 +3,9 @@ retry waste and workflows, each read from its ADS mart (see docs/ads.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import datetime as dt
+import shlex
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import polars as pl
@@ -11,6 +13,27 @@ import polars as pl
 from strata.report import charts
 from strata.report.section import Section
 from strata.report.view import LakeView
+
+#: The header of the column naming the command that opens a row (``strata explain``, ``strata trace``).
+OPEN_WITH = "open with"
+
+
+def explain_command(mart: str, row: Mapping[str, Any]) -> str:
+    """The ``strata explain`` command that opens one row of ``mart``: its primary key's values, shell-quoted (a log
+    writer chose them: a tenant named ``$(…)`` stays text when the command is pasted)."""
+    from warehouse.tables import table
+
+    def value(v: Any) -> str:
+        return v.isoformat() if isinstance(v, dt.date) else str(v)
+
+    return shlex.join(["strata", "explain", mart, *(f"{c}={value(row[c])}" for c in table(mart).contract.primary_key)])
+
+
+def _with_command(frame: pl.DataFrame, mart: str) -> pl.DataFrame:
+    """``frame`` with the :func:`explain_command` of each row last (``open_with``)."""
+    commands = [explain_command(mart, row) for row in frame.iter_rows(named=True)]
+    return frame.with_columns(pl.Series("open_with", commands, dtype=pl.String))
+
 
 #: The models the capacity section draws: the busiest by peak concurrency.
 CAPACITY_MODELS = 4
@@ -179,12 +202,14 @@ def _drifting(lake: LakeView, serving: str) -> str:
     """The drifting instances serving in the range, each with its server's next instance and whether it recovered."""
     frame = lake.frame(
         f"SELECT server, server_instance, first_seen_at, last_seen_at, predicted_increase, next_instance, "
-        f"is_recovered FROM {lake.scan('ads.server_drift')} WHERE {serving} AND is_drifting "
+        f"is_recovered, event_date FROM {lake.scan('ads.server_drift')} WHERE {serving} AND is_drifting "
         "ORDER BY predicted_increase DESC, server_instance"
     )
     if frame.is_empty():
         return '<p class="note">No instance drifted beyond the threshold.</p>'
+    frame = _with_command(frame, "ads.server_drift").drop("event_date")
     headers = ["server", "instance", "first request", "last request", "predicted rise", "next instance", "recovered"]
+    headers.append(OPEN_WITH)
     stamp = "{:%Y-%m-%d %H:%M}".format
     formats: dict[str, Callable[[Any], str]] = {
         "first_seen_at": stamp,
@@ -239,7 +264,9 @@ def _flagged_tenants(lake: LakeView) -> str:
     )
     if frame.is_empty():
         return '<p class="note">No tenant-day flagged.</p>'
+    frame = _with_command(frame, "ads.token_anomalies")
     headers = ["day", "tenant", "requests", "median", "tokens per request", "median", "token ratio", "request ratio"]
+    headers.append(OPEN_WITH)
     whole, ratio = "{:,.0f}".format, "{:.2f}".format
     formats: dict[str, Callable[[Any], str]] = {
         "requests": "{:,}".format,
@@ -277,7 +304,22 @@ def retry_waste(lake: LakeView) -> Section:
         f"{frame.height} flagged tenant × model day(s): {sums[0]:,} retries of a 4xx answer (not 408 or 429), "
         f"{sums[1]:,} chains of over {limit} attempts; {sums[2]:,} tokens and ${sums[3]:,.4f} spent on their retries."
     )
+    section.tables.append(_flagged_pairs(lake))
     return section
+
+
+def _flagged_pairs(lake: LakeView) -> str:
+    """The flagged tenant × model days of ``ads.retry_policy`` in the range, each with the command opening it."""
+    frame = lake.frame(
+        f"SELECT event_date, tenant_id, model, non_retryable_retries, long_chains, longest_chain, retry_tokens "
+        f"FROM {lake.scan('ads.retry_policy')} WHERE {lake.days} AND is_flagged ORDER BY event_date, tenant_id, model"
+    )
+    frame = _with_command(frame, "ads.retry_policy")
+    headers = ["day", "tenant", "model", "non-retryable retries", "long chains", "longest", "retry tokens", OPEN_WITH]
+    whole = "{:,}".format
+    formats: dict[str, Callable[[Any], str]] = {"non_retryable_retries": whole, "long_chains": whole}
+    formats |= {"retry_tokens": whole}
+    return "<h3>flagged tenant × model days</h3>" + charts.table_html(frame, headers, formats)
 
 
 def workflows(lake: LakeView) -> Section:
@@ -369,8 +411,10 @@ def _slowest_steps(lake: LakeView) -> str:
         lake.frame(_WORKFLOWS.format(scan=lake.scan("ads.trace_breakdown"), days=lake.days))
         .sort(pl.col("duration_ms") * pl.col("slowest_step_share").fill_null(0), "shape", descending=[True, False])
         .drop("traces")
+        .join(_slowest_traces(lake), on="shape", how="left")
     )
     headers = ["shape", "slowest step", "its share", "mean", "worst day's p95", "critical path", "in sequence", "cost"]
+    headers.append(f"{OPEN_WITH} (its slowest trace)")
     whole = "{:,.0f} ms".format
     formats: dict[str, Callable[[Any], str]] = {
         "slowest_step_share": "{:.0%}".format,
@@ -379,3 +423,14 @@ def _slowest_steps(lake: LakeView) -> str:
     }
     formats |= {"sequential_traces": "{:,}".format, "sequential_cost_usd": "${:,.4f}".format}
     return "<h3>the slowest workflow steps</h3>" + charts.table_html(frame, headers, formats)
+
+
+def _slowest_traces(lake: LakeView) -> pl.DataFrame:
+    """Per shape, the ``strata trace`` command of its longest trace in the range (``shape``, ``open_with``)."""
+    from warehouse.ads.explain import shapes_sql
+
+    spans = None if lake.missing("dwd.span") else lake.scan("dwd.span")
+    traces = shapes_sql(lake.scan("dwd.request"), spans, lake.days)
+    return lake.frame(
+        f"SELECT shape, 'strata trace ' || arg_max(trace_id, duration_ms) AS open_with FROM ({traces}) GROUP BY shape"
+    )

@@ -169,11 +169,12 @@ def build(
             run,
             variables,
             sources=sources,
+            versions=shapes.versions,
             project_dir=project_dir,
             progress=progress,
         )
         boundaries.first_read("build ads")
-        published = [_publish(lake, run, mart, built, progress, i) for i, mart in enumerate(MARTS)]
+        published = [_publish(lake, run, mart, built, progress, i, shapes.versions) for i, mart in enumerate(MARTS)]
         run.remove()
         return AdsBuild(built, dbt_run, published)
 
@@ -242,6 +243,9 @@ class Sources:
     empty: dict[str, dict[str, str]]
     #: Columns a table written under an older contract lacks (read as nulls of the contract's type).
     missing: dict[str, dict[str, str]]
+    #: The Delta version of each present table, by name: the one dbt attaches (and the build records with
+    #: each mart's write in ``ops.audit_log``: ``strata explain`` shows what a row was built from).
+    versions: dict[str, int]
 
     def variables(self) -> dict[str, object]:
         """The ``--vars`` that tell ``lake_source`` the shapes."""
@@ -249,21 +253,25 @@ class Sources:
 
 
 def read_sources(lake: Lake) -> Sources:
-    """The sources dbt reads (:class:`Sources`): a lake from before a contract added columns still builds."""
+    """The sources dbt reads (:class:`Sources`): a lake from before a contract added columns still builds.
+
+    Under the build's read locks ``lake`` opens each table once, so the versions are those it reads throughout.
+    """
     from contracts import dbt_columns
 
-    present, empty, missing = [], {}, {}
+    present, empty, missing, versions = [], {}, {}, {}
     for t in SOURCES:
         columns = {c["name"]: c["data_type"] for c in dbt_columns(t.contract)}
         delta = lake.open_table(t)
         if delta is not None:
             present.append(t)
+            versions[t.name] = delta.version()
             have = {f.name for f in delta.schema().fields}
             if lacking := {n: kind for n, kind in columns.items() if n not in have}:
                 missing[t.name] = lacking
         elif t != DWD_REQUEST:
             empty[t.name] = columns
-    return Sources(present, empty, missing)
+    return Sources(present, empty, missing, versions)
 
 
 def needs_expectations(mart: Table) -> bool:
@@ -272,9 +280,16 @@ def needs_expectations(mart: Table) -> bool:
 
 
 def _publish(
-    lake: Lake, run: RunDir, mart: Table, days: tuple[dt.date, ...], progress: Progress | None, index: int
+    lake: Lake,
+    run: RunDir,
+    mart: Table,
+    days: tuple[dt.date, ...],
+    progress: Progress | None,
+    index: int,
+    reads: dict[str, int],
 ) -> Published:
-    """Stream one mart from the run's DuckDB file into its Delta table, replacing ``days``."""
+    """Stream one mart from the run's DuckDB file into its Delta table, replacing ``days``; its audit-log row
+    records the sources' versions the dbt run read (``reads``)."""
     import duckdb
 
     started = time.perf_counter()
@@ -293,6 +308,7 @@ def _publish(
             partitions=[{"event_date": d} for d in days],
             invariants=[keeps_every_row(f"{mart.name}.rows_keep_their_contract")],
             expectations=needs_expectations(mart),
+            reads=reads,
         )
     finally:
         con.close()

@@ -128,13 +128,15 @@ def invoke(
     variables: Mapping[str, Any],
     *,
     sources: Sequence[Table] = (),
+    versions: Mapping[str, int] | None = None,
     project_dir: Path = PROJECT_DIR,
     progress: Progress | None = None,
 ) -> DbtRun:
     """Run ``dbt <command>`` on the project in-process; :class:`DbtFailed` when any node failed.
 
     ``variables`` join the one every run gets (the run's DuckDB file); ``sources`` are the lake
-    tables the command reads, attached at their current version. dbt prints nothing: its log goes
+    tables the command reads, attached at their current version, or at the one ``versions`` names (by table
+    name: what the caller records as read). dbt prints nothing: its log goes
     to the run folder, node progress to ``progress``.
     """
     started = time.perf_counter()
@@ -159,7 +161,7 @@ def invoke(
 
         manifest = _parsed(settings.cache_dir / "dbt-parse", project_dir)
         try:
-            with using(settings, sources):
+            with using(settings, sources, versions):
                 outcome = dbtRunner(manifest=manifest, callbacks=[on_event]).invoke(args)
         finally:
             # dbt-duckdb keeps its DuckDB instance open after the command; close it so the build

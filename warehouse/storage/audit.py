@@ -19,8 +19,9 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TypedDict, cast
+from typing import NotRequired, TypedDict, cast
 
 import polars as pl
 import pyarrow.compute as pc
@@ -45,6 +46,8 @@ class _Note(TypedDict):
     pid: int
     host: str
     started_at: str  # ISO 8601
+    #: The tables the write was computed from, at their versions (see :attr:`Attempt.reads`).
+    reads: NotRequired[dict[str, int]]
 
 
 @dataclass
@@ -54,6 +57,9 @@ class Attempt:
     lake: Lake = field(repr=False)
     table: Table
     partition: str
+    #: The lake tables the rows were computed from, each at the Delta version read (an ADS build's sources):
+    #: recorded with the attempt, since retention and vacuum remove old versions. Empty: none recorded.
+    reads: Mapping[str, int] = field(default_factory=dict)
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     started_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
     _clock: float = field(default_factory=time.perf_counter)
@@ -70,6 +76,8 @@ class Attempt:
             "host": socket.gethostname(),
             "started_at": self.started_at.isoformat(),
         }
+        if self.reads:  # a crashed attempt's row, written by recovery, names them too
+            note["reads"] = dict(self.reads)
         path = f"{folder}/{self.id}.json"
         # Another command's recovery may list the folder at any moment: a note appears whole. An object
         # store's PUT is visible only once complete; a local file is written aside and renamed.
@@ -107,6 +115,7 @@ class Attempt:
             started_at=self.started_at,
             duration_ms=duration_ms,
             message=message,
+            reads=self.reads,
         )
         fs, folder = _folder(self.lake)
         fs.delete_file(f"{folder}/{self.id}.json")
@@ -133,8 +142,10 @@ def record(
     started_at: dt.datetime,
     duration_ms: float,
     message: str,
+    reads: Mapping[str, int] | None = None,
 ) -> None:
-    """Append one row to ``ops.audit_log`` (conformed to its contract, never audited itself)."""
+    """Append one row to ``ops.audit_log`` (conformed to its contract, never audited itself); ``reads``
+    (table → Delta version) fill ``read_tables`` and ``read_versions``, null when there are none."""
     from contracts import conform
 
     contract = OPS_AUDIT_LOG.contract
@@ -153,9 +164,16 @@ def record(
                 "duration_ms": duration_ms,
                 "message": message[:4000],
                 "attempt_id": attempt_id,
+                "read_tables": list(reads) if reads else None,
+                "read_versions": list(reads.values()) if reads else None,
             }
         ],
-        schema_overrides={"rules_failed": pl.List(pl.String), "delta_version": pl.Int64},
+        schema_overrides={
+            "rules_failed": pl.List(pl.String),
+            "delta_version": pl.Int64,
+            "read_tables": pl.List(pl.String),
+            "read_versions": pl.List(pl.Int64),
+        },
     )
     lake.commit(
         OPS_AUDIT_LOG,
@@ -212,6 +230,7 @@ def recover(lake: Lake) -> int:
                 duration_ms=0.0,
                 message="recorded after the writing process died"
                 + ("" if version is not None else " before its commit"),
+                reads=note.get("reads"),
             )
         _drop(fs, info.path)
         recovered += 1

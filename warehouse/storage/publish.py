@@ -231,13 +231,15 @@ def publish(
     now: dt.datetime | None = None,
     expectations: bool = True,
     checked: bool = False,
+    reads: Mapping[str, int] | None = None,
 ) -> PublishResult:
     """Check ``data`` against the table's contract, audit it and commit it atomically.
 
     Rows that break a row rule are not published; they come back in ``result.rejected``
     (their input columns and ``rules``) for the caller to quarantine. With ``checked`` the
     caller has run the row checks already (a build transform does, to quarantine as it
-    goes): the rows are only conformed to the schema. Raises :class:`AuditFailed` when the
+    goes): the rows are only conformed to the schema. ``reads`` (table → Delta version) are
+    the tables the rows were computed from, recorded in the attempt's row. Raises :class:`AuditFailed` when the
     audit refuses.
 
     The phases, each its own function: :func:`conform_and_check` streams the rows,
@@ -252,7 +254,7 @@ def publish(
 
         warm_up()  # GX imports in the worker while the data streams
     label = ", ".join(sorted(partition_predicate(p) for p in partitions)) or "(all)"
-    attempt = audit.Attempt(lake, table, label).begin()
+    attempt = audit.Attempt(lake, table, label, dict(reads or {})).begin()
     stream = Stream(table.contract, checked=checked, now=now, sample=expectations)
     gate = AuditGate(table.name, label, stream, invariants, now)
     try:
