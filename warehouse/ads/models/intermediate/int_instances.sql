@@ -21,8 +21,8 @@ instance_requests as (
     select
         *,
         -- exact: a decimal divided is a double, whose sums would depend on the order they ran in
-        cast(tokens_before / 1000000 as decimal(18, 6)) as x,
-        case when relative_latency > 0 then cast(ln(relative_latency) as decimal(18, 6)) end as y
+        cast(tokens_before / 1000000 as decimal(38, 6)) as x,
+        case when relative_latency > 0 then cast(ln(relative_latency) as decimal(38, 6)) end as y
 
     from {{ ref('int_instance_requests') }}
 
