@@ -28,7 +28,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from benchmarks.harness import Measurement, scaled
+from warehouse.ads.project import PROJECT_DIR
 
 #: The scale; a smaller one (e.g. STRATA_BENCH_ADS_REQUESTS=20000) tries the bench out quickly.
 DAYS = int(os.environ.get("STRATA_BENCH_ADS_DAYS", scaled(7, 1)))
@@ -76,8 +79,11 @@ for day in sys.argv[3:]:
 print(json.dumps(out))
 """
 
-#: The same tables, written by hand for DuckDB over the Delta tables ({lake}, {day}); the marts per model and
-#: tenant count model calls only (a tool's or an agent's step names no model).
+#: The dbt project's vars (thresholds, windows): the hand-written queries take the same ones.
+VARS: dict[str, object] = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text(encoding="utf-8"))["vars"]
+
+#: The same tables, written by hand for DuckDB over the Delta tables ({lake}, {day}, the thresholds of
+#: :data:`VARS`); the marts per model and tenant count model calls only (a tool's or an agent's step names no model).
 _QUERIES = {
     "ads.model_daily": """
         select event_date, model, coalesce(model_version, '(none)') as model_version, count(*) as requests,
@@ -150,7 +156,7 @@ _QUERIES = {
             from (select *, sum(r) over w as wr, sum(f) over w as wf from minutes
                   window w as (partition by tenant_id, model order by m
                                range between interval 2 minutes preceding and interval 2 minutes following))
-            where r > f and wr >= 8 and wr > wf),
+            where r > f and wr >= {storm_min_retries} and wr > wf),
         windows as (
             select tenant_id, model, min(m) as s, max(m) + interval 1 minute as e
             from (select *, sum(starts::int) over (partition by tenant_id, model order by m) as n from stormy)
@@ -159,7 +165,7 @@ _QUERIES = {
             max(r) as peak_retries_per_minute
         from windows join minutes on windows.tenant_id = minutes.tenant_id and windows.model = minutes.model
             and m >= s and m < e
-        group by all having sum(r) >= 8 and sum(r) > sum(f)""",
+        group by all having sum(r) >= {storm_min_retries} and sum(r) > sum(f)""",
     "ads.version_mix": """
         select model, sum(n) as requests, count(*) as versions_serving, list(v order by n desc, v) as versions,
             list(n order by n desc, v) as version_requests,
@@ -189,7 +195,9 @@ _QUERIES = {
             any_value(ten.n) / 600, any_value(ten.m), coalesce(any_value(peaks.c), 0) as peak_concurrency,
             any_value(peaks.c_at), avg(duration_ms) filter (where status_code < 400) as lat,
             any_value(one.n) / 60 * lat / 1000, count(distinct server_instance) as inst,
-            peak_concurrency / nullif(inst, 0), ceil(peak_concurrency * 1.25 / 8)::bigint as replicas_needed
+            peak_concurrency / nullif(inst, 0),
+            ceil(peak_concurrency * (1 + {capacity_headroom}) / {capacity_instance_concurrency})::bigint
+                as replicas_needed
         from calls
         join (select * from minutes qualify row_number() over (partition by model order by n desc, m) = 1) one
             using (model)
@@ -204,15 +212,17 @@ _QUERIES = {
                 row_number() over (partition by server, server_instance order by ts, request_id) as k
             from delta_scan('{lake}/dwd/request') where server is not null and server_instance is not null),
         base as (select model, date_trunc('hour', ts) as h, median(lat) as b from lives
-                 where k > 20 and lat is not null group by all),
+                 where k > {cold_start_requests} and lat is not null group by all),
         inst as (
-            select server, server_instance, min(ts) as first_seen_at, count(lat / b) filter (where k <= 20) as warmup,
-                median(lat) filter (where k <= 20), median(lat / b) filter (where k <= 20) as ratio
+            select server, server_instance, min(ts) as first_seen_at,
+                count(lat / b) filter (where k <= {cold_start_requests}) as warmup,
+                median(lat) filter (where k <= {cold_start_requests}),
+                median(lat / b) filter (where k <= {cold_start_requests}) as ratio
             from lives left join base on lives.model = base.model and date_trunc('hour', ts) = base.h
             group by all)
         select *, lag(server_instance) over (partition by server order by first_seen_at, server_instance),
-            first_seen_at > lake_start + interval 60 minutes as is_cold_start,
-            coalesce(is_cold_start and ratio > 3, false) as is_slow_start
+            first_seen_at > lake_start + interval {cold_start_lookback_minutes} minutes as is_cold_start,
+            coalesce(is_cold_start and ratio > {cold_start_ratio}, false) as is_slow_start
         from inst, (select min(ts) as lake_start from delta_scan('{lake}/dwd/request'))
         qualify first_seen_at::date = date '{day}'""",
     "ads.server_drift": """
@@ -224,21 +234,22 @@ _QUERIES = {
             from delta_scan('{lake}/dwd/request') where server is not null and server_instance is not null
             window w as (partition by server, server_instance order by ts, request_id rows unbounded preceding)),
         base as (select model, date_trunc('hour', ts) as h, median(lat) as b from lives
-                 where k > 20 and lat is not null group by all),
-        points as (select lives.*, lat / b as y from lives
+                 where k > {cold_start_requests} and lat is not null group by all),
+        points as (select lives.*, if(lat / b > 0, ln(lat / b), null) as y from lives
                    left join base on lives.model = base.model and date_trunc('hour', ts) = base.h),
         inst as (
             select server, server_instance, min(ts) as first_seen_at, max(ts), count(*), sum(tok) as tokens,
-                count(y) filter (where k > 20) as steady_requests,
-                regr_slope(y, x) filter (where k > 20) as slope, regr_intercept(y, x) filter (where k > 20) as start,
-                avg(y) filter (where k > 20) as mean_y
+                count(y) filter (where k > {cold_start_requests}) as steady_requests,
+                regr_slope(y, x) filter (where k > {cold_start_requests}) as slope,
+                exp(regr_intercept(y, x) filter (where k > {cold_start_requests})) as start,
+                exp(avg(y) filter (where k > {cold_start_requests})) as mean_y
             from points group by all),
         nexts as (select *, lead(server_instance) over (partition by server order by first_seen_at, server_instance)
                       as next_instance from inst)
-        select a.*, a.slope * a.tokens / 1e6 / a.start as increase,
-            coalesce(a.steady_requests >= 200 and increase > 0.5, false) as is_drifting,
+        select a.*, exp(a.slope * a.tokens / 1e6) - 1 as increase,
+            coalesce(a.steady_requests >= {drift_min_requests} and increase > {drift_threshold}, false) as is_drifting,
             b.mean_y, case when is_drifting and a.next_instance is not null
-                then coalesce(b.mean_y <= 1.25 * a.start, false) end
+                then coalesce(b.mean_y <= {drift_recovery_factor} * a.start, false) end
         from nexts a left join inst b on a.server = b.server and a.next_instance = b.server_instance
         where a.first_seen_at::date = date '{day}'""",
     "ads.token_anomalies": """
@@ -250,10 +261,13 @@ _QUERIES = {
         baselines as (
             select tenant_id, count(*) as days, median(requests) as r, median(tokens_per_request) as t
             from daily where event_date < date '{day}' group by tenant_id)
-        select daily.*, coalesce(days, 0) as baseline_days, if(days >= 3, r, null) as median_requests,
-            if(days >= 3, t, null) as median_tokens_per_request, requests / median_requests as request_ratio,
+        select daily.*, coalesce(days, 0) as baseline_days,
+            if(days >= {token_anomaly_min_days}, r, null) as median_requests,
+            if(days >= {token_anomaly_min_days}, t, null) as median_tokens_per_request,
+            requests / median_requests as request_ratio,
             tokens_per_request / nullif(median_tokens_per_request, 0) as token_ratio,
-            coalesce(requests >= 100 and token_ratio >= 2.5 and abs(request_ratio - 1) <= 0.25, false) as is_flagged
+            coalesce(requests >= {token_anomaly_min_requests} and token_ratio >= {token_anomaly_multiple}
+                     and abs(request_ratio - 1) <= {token_anomaly_request_band}, false) as is_flagged
         from daily left join baselines using (tenant_id) where event_date = date '{day}'""",
     "ads.retry_policy": """
         with attempts as (
@@ -262,7 +276,7 @@ _QUERIES = {
             window w as (partition by coalesce(retry_of, request_id) order by ts, request_id)),
         today as (select * from attempts where event_date = date '{day}' and model is not null),
         chains as (
-            select tenant_id, model, count(*) as chains, count(*) filter (where n > 3) as long_chains,
+            select tenant_id, model, count(*) as chains, count(*) filter (where n > {retry_chain_limit}) as long_chains,
                 max(n) as longest_chain
             from (select tenant_id, model, max(n) as n from today group by tenant_id, model,
                   coalesce(retry_of, request_id) having bool_or(is_retry))
@@ -419,7 +433,7 @@ def _baseline(lake: str, days: list[str]) -> dict[str, float]:
     for day in days:
         for name, sql in _QUERIES.items():
             started = time.perf_counter()
-            con.execute(sql.format(lake=lake, day=day)).to_arrow_table()
+            con.execute(sql.format(lake=lake, day=day, **VARS)).to_arrow_table()
             seconds[name] += time.perf_counter() - started
     return seconds
 
@@ -459,7 +473,8 @@ def _same_tables(lake: str, days: list[str]) -> None:
             mine = con.execute(
                 f"select {columns} from delta_scan('{lake}/{layer}/{table}') where event_date = date '{day}'"
             ).fetchone()
-            theirs = con.execute(f"select {columns} from ({_QUERIES[name].format(lake=lake, day=day)})").fetchone()
+            sql = _QUERIES[name].format(lake=lake, day=day, **VARS)
+            theirs = con.execute(f"select {columns} from ({sql})").fetchone()
             if mine != theirs:
                 raise AssertionError(f"{name} {day}: dbt's table {mine} differs from the hand-written query's {theirs}")
 
