@@ -402,31 +402,47 @@ def _accounted(
         f"event_date BETWEEN {sql_literal(dates[0] - dt.timedelta(days=1))} "
         f"AND {sql_literal(dates[-1] + dt.timedelta(days=1))}"
     )
-    span_lines = f"UNION SELECT source_file, line_no FROM {spans} WHERE {near}" if spans is not None else ""
+    # A line's rows are read from its neighbour days too (a record of a line may fall on another date), but
+    # only those of the days' ODS files: a third of the rows to match (with the two steps below, explain of a
+    # row of a 1M-request day took 1.0 s instead of 2.7).
+    lines = f"{near} AND source_file IN (SELECT source_file FROM ods_files)"
+    span_lines = f"UNION SELECT source_file, line_no FROM {spans} WHERE {lines}" if spans is not None else ""
     has_quarantine = lake.exists(DWD_QUARANTINE)
     quarantined = (
-        f"SELECT DISTINCT source_file, line_no FROM {quarantine} WHERE {near}"
+        f"SELECT DISTINCT source_file, line_no FROM {quarantine} WHERE {lines}"
         if has_quarantine
         else "SELECT NULL::VARCHAR AS source_file, NULL::BIGINT AS line_no WHERE FALSE"
+    )
+    # First each line's lineage (its rows, quarantined), then the few left (duplicates) by request id: the ids
+    # of the neighbour days' rows are matched against those lines only, not hashed whole.
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE ods_fates AS
+        WITH ods AS (SELECT event_date, source_file, line_no, request_id FROM delta_scan('{lake.uri(ODS_REQUESTS)}')
+                     WHERE event_date IN ({days})),
+             ods_files AS (SELECT DISTINCT source_file FROM ods),
+             mine AS (SELECT DISTINCT source_file, line_no FROM explained),
+             dwd AS (SELECT source_file, line_no FROM {requests} WHERE {lines} {span_lines}),
+             quarantined AS ({quarantined})
+        SELECT event_date, request_id,
+               CASE WHEN (source_file, line_no) IN (SELECT (source_file, line_no) FROM mine) THEN 'summarised'
+                    WHEN (source_file, line_no) IN (SELECT (source_file, line_no) FROM dwd) THEN 'other_rows'
+                    WHEN (source_file, line_no) IN (SELECT (source_file, line_no) FROM quarantined) THEN 'quarantined'
+                    END AS fate
+        FROM ods"""
     )
     fates = _query(
         con,
         f"""
-        WITH ods AS (SELECT event_date, source_file, line_no, request_id FROM delta_scan('{lake.uri(ODS_REQUESTS)}')
-                     WHERE event_date IN ({days})),
-             mine AS (SELECT DISTINCT source_file, line_no FROM explained),
-             dwd AS (SELECT source_file, line_no FROM {requests} WHERE {near} {span_lines}),
-             quarantined AS ({quarantined}),
-             ids AS (SELECT DISTINCT request_id FROM {requests} WHERE {near})
+        WITH left_over AS (SELECT DISTINCT request_id FROM ods_fates WHERE fate IS NULL),
+             ids AS (SELECT DISTINCT request_id FROM {requests}
+                     WHERE {near} AND request_id IN (SELECT request_id FROM left_over))
         SELECT event_date,
-               CASE WHEN (source_file, line_no) IN (SELECT (source_file, line_no) FROM mine) THEN 'summarised'
-                    WHEN (source_file, line_no) IN (SELECT (source_file, line_no) FROM dwd) THEN 'other_rows'
-                    WHEN (source_file, line_no) IN (SELECT (source_file, line_no) FROM quarantined) THEN 'quarantined'
-                    WHEN request_id IN (SELECT request_id FROM explained) THEN 'duplicates_of_these'
-                    WHEN request_id IN (SELECT request_id FROM ids) THEN 'duplicates'
-                    ELSE 'unaccounted' END AS fate,
+               coalesce(fate, CASE WHEN request_id IN (SELECT request_id FROM explained) THEN 'duplicates_of_these'
+                                   WHEN request_id IN (SELECT request_id FROM ids) THEN 'duplicates'
+                                   ELSE 'unaccounted' END) AS fate,
                count(*)
-        FROM ods GROUP BY ALL""",
+        FROM ods_fates GROUP BY ALL""",
         tuples=True,
     )
     rules: dict[dt.date, dict[str, int]] = {}
