@@ -494,28 +494,29 @@ def run(workdir: Path) -> list[Measurement]:
 
 @dataclass(frozen=True)
 class _Spent:
-    """Our seconds over all the days: each table's dbt model, the staging views, each table's publishing."""
+    """Our seconds over all the days: each table's dbt model, the models the marts share (staging views,
+    intermediate models such as ``int_instances``: every model that is not a mart), each table's publishing."""
 
     models: dict[str, float]
-    staging: float
+    shared: float
     publish: dict[str, float]
 
     @classmethod
     def of(cls, ours: list[dict]) -> _Spent:
         return cls(
             models={name: sum(day["models"].get(name.split(".")[1], 0.0) for day in ours) for name in _QUERIES},
-            staging=sum(s for day in ours for name, s in day["models"].items() if name.startswith("stg_")),
+            shared=sum(s for day in ours for name, s in day["models"].items() if f"ads.{name}" not in _QUERIES),
             publish={name: sum(day["publish"][name] for day in ours) for name in _QUERIES},
         )
 
     @property
     def total(self) -> float:
-        return sum(self.models.values()) + self.staging + sum(self.publish.values())
+        return sum(self.models.values()) + self.shared + sum(self.publish.values())
 
 
 def _build_times(days: list[str], spent: _Spent, baseline: dict[str, float]) -> list[Measurement]:
     """Our models + publishing against the hand-written queries: in all, by part, and table by table."""
-    models, staging, publish = spent.models, spent.staging, spent.publish
+    models, shared, publish = spent.models, spent.shared, spent.publish
     ours_s = spent.total
     baseline_s = sum(baseline.values())
     results = [
@@ -529,8 +530,16 @@ def _build_times(days: list[str], spent: _Spent, baseline: dict[str, float]) -> 
             target_ratio=0.5,
         ),
         Measurement(
-            "… dbt models alone (per-model timings, staging views included)",
-            sum(models.values()) + staging,
+            "… dbt models alone (per-model timings, the shared ones included)",
+            sum(models.values()) + shared,
+            "s",
+            "hand-written DuckDB queries, same tables",
+            baseline_s,
+            higher_is_better=False,
+        ),
+        Measurement(
+            "… the models the marts share (staging views, intermediate models), counted once",
+            shared,
             "s",
             "hand-written DuckDB queries, same tables",
             baseline_s,
@@ -548,7 +557,7 @@ def _build_times(days: list[str], spent: _Spent, baseline: dict[str, float]) -> 
     for name in _QUERIES:
         results.append(
             Measurement(
-                f"  {name}: dbt model + publishing",
+                f"  {name}: dbt model + publishing (without the shared models)",
                 models[name] + publish[name],
                 "s",
                 "its hand-written query",
