@@ -295,7 +295,7 @@ def _show_lake(settings: Settings, manifest: dict, echo: Echo) -> None:
     planted = frozenset(pseudonym(key, u) for u in manifest["abusive_user_ids"])
     lake_report.model_section(lake, echo, last, planted)
     lake_report.report_section(settings, echo, last)
-    _next_commands(settings, echo, user)
+    _next_commands(settings, echo, user, lake_report.open_commands(lake, last))
 
 
 def _landing(settings: Settings) -> Path:
@@ -348,7 +348,7 @@ def _echo_run(report: RunReport, manifest: dict, echo: Echo) -> bool:
     return report.ok and ok
 
 
-def _next_commands(settings: Settings, echo: Echo, user_id: str) -> None:
+def _next_commands(settings: Settings, echo: Echo, user_id: str, opens: list[str]) -> None:
     from strata.console import Command
 
     def command(line: str) -> None:  # one line however narrow the terminal: copied, it runs as printed
@@ -362,6 +362,7 @@ def _next_commands(settings: Settings, echo: Echo, user_id: str) -> None:
     command(f'eval "$(STRATA_HOME={settings.home.parent} {strata} demo env)"')
     for line in (
         'strata sql "SELECT tenant_id, sum(cost_usd) FROM dwd.request GROUP BY 1 ORDER BY 2 DESC"',
+        *opens,  # a mart row and a workflow down to their raw lines (strata explain, strata trace)
         f"strata features get user={user_id}",
         "strata model show user_risk",
         "strata report --out strata-report.html   # a local copy of the week's report",

@@ -247,6 +247,35 @@ _HEADLINES: tuple[tuple[str, Callable[[pl.DataFrame, dt.date], list[str]]], ...]
 )
 
 
+def open_commands(lake: Lake, day: dt.date) -> list[str]:
+    """A number and a workflow opened down to their raw lines: ``strata explain`` of a flagged retry-policy row
+    (else ``day``'s busiest model in ``ads.model_daily``) and ``strata trace`` of ``day``'s slowest multi-call
+    trace; what the lake cannot give yet is left out."""
+    from strata.report.operators import explain_command
+    from warehouse.ads.explain import shapes_sql
+    from warehouse.storage.duck import lake_reader
+    from warehouse.storage.lake import sql_literal
+    from warehouse.tables import ADS_MODEL_DAILY, ADS_RETRY_POLICY, DWD_REQUEST, DWD_SPAN
+
+    commands = []
+    flagged = lake.read_frame(ADS_RETRY_POLICY).filter("is_flagged") if lake.exists(ADS_RETRY_POLICY) else None
+    if flagged is not None and flagged.height:
+        commands.append(
+            explain_command(ADS_RETRY_POLICY.name, flagged.sort("event_date", "tenant_id").row(0, named=True))
+        )
+    elif lake.exists(ADS_MODEL_DAILY):
+        busiest = lake.read_frame(ADS_MODEL_DAILY).filter(pl.col("event_date") == day).sort("requests", descending=True)
+        if busiest.height:
+            commands.append(explain_command(ADS_MODEL_DAILY.name, busiest.row(0, named=True)))
+    if lake.exists(DWD_REQUEST):
+        spans = f"delta_scan('{lake.uri(DWD_SPAN)}')" if lake.exists(DWD_SPAN) else None
+        traces = shapes_sql(f"delta_scan('{lake.uri(DWD_REQUEST)}')", spans, f"event_date = {sql_literal(day)}")
+        found = lake_reader(lake.settings).execute(f"SELECT arg_max(trace_id, duration_ms) FROM ({traces})").fetchone()
+        if found is not None and found[0] is not None:
+            commands.append(f"strata trace {found[0]}")
+    return commands
+
+
 def features_section(settings: Settings, echo: Echo, user_id: str) -> None:
     """One user's online features, through the pipeline's lookup (once they are materialized)."""
     from features.online import NotMaterialized

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 
 from strata.cli import app
 from strata.demo import demo_settings, env_line, reset
+from strata.lake_report import open_commands
 from strata.orchestration.dag_runs import Run, run_dags
 from tests.terminal import run_on_terminal
 from warehouse.errors import NoData
@@ -63,11 +65,22 @@ def test_demo_runs_the_dags_end_to_end_and_prints_the_lake(tmp_path: Path) -> No
     assert "demo env)" in joined and "strata demo --reset" in out
     key = (tmp_path / "demo" / "secrets" / "pseudonym.key").read_text().strip()
     assert key not in out
+    # Among the next commands, a mart row and the day's slowest workflow opened down to their lines: each runs.
+    settings = load_settings({"STRATA_HOME": str(tmp_path / "demo"), "STRATA_PSEUDONYM_KEY": key})
+    last = Lake(settings).read_frame(table("ads.model_daily")).get_column("event_date").max()
+    assert isinstance(last, dt.date)
+    opens = open_commands(Lake(settings), last)
+    assert [shlex.split(c)[1] for c in opens] == ["explain", "trace"]
+    for command in opens:
+        assert command in joined
+        done = CliRunner().invoke(app, shlex.split(command)[1:], env={"COLUMNS": "80", **settings.to_env()})
+        assert done.exit_code == 0, done.output
+        _, verb, *args = shlex.split(command)
+        assert ("DWD rows it summarises" if verb == "explain" else f"trace {args[0]}: ") in done.output
 
     # The runs a scheduler started now makes next on the demo's lake (`strata airflow up`), by each
     # DAG's timetable: the latest complete interval of each, and the daily run of today, which holds
     # no data. None fails, and every ODS row is still there (retention counts back from today).
-    settings = load_settings({"STRATA_HOME": str(tmp_path / "demo"), "STRATA_PSEUDONYM_KEY": key})
     ods = ("ods.request_log_raw", "ods.feedback_raw")
     rows = {name: Lake(settings).read(table(name)).num_rows for name in ods}
     plan = [Run(dag) for dag in ("strata_ingest", "strata_retention", "strata_train", "strata_daily")]
