@@ -70,8 +70,14 @@ def test_the_next_commands_stay_one_line_each_at_80_columns(tmp_path: Path) -> N
     from warehouse.settings import load_settings
 
     console = Console(width=80, file=io.StringIO(), record=True)
-    _next_commands(load_settings({"STRATA_HOME": str(tmp_path / "home")}), lambda x: say(x, console), "u_13cae536e2")
+    opens = [
+        "strata explain ads.retry_policy event_date=2026-12-03 tenant_id=tenant-007 model=gpt-4o-mini-2024-07-18",
+        "strata trace 71381c43f5b3cef1c917e4b695f41c3a",
+    ]
+    settings = load_settings({"STRATA_HOME": str(tmp_path / "home")})
+    _next_commands(settings, lambda x: say(x, console), "u_13cae536e2", opens)
     lines = [line.strip() for line in console.export_text().splitlines()]
+    assert all(command in lines for command in opens)
     assert 'strata sql "SELECT tenant_id, sum(cost_usd) FROM dwd.request GROUP BY 1 ORDER BY 2 DESC"' in lines
     assert "strata airflow up   # the same DAGs on a schedule, on this lake: http://127.0.0.1:8080" in lines
     [env] = [line for line in lines if line.startswith("eval ")]
