@@ -16,12 +16,14 @@ import polars as pl
 import pytest
 from deltalake import DeltaTable
 
+from contracts.errors import InputError
 from strata import pipeline
 from synthetic_workload import generate
 from tests.integration.test_ads import START
 from tests.terminal import run_on_terminal
 from warehouse.ads.build import MARTS, SOURCES, build
 from warehouse.ads.explain import explain
+from warehouse.errors import NoData
 from warehouse.settings import Settings, load_settings
 from warehouse.storage.lake import Lake
 from warehouse.tables import DWD_QUARANTINE, DWD_REQUEST, ODS_REQUESTS, OPS_AUDIT_LOG, Table, table
@@ -174,6 +176,20 @@ def test_the_reports_rows_name_the_command_that_opens_each(built: Built) -> None
     for command in commands:
         _, _, mart, *key = shlex.split(command)
         assert explain(Lake(settings), mart, key).rows > 0
+
+
+def test_a_key_is_a_value_never_sql_and_only_a_mart_is_explained(built: Built) -> None:
+    """An attacker's key: quoted into a literal (no row has it), typed by the contract (a date that carries SQL is
+    no date), and a table that is not a mart (the raw lines', the audit log) is refused before anything is read."""
+    settings, _, _ = built
+    lake = Lake(settings)
+    with pytest.raises(NoData, match="has no row"):
+        explain(lake, "ads.tenant_daily", [f"event_date={START}", "tenant_id=x' OR '1'='1"])
+    with pytest.raises(InputError, match=r"is not a date \(YYYY-MM-DD\)"):
+        explain(lake, "ads.tenant_daily", [f"event_date={START}'; COPY (SELECT 1) TO '/tmp/x", "tenant_id=t"])
+    for name in ("ods.request_log_raw", "ops.audit_log", "dwd.request", "ads.model_daily; DROP TABLE x"):
+        with pytest.raises(InputError, match="not a mart explain takes"):
+            explain(lake, name, [f"event_date={START}"])
 
 
 def test_after_retention_and_forget_explain_says_the_versions_read_are_gone(built: Built) -> None:

@@ -203,8 +203,16 @@ def _typed(kind: pa.DataType, value: str, name: str, wanted: str) -> object:
         if pa.types.is_integer(kind):
             return int(value)
     except ValueError:
-        raise InputError(f"{name}={value!r} is not a {kind}; {wanted}") from None
+        raise InputError(f"{name}={value!r} is not {_KINDS.get(str(kind), f'a {kind}')}; {wanted}") from None
     return value
+
+
+#: How a key's type is named to a person.
+_KINDS = {
+    "date32[day]": "a date (YYYY-MM-DD)",
+    "timestamp[us, tz=UTC]": "a UTC time (ISO 8601)",
+    "int64": "an integer",
+}
 
 
 def explain(lake: Lake, mart: str, pairs: Sequence[str], *, raw: bool = False) -> Explanation:
