@@ -389,27 +389,32 @@ def _cache() -> Path:
 
 
 def week_lake() -> tuple[Path, dict]:
-    """The week's lake, built to DWD (once: later runs reuse it; ``bench_trace`` reads it too)."""
-    home = _cache()
-    if not (home / "manifest.json").exists():
-        import shutil
+    """The week's lake, built to DWD once and kept: later runs reuse it, and so do ``bench_trace`` and
+    ``bench_explain``; a run that finds another building it waits for that build (a lock beside the lake)."""
+    import fcntl
+    import shutil
 
-        shutil.rmtree(home, ignore_errors=True)
-        home.mkdir(parents=True)
-        subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                _BUILD_LAKE,
-                str(home),
-                str(DAYS),
-                str(REQUESTS_PER_DAY),
-                str(SEED),
-                START.isoformat(),
-                KEY,
-            ],
-            check=True,
-        )
+    home = _cache()
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with open(home.parent / f"{home.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (home / "manifest.json").exists():
+            shutil.rmtree(home, ignore_errors=True)
+            home.mkdir()
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    _BUILD_LAKE,
+                    str(home),
+                    str(DAYS),
+                    str(REQUESTS_PER_DAY),
+                    str(SEED),
+                    START.isoformat(),
+                    KEY,
+                ],
+                check=True,
+            )
     return home, json.loads((home / "manifest.json").read_text())
 
 
