@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.text import Text
 
-from strata.commands.trace import RAW_BYTES, shown
+from strata.commands.trace import print_raw_line, shown
 from strata.console import Clauses, Command, FitTable, cell, out, say
 
 if TYPE_CHECKING:
@@ -160,11 +160,4 @@ def _print_raw(found: Explanation) -> None:
     """The ODS line of each sampled row, cut at :data:`RAW_BYTES`."""
     for r in found.sample:
         place = (r["source_file"], r["line_no"])
-        out.print(Text(f"{place[0]}:{place[1]} ({r['request_id']})", style="bold"), soft_wrap=True)
-        line = found.raw_lines.get(place)
-        if line is None:
-            out.print(Text("  not in ODS any more (retention or forget removed it)", style="dim"))
-            continue
-        text = shown(line[:RAW_BYTES].decode("utf-8", errors="replace").rstrip("\n"))
-        more = f" … {len(line) - RAW_BYTES:,} more bytes" if len(line) > RAW_BYTES else ""
-        out.print(Text(text + more), overflow="fold")
+        print_raw_line(f"{place[0]}:{place[1]} ({r['request_id']})", found.raw_lines.get(place))

@@ -225,10 +225,16 @@ def _print_raw(found: Trace) -> None:
         (f"{q.source_file}:{q.line_no} (quarantined: {', '.join(q.rules)})", q.raw_line) for q in found.quarantined
     ]
     for title, line in blocks:
-        out.print(Text(title, style="bold"), soft_wrap=True)
-        if line is None:
-            out.print(Text("  not in ODS any more (retention or forget removed it)", style="dim"))
-            continue
-        text = shown(line[:RAW_BYTES].decode("utf-8", errors="replace").rstrip("\n"))
-        more = f" … {len(line) - RAW_BYTES:,} more bytes" if len(line) > RAW_BYTES else ""
-        out.print(Text(text + more), overflow="fold")
+        print_raw_line(title, line)
+
+
+def print_raw_line(title: str, line: bytes | None) -> None:
+    """One raw line under its title (file, line, what it holds), cut at :data:`RAW_BYTES`; a line that
+    retention or ``forget`` removed is said to be gone."""
+    out.print(Text(title, style="bold"), soft_wrap=True)
+    if line is None:
+        out.print(Text("  not in ODS any more (retention or forget removed it)", style="dim"))
+        return
+    text = shown(line[:RAW_BYTES].decode("utf-8", errors="replace").rstrip("\n"))
+    more = f" … {len(line) - RAW_BYTES:,} more bytes" if len(line) > RAW_BYTES else ""
+    out.print(Text(text + more), overflow="fold")
