@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import click
 import typer
 from rich.markup import escape
 from rich.text import Text
+from typer.core import TyperCommand
 
 from strata.console import console, out, rounded, table_width
 from strata.options import given_path
@@ -22,6 +24,20 @@ if TYPE_CHECKING:
 
     from warehouse.settings import Settings
     from warehouse.sql.sandbox import Session
+
+
+class _SqlCommand(TyperCommand):
+    """``strata sql``'s parser: a query opening with an SQL comment (``-- …``) is the query, not an unknown option.
+
+    No option has white space right after its ``--``, so such an argument is moved behind a ``--``: options may
+    still come before or after it."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        comments = [a for a in args if a[:2] == "--" and a[2:3].isspace()]
+        if comments and "--" not in args:
+            args = [*(a for a in args if a not in comments), "--", *comments]
+        return super().parse_args(ctx, args)
+
 
 app = typer.Typer()
 _HELP = (
@@ -41,7 +57,7 @@ class Format(enum.StrEnum):
     parquet = "parquet"
 
 
-@app.command("sql")
+@app.command("sql", cls=_SqlCommand)
 def sql_cmd(
     query: str | None = typer.Argument(
         None, help="SQL to run, or a dot command (.tables, .schema TABLE); without it, an interactive prompt opens."

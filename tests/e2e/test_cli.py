@@ -141,6 +141,17 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
     assert long.returncode == 2 and long.stderr.count("\n") == 1 and "'xml' is not one of" in long.stderr
 
 
+def test_a_query_opening_with_an_sql_comment_is_the_query_and_a_mistyped_option_still_named(tmp_path: Path) -> None:
+    """Click took ``-- …`` for an option ("No such option"); options before or after it still count."""
+    env = {"STRATA_HOME": str(tmp_path), "COLUMNS": "80"}
+    query = "-- the answer, as a comment first\nselect 42 as answer"
+    for args in (["sql", query, "--format", "csv"], ["sql", "-f", "csv", query], ["sql", "-f", "csv", "--", query]):
+        done = _run(args, env)
+        assert (done.returncode, done.stdout) == (0, "answer\n42\n"), done.stderr
+    typo = _run(["sql", "--fromat", "csv", "select 1"], env)
+    assert typo.returncode == 2 and "No such option: --fromat" in typo.stderr
+
+
 def test_an_error_keeps_text_that_looks_like_markup(tmp_path: Path) -> None:
     missing = tmp_path / "[bold]" / "logs.jsonl"  # rich would take "[bold]" for a style and drop it
     result = _run(["ingest", str(missing)], {"STRATA_HOME": str(tmp_path)})
